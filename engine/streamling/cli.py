@@ -1,0 +1,103 @@
+"""``streamling PIPELINE_FILE [--validate | --dry-run] [--config NAME_OR_PATH]``.
+
+Exit codes: 0 success (and, with --validate, a valid pipeline); 1 a failure while running; 2 an
+invalid pipeline or configuration. User errors print one message without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from pathlib import Path
+
+from streamling import __version__
+from streamling.config import Settings, load_settings
+from streamling.errors import InvalidPipelineError, StreamlingError
+from streamling.telemetry.logs import configure_logging
+from streamling.topology.pipeline import ValidationReport
+
+log = logging.getLogger("streamling.cli")
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="streamling",
+        description="Run a Streamling pipeline (sources → transforms → sinks) on Apache Spark.",
+        epilog="Settings: embedded defaults < config file < STREAMLING__<KEY>[__<NESTED>] environment variables.",
+    )
+    p.add_argument("pipeline", nargs="?", help="pipeline YAML/JSON (default: STREAMLING__PIPELINE_DEFINITION_LOCATION)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--validate", action="store_true", help="validate fully, print a JSON report, move no data")
+    mode.add_argument("--dry-run", action="store_true", help="validate like --validate, without the JSON report")
+    p.add_argument("--config", metavar="NAME_OR_PATH", help="config file (default base name 'config'; .yaml/.yml/.json)")
+    p.add_argument("--version", action="version", version=f"streamling {__version__}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+    except StreamlingError as exc:
+        if args.validate:
+            print(ValidationReport(errors=[exc.message]).to_json())
+        else:
+            print(f"Error: {exc.message}", file=sys.stderr)
+        return EXIT_INVALID
+    configure_logging(settings.log_level, settings.log_format)
+    if args.validate or args.dry_run:
+        return _validate(args, settings)
+    return _run(args, settings)
+
+
+def _validate(args: argparse.Namespace, settings: Settings) -> int:
+    from streamling.api import plan_pipeline, resolve_location
+
+    success = True
+    try:
+        report = plan_pipeline(resolve_location(args.pipeline, settings), settings)[1]
+    except StreamlingError as exc:
+        success = exc.user_facing
+        report = ValidationReport(errors=[exc.message])
+    except Exception as exc:  # an engine bug, reported as such
+        log.debug("validation failed internally", exc_info=True)
+        success = False
+        report = ValidationReport(errors=[f"internal error: {exc}"])
+    if args.validate:
+        print(report.to_json(success=success))
+    else:
+        for error in report.errors:
+            print(f"Error: {error}", file=sys.stderr)
+    if not success:
+        return EXIT_FAILED
+    return EXIT_OK if report.is_valid else EXIT_INVALID
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from streamling.api import run_pipeline
+
+    try:
+        summary = run_pipeline(Path(args.pipeline) if args.pipeline else None, settings)
+    except InvalidPipelineError as exc:
+        print(f"Error: {exc.message}", file=sys.stderr)
+        return EXIT_INVALID
+    except StreamlingError as exc:
+        print(f"Error: {exc.message}", file=sys.stderr)
+        if not exc.user_facing and settings.log_level == "debug":
+            traceback.print_exception(exc)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_OK
+    for name, progress in summary.sources.items():
+        log.info("source '%s': %d epochs, position %s", name, progress.epochs, progress.position)
+    for name, rows in summary.sink_rows.items():
+        log.info("sink '%s': %d rows written", name, rows)
+    log.info("Finished in %.1fs", summary.duration_sec)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

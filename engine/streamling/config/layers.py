@@ -1,0 +1,148 @@
+"""Configuration layering: embedded defaults < config file < ``STREAMLING__...`` environment variables.
+
+Each value remembers where it came from so a bad value is reported with its origin
+(``STREAMLING__CHECKPOINT_INTERVAL_SEC``, ``config.yaml``) as well as the field and the value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from streamling.config.model import Settings
+from streamling.errors import StreamlingError
+
+ENV_PREFIX = "STREAMLING"
+ENV_SEPARATOR = "__"
+CONFIG_EXTENSIONS = (".yaml", ".yml", ".json")
+SECRET_FIELDS = ("password", "pass", "secret", "token")
+
+
+def embedded_defaults() -> dict[str, Any]:
+    text = resources.files("streamling").joinpath("default_config.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text) or {}
+
+
+def find_config_file(name_or_path: str | os.PathLike[str] | None) -> Path | None:
+    """Resolve ``--config``: the path itself, else with .yaml/.yml/.json appended. Missing is fine."""
+    base = Path(name_or_path) if name_or_path else Path("config")
+    candidates = [base] if base.suffix in CONFIG_EXTENSIONS else []
+    candidates += [base.with_name(base.name + ext) for ext in CONFIG_EXTENSIONS]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise StreamlingError.user(f"config file '{path}': cannot be read: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise StreamlingError.user(f"config file '{path}': expected a mapping at the top level")
+    return data
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    """Map ``STREAMLING__A__B=v`` to ``{"a.b": (v, "STREAMLING__A__B")}`` with keys lowercased."""
+    prefix = ENV_PREFIX + ENV_SEPARATOR
+    found: dict[str, tuple[Any, str]] = {}
+    for name, raw in environ.items():
+        if not name.startswith(prefix) or len(name) == len(prefix):
+            continue
+        path = [part.lower() for part in name[len(prefix) :].split(ENV_SEPARATOR)]
+        if not all(path):
+            continue
+        value: Any = raw
+        if raw.strip().startswith(("{", "[")):
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                value = raw
+        found[".".join(path)] = (value, name)
+    return found
+
+
+def _merge(target: dict[str, Any], overlay: Mapping[str, Any], origin: str, origins: dict[str, str],
+           prefix: str = "") -> None:
+    for key, value in overlay.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _merge(target[key], value, origin, origins, dotted + ".")
+        else:
+            target[key] = dict(value) if isinstance(value, Mapping) else value
+            origins[dotted] = origin
+
+
+def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = target
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[leaf] = value
+
+
+def _origin_of(dotted: str, origins: Mapping[str, str]) -> str:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        found = origins.get(".".join(parts[:i]))
+        if found:
+            return found
+    return "embedded defaults"
+
+
+def _shown(dotted: str, value: Any) -> str:
+    if any(word in dotted.rsplit(".", 1)[-1] for word in SECRET_FIELDS):
+        return "'***'"
+    return repr(value)
+
+
+def load_settings(
+    config: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build validated settings; `overrides` (dotted keys) sit above the environment, for callers
+    such as the CLI or the Dagster resources."""
+    environ = os.environ if environ is None else environ
+    origins: dict[str, str] = {}
+    merged: dict[str, Any] = {}
+    _merge(merged, embedded_defaults(), "embedded defaults", origins)
+    path = find_config_file(config)
+    if config and path is None and Path(config).suffix in CONFIG_EXTENSIONS:
+        raise StreamlingError.user(f"config file '{config}' does not exist")
+    if path is not None:
+        _merge(merged, read_config_file(path), str(path), origins)
+    for dotted, (value, origin) in sorted(env_overrides(environ).items()):
+        _set_path(merged, dotted, value)
+        origins[dotted] = origin
+    for dotted, value in (overrides or {}).items():
+        _set_path(merged, dotted, value)
+        origins[dotted] = "command line"
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            dotted = ".".join(str(p) for p in err["loc"])
+            reason = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                problems.append(f"unknown setting '{dotted}' (from {_origin_of(dotted, origins)})")
+                continue
+            problems.append(
+                f"{dotted} = {_shown(dotted, err.get('input'))} "
+                f"(from {_origin_of(dotted, origins)}): {reason}"
+            )
+        raise StreamlingError.user("invalid configuration: " + "; ".join(problems)) from None

@@ -1,0 +1,110 @@
+"""Typed application settings. Every section rejects unknown keys so a typo fails startup."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, SecretStr, field_validator
+
+from streamling.config.units import Milliseconds, Seconds
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class SqliteStateSettings(_Section):
+    database_path: str = "./state.db"
+
+
+class PostgresConnectionSettings(_Section):
+    host: str = "127.0.0.1"
+    port: PositiveInt = 5432
+    user: str = "postgres"
+    password: SecretStr = SecretStr("")
+    database: str = "postgres"
+    sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "disable"
+    connect_timeout_sec: PositiveInt = 10
+
+    def conninfo(self) -> dict[str, object]:
+        """Keyword arguments for psycopg.connect; the password never leaves this dict."""
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password.get_secret_value() or None,
+            "dbname": self.database,
+            "sslmode": self.sslmode,
+            "connect_timeout": self.connect_timeout_sec,
+            "application_name": "streamling",
+        }
+
+
+BackendType = Literal["InMemory", "Sqlite", "Postgres"]
+_BACKENDS: dict[str, BackendType] = {"inmemory": "InMemory", "sqlite": "Sqlite", "postgres": "Postgres"}
+
+
+class StateBackendSettings(_Section):
+    backend_type: BackendType = "Sqlite"
+    sqlite: SqliteStateSettings = Field(default_factory=SqliteStateSettings)
+    postgres: PostgresConnectionSettings = Field(default_factory=PostgresConnectionSettings)
+
+    @field_validator("backend_type", mode="before")
+    @classmethod
+    def _case_insensitive(cls, value: object) -> object:
+        if isinstance(value, str):
+            key = value.replace("-", "").replace("_", "").lower()
+            return _BACKENDS.get(key, value)
+        return value
+
+
+class PrintSinkSettings(_Section):
+    sample_every: PositiveInt = 1
+
+
+class SparkSettings(_Section):
+    master: str = "local[*]"
+    app_name: str = "streamling"
+    checkpoint_root: str = "./.streamling/checkpoints"
+    shuffle_partitions: PositiveInt = 4
+    conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _stringify(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+        return value
+
+
+class Settings(_Section):
+    application_id: str = Field(default="local_app_v1", min_length=1)
+    pipeline_definition_location: str | None = None
+    job_mode: bool = False
+    record_batch_size: PositiveInt = 250_000
+    record_batch_interval_ms: Milliseconds = 200
+    checkpoint_interval_sec: Seconds = 5.0
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    state_backend: StateBackendSettings = Field(default_factory=StateBackendSettings)
+    print_sink: PrintSinkSettings = Field(default_factory=PrintSinkSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+
+    @field_validator("record_batch_interval_ms")
+    @classmethod
+    def _positive_ms(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+    @field_validator("checkpoint_interval_sec")
+    @classmethod
+    def _positive_sec(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value

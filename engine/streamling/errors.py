@@ -1,0 +1,75 @@
+"""One error type for the whole engine.
+
+The flags let callers decide what to do without parsing text: a `user_facing` error is safe to print
+without a traceback (bad config, bad pipeline, bad input data); a `retriable` one may succeed if tried
+again (a dropped connection). Context is prepended as the error travels up, so the final message reads
+as the logical path: ``kafka source 'x': failed to fetch schema: connection refused``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class StreamlingError(Exception):
+    def __init__(
+        self,
+        message: str,
+        *,
+        user_facing: bool = False,
+        retriable: bool = False,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.user_facing = user_facing
+        self.retriable = retriable
+        if cause is not None:
+            self.__cause__ = cause
+
+    @classmethod
+    def user(cls, message: str, cause: BaseException | None = None) -> StreamlingError:
+        return cls(message, user_facing=True, cause=cause)
+
+    @classmethod
+    def retry(cls, message: str, cause: BaseException | None = None) -> StreamlingError:
+        return cls(message, retriable=True, cause=cause)
+
+    def context(self, what: str) -> StreamlingError:
+        """Return the same error with `what` prepended; flags are preserved."""
+        err = StreamlingError(
+            f"{what}: {self.message}", user_facing=self.user_facing, retriable=self.retriable
+        )
+        err.__cause__ = self.__cause__
+        return err
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidPipelineError(StreamlingError):
+    """The pipeline failed validation; `errors` lists every problem found."""
+
+    def __init__(self, message: str, errors: list[str]) -> None:
+        super().__init__(message, user_facing=True)
+        self.errors = errors
+
+
+def wrap(exc: BaseException, what: str) -> StreamlingError:
+    """Attach `what` to any exception; foreign exceptions become internal, non-retriable errors."""
+    if isinstance(exc, StreamlingError):
+        return exc.context(what)
+    text = str(exc).strip() or type(exc).__name__
+    return StreamlingError(f"{what}: {text}", cause=exc)
+
+
+@contextmanager
+def error_context(what: str) -> Iterator[None]:
+    """Re-raise anything escaping the block with `what` prepended to its message."""
+    try:
+        yield
+    except StreamlingError as exc:
+        raise exc.context(what) from exc.__cause__
+    except Exception as exc:
+        raise wrap(exc, what) from exc

@@ -1,0 +1,154 @@
+"""The one interface every operator implements, built-in or plugin.
+
+Lifecycle, in the order the runtime calls it:
+
+- ``initialize(ctx)`` once before data flows (open connections, create tables);
+- per epoch: sources describe a Spark streaming DataFrame; transforms map DataFrames; sinks ``write``
+  the epoch's DataFrame, then ``prepare_checkpoint`` (the marker: flush everything durable), then,
+  after the source's position is committed, ``commit_checkpoint`` (the finalizer);
+- ``terminate()`` once at shutdown, also after failures.
+
+Data crosses operators as Spark DataFrames whose partitions travel as Arrow record batches; operators
+written in Python consume or produce ``pyarrow.RecordBatch`` (``ArrowSink.write_batch``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+import pyarrow as pa
+
+from streamling.topology.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from streamling.config import Settings
+    from streamling.state import StateBackend
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One micro-batch of one source: the unit of flush and commit."""
+
+    source: str
+    id: int
+    start: Mapping[str, Any]
+    end: Mapping[str, Any]
+    timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+
+@dataclass
+class RunContext:
+    settings: Settings
+    state: StateBackend
+    spark: SparkSession
+
+
+S = TypeVar("S", bound=NodeSpec)
+
+
+class Operator(Generic[S]):
+    kind: ClassVar[str] = "node"
+
+    def __init__(self, name: str, spec: S, settings: Settings) -> None:
+        self.name = name
+        self.spec = spec
+        self.settings = settings
+
+    @property
+    def label(self) -> str:
+        """How errors and logs name this node: ``print sink 'out'``."""
+        return f"{self.spec.type} {self.kind} '{self.name}'"
+
+    def initialize(self, ctx: RunContext) -> None:  # noqa: B027  (optional hook)
+        """Open connections and create external objects; never called by validation."""
+
+    def prepare_checkpoint(self, epoch: Epoch) -> None:  # noqa: B027
+        """Make everything written for `epoch` durable; the source commits only after this."""
+
+    def commit_checkpoint(self, epoch: Epoch) -> None:  # noqa: B027
+        """Called after the source committed `epoch`'s positions."""
+
+    def terminate(self) -> None:  # noqa: B027
+        """Release resources; must be safe to call after a failed initialize."""
+
+
+SS = TypeVar("SS", bound=SourceSpec)
+
+
+class Source(Operator[SS]):
+    kind: ClassVar[str] = "source"
+
+    def schema(self) -> StructType:
+        """Output schema, including ``_gs_op``; known without reading data."""
+        raise NotImplementedError
+
+    def load_position(self, state: StateBackend) -> dict[str, Any]:
+        """Where to resume: the committed position from the state backend, else the configured start."""
+        raise NotImplementedError
+
+    def position_entries(self, position: Mapping[str, Any], now_ms: int) -> dict[str, dict[str, Any]]:
+        """State-backend entries that record `position` as committed."""
+        raise NotImplementedError
+
+    def is_exhausted(self, position: Mapping[str, Any]) -> bool:
+        """True when a bounded source has nothing after `position`."""
+        return False
+
+    def stream(self, spark: SparkSession, start: Mapping[str, Any]) -> DataFrame:
+        """A streaming DataFrame that starts reading at `start`."""
+        raise NotImplementedError
+
+
+TS = TypeVar("TS", bound=TransformSpec)
+
+
+class Transform(Operator[TS]):
+    kind: ClassVar[str] = "transform"
+
+    def inputs(self) -> list[str]:
+        return self.spec.input_names()
+
+    def apply(self, spark: SparkSession, inputs: Mapping[str, DataFrame], epoch: Epoch | None) -> DataFrame:
+        """Map this epoch's input DataFrames to the output; `epoch` is None during validation."""
+        raise NotImplementedError
+
+
+KS = TypeVar("KS", bound=SinkSpec)
+
+
+class Sink(Operator[KS]):
+    kind: ClassVar[str] = "sink"
+
+    def check(self, schema: StructType) -> list[str]:
+        """Validation errors for an input of `schema`; must not touch the destination."""
+        return []
+
+    def write(self, df: DataFrame, epoch: Epoch) -> int:
+        """Write the epoch's rows; return how many rows were written."""
+        raise NotImplementedError
+
+
+class ArrowSink(Sink[KS]):
+    """A sink written against Arrow: the epoch's rows arrive on the driver as record batches, in
+    partition order. Suits sinks that need ordering or a single writer (print, HTTP)."""
+
+    def write(self, df: DataFrame, epoch: Epoch) -> int:
+        table = df.toArrow()
+        rows = 0
+        for batch in _batches(table):
+            self.write_batch(batch, epoch)
+            rows += batch.num_rows
+        return rows
+
+    def write_batch(self, batch: pa.RecordBatch, epoch: Epoch) -> None:
+        raise NotImplementedError
+
+
+def _batches(table: pa.Table) -> Iterator[pa.RecordBatch]:
+    yield from table.to_batches()

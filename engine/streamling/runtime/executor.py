@@ -1,0 +1,304 @@
+"""The micro-batch executor: one Structured Streaming query per source, one epoch per micro-batch.
+
+For each micro-batch of a source (``foreachBatch``): read the batch's end position from Spark's offset
+log, evaluate the whole downstream DAG on the batch (persisted when several sinks read it), let every
+sink write and then flush (`prepare_checkpoint`), commit the source position to the state backend, and
+only then call `commit_checkpoint`. A failure anywhere fails the pipeline before the commit, so the
+epoch is replayed on restart: at-least-once.
+
+Spark's checkpoint directory is per run and deleted afterwards; restarts resume from the state
+backend, which is therefore the only source of truth for positions.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from streamling.config import Settings
+from streamling.errors import StreamlingError, error_context, wrap
+from streamling.operators import Epoch, RunContext, Sink, Source
+from streamling.runtime.offset_log import read_batch_offsets
+from streamling.runtime.plan import Plan
+from streamling.state import StateBackend
+
+log = logging.getLogger("streamling.runtime")
+SHUTDOWN_GRACE_SEC = 25.0
+
+
+def epoch_key(source: str) -> str:
+    return f"{source}:__epoch__"
+
+
+@dataclass
+class SourceProgress:
+    epochs: int = 0
+    rows_in: int = 0
+    position: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunSummary:
+    """What a run did; the CLI logs it and the Dagster control plane records it as metadata."""
+
+    sources: dict[str, SourceProgress] = field(default_factory=dict)
+    sink_rows: dict[str, int] = field(default_factory=dict)
+    duration_sec: float = 0.0
+    stopped_by_signal: bool = False
+
+
+class SourceQuery:
+    """Drives one source's streaming query; its __call__ is the foreachBatch function."""
+
+    def __init__(self, runner: PipelineRunner, source: Source, start: dict[str, Any], epoch: int) -> None:
+        self.runner = runner
+        self.source = source
+        self.position = start
+        self.epoch = epoch
+        self.sinks = runner.plan.sinks_of(source.name)
+        self.downstream = [runner.plan.operators[n] for n in runner.plan.pipeline.downstream(source.name)]
+        self.checkpoint_dir = str(runner.checkpoint_root / _safe(source.name) / f"run-{uuid.uuid4().hex[:12]}")
+        self.query: StreamingQuery | None = None
+        self.lock = threading.Lock()
+        self.in_flight = False
+        self.stopping = False
+        self.exhausted = source.is_exhausted(start)
+        self.error: BaseException | None = None
+        self.progress = runner.summary.sources.setdefault(source.name, SourceProgress(position=dict(start)))
+
+    def start(self, spark: SparkSession) -> None:
+        settings = self.runner.settings
+        stream = self.source.stream(spark, self.position)
+        self.query = (
+            stream.writeStream.queryName(f"{settings.application_id}:{self.source.name}")
+            .foreachBatch(self)
+            .option("checkpointLocation", self.checkpoint_dir)
+            .trigger(processingTime=f"{settings.record_batch_interval_ms} milliseconds")
+            .start()
+        )
+        log.info("Started %s from position %s", self.source.label, self.position)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        with self.lock:
+            if self.stopping or self.error is not None:
+                return  # not committed: the rows are read again by the next run
+            self.in_flight = True
+        try:
+            self._run_epoch(batch, batch_id)
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            with self.lock:
+                self.in_flight = False
+
+    def _run_epoch(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        offsets = read_batch_offsets(spark, self.checkpoint_dir, batch_id)
+        epoch = Epoch(self.source.name, self.epoch + 1, self.position, offsets.end, offsets.timestamp_ms)
+        log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
+        shared = len(self.sinks) > 1
+        if shared:
+            batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            with error_context(self.source.label):
+                outputs = self.runner.plan.evaluate(spark, self.source.name, batch, epoch)
+            for name in self.sinks:
+                sink = self.runner.plan.operators[name]
+                assert isinstance(sink, Sink)
+                with error_context(sink.label):
+                    written = sink.write(outputs[name], epoch)
+                self.runner.count_sink_rows(name, written)
+            for op in self.downstream:
+                with error_context(op.label):
+                    op.prepare_checkpoint(epoch)
+            self._commit(epoch)
+            for op in [self.source, *self.downstream]:
+                with error_context(op.label):
+                    op.commit_checkpoint(epoch)
+        finally:
+            if shared:
+                batch.unpersist()
+
+    def _commit(self, epoch: Epoch) -> None:
+        now_ms = int(time.time() * 1000)
+        entries = dict(self.source.position_entries(epoch.end, now_ms))
+        entries[epoch_key(self.source.name)] = {"epoch": epoch.id, "updated_at": now_ms}
+        with error_context(f"{self.source.label}: failed to commit epoch {epoch.id}"):
+            self.runner.state.put_many(entries)
+        self.position = dict(epoch.end)
+        self.epoch = epoch.id
+        self.progress.epochs += 1
+        self.progress.position = dict(epoch.end)
+        self.progress.rows_in += _rows_between(epoch)
+        log.debug("Epoch finalized: %d (%s, position %s)", epoch.id, self.source.label, epoch.end)
+        if self.source.is_exhausted(epoch.end):
+            self.exhausted = True
+            log.info("%s reached its end after epoch %d", self.source.label, epoch.id)
+
+    def request_stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+
+    def idle(self) -> bool:
+        with self.lock:
+            return not self.in_flight
+
+    def stop(self) -> None:
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+
+    def failure(self) -> BaseException | None:
+        if self.error is not None:
+            return self.error
+        if self.query is not None and not self.query.isActive:
+            exc = self.query.exception()
+            if exc is not None:
+                return StreamlingError(f"{self.source.label}: streaming query failed: {exc.desc}")
+        return None
+
+
+class PipelineRunner:
+    def __init__(self, plan: Plan, settings: Settings, spark: SparkSession, state: StateBackend) -> None:
+        self.plan = plan
+        self.settings = settings
+        self.spark = spark
+        self.state = state
+        self.summary = RunSummary()
+        self.checkpoint_root = Path(settings.spark.checkpoint_root) / _safe(settings.application_id)
+        self._stop = threading.Event()
+        self._rows_lock = threading.Lock()
+
+    def count_sink_rows(self, sink: str, rows: int) -> None:
+        with self._rows_lock:
+            self.summary.sink_rows[sink] = self.summary.sink_rows.get(sink, 0) + rows
+
+    def request_stop(self) -> None:
+        """Stop taking new data; the in-flight epoch finishes and commits. Safe from any thread."""
+        self._stop.set()
+
+    def run(self) -> RunSummary:
+        started = time.monotonic()
+        ctx = RunContext(self.settings, self.state, self.spark)
+        restore = _install_signal_handlers(self.request_stop)
+        queries: list[SourceQuery] = []
+        initialized = []
+        try:
+            for op in self.plan.operators.values():
+                with error_context(op.label):
+                    op.initialize(ctx)
+                initialized.append(op)
+            self._clear_stale_checkpoints()
+            for source_node in self.plan.pipeline.sources:
+                source = self.plan.source(source_node.name)
+                self._register(source)
+                start = source.load_position(self.state)
+                saved_epoch = self.state.get(epoch_key(source.name)) or {}
+                query = SourceQuery(self, source, start, int(saved_epoch.get("epoch", 0)))
+                queries.append(query)
+                if query.exhausted:
+                    log.info("%s has nothing after position %s; not started", source.label, start)
+                    continue
+                query.start(self.spark)
+            self._supervise(queries)
+            self.summary.stopped_by_signal = self._stop.is_set()
+            return self.summary
+        finally:
+            for query in queries:
+                query.stop()
+            for op in reversed(initialized):
+                try:
+                    op.terminate()
+                except Exception as exc:  # keep shutting the others down
+                    log.warning("%s: terminate failed: %s", op.label, exc)
+            for query in queries:
+                shutil.rmtree(query.checkpoint_dir, ignore_errors=True)
+            restore()
+            self.summary.duration_sec = time.monotonic() - started
+
+    def _supervise(self, queries: list[SourceQuery]) -> None:
+        grace_deadline: float | None = None
+        while True:
+            for query in queries:
+                error = query.failure()
+                if error is not None:
+                    for other in queries:
+                        other.request_stop()
+                    raise _as_streamling_error(error, query.source.label)
+                if query.exhausted and query.idle():
+                    query.stop()
+            if self._stop.is_set():
+                if grace_deadline is None:
+                    log.info("Stop requested: finishing the in-flight epoch, then stopping")
+                    grace_deadline = time.monotonic() + SHUTDOWN_GRACE_SEC
+                    for query in queries:
+                        query.request_stop()
+                for query in queries:
+                    if query.idle() or time.monotonic() > grace_deadline:
+                        query.stop()
+            if not any(q.query is not None and q.query.isActive for q in queries):
+                for query in queries:
+                    error = query.failure()
+                    if error is not None:
+                        raise _as_streamling_error(error, query.source.label)
+                return
+            time.sleep(0.05)
+
+    def _register(self, source: Source) -> None:
+        data_source = getattr(source, "data_source", None)
+        if data_source is not None:
+            self.spark.dataSource.register(data_source)
+
+    def _clear_stale_checkpoints(self) -> None:
+        """Runs killed with -9 leave their per-run directories behind; they are never reused."""
+        for node in self.plan.pipeline.sources:
+            shutil.rmtree(self.checkpoint_root / _safe(node.name), ignore_errors=True)
+
+
+def _rows_between(epoch: Epoch) -> int:
+    start, end = epoch.start.get("offset"), epoch.end.get("offset")
+    if isinstance(start, int) and isinstance(end, int):
+        return end - start
+    return 0
+
+
+def _as_streamling_error(error: BaseException, where: str) -> StreamlingError:
+    if isinstance(error, StreamlingError):
+        return error
+    return wrap(error, where)
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def _install_signal_handlers(on_stop: Callable[[], None]) -> Callable[[], None]:
+    """SIGTERM/SIGINT request a graceful stop; only possible from the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def handle(signum: int, _frame: object) -> None:
+        log.info("Received %s", signal.Signals(signum).name)
+        on_stop()
+
+    for sig in previous:
+        signal.signal(sig, handle)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore

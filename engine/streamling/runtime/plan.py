@@ -1,0 +1,102 @@
+"""The executable plan: one operator per node, every node's schema, and per-epoch evaluation.
+
+`analyze` runs the real Spark analyser over empty DataFrames of the sources' schemas, so
+``--validate`` checks SQL, schemas and primary keys exactly as a run would, moving no data.
+`evaluate` applies the same transforms to one source's micro-batch; inputs that belong to other
+sources are empty in that epoch, which is exact for the stateless operations SQL transforms allow.
+"""
+
+from __future__ import annotations
+
+import json
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from streamling.config import Settings
+from streamling.errors import StreamlingError
+from streamling.operators import Epoch, Operator, Sink, Source, Transform
+from streamling.topology.pipeline import Node, Pipeline
+
+
+class Plan:
+    def __init__(self, pipeline: Pipeline, settings: Settings) -> None:
+        self.pipeline = pipeline
+        self.settings = settings
+        self.operators: dict[str, Operator] = {
+            name: node.optype.operator(name, node.spec, settings) for name, node in pipeline.nodes.items()
+        }
+        self.schemas: dict[str, StructType] = {}
+
+    def source(self, name: str) -> Source:
+        op = self.operators[name]
+        assert isinstance(op, Source)
+        return op
+
+    def sinks_of(self, source: str) -> list[str]:
+        return [n for n in self.pipeline.downstream(source) if self.pipeline.nodes[n].kind == "sink"]
+
+    def analyze(self, spark: SparkSession) -> list[str]:
+        """Compute every node's schema; returns user-facing errors (empty when the plan is sound)."""
+        errors: list[str] = []
+        for name in self.pipeline.topological_order():
+            node = self.pipeline.nodes[name]
+            parents = self.pipeline.inputs.get(name, [])
+            if any(p not in self.schemas for p in parents):
+                continue  # an upstream node already failed; its error says why
+            try:
+                schema = self._schema_of(spark, node, parents)
+            except StreamlingError as exc:
+                errors.append(exc.message if exc.user_facing else f"{node.label}: {exc.message}")
+                continue
+            if schema is not None:
+                self.schemas[name] = schema
+            keyed = schema if schema is not None else self.schemas[parents[0]]
+            error = _primary_key_error(node, keyed)
+            if error:
+                errors.append(error)
+        return errors
+
+    def _schema_of(self, spark: SparkSession, node: Node, parents: list[str]) -> StructType | None:
+        op = self.operators[node.name]
+        if isinstance(op, Source):
+            return op.schema()
+        if isinstance(op, Transform):
+            inputs = {p: empty_frame(spark, self.schemas[p]) for p in parents}
+            return op.apply(spark, inputs, None).schema
+        if isinstance(op, Sink):
+            problems = op.check(self.schemas[parents[0]])
+            if problems:
+                raise StreamlingError.user("; ".join(f"{op.label}: {p}" for p in problems))
+        return None
+
+    def evaluate(self, spark: SparkSession, source: str, batch: DataFrame, epoch: Epoch) -> dict[str, DataFrame]:
+        """The DataFrame each sink downstream of `source` receives for `epoch`."""
+        frames: dict[str, DataFrame] = {source: batch}
+        outputs: dict[str, DataFrame] = {}
+        for name in self.pipeline.downstream(source):
+            op = self.operators[name]
+            parents = self.pipeline.inputs[name]
+            inputs = {p: frames[p] if p in frames else empty_frame(spark, self.schemas[p]) for p in parents}
+            if isinstance(op, Transform):
+                frames[name] = op.apply(spark, inputs, epoch)
+            else:
+                outputs[name] = inputs[parents[0]]
+        return outputs
+
+
+def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
+    return spark.createDataFrame([], schema)
+
+
+def _primary_key_error(node: Node, schema: StructType) -> str | None:
+    columns_of = getattr(node.spec, "primary_key_columns", None)
+    wanted = columns_of() if columns_of else []
+    available = schema.fieldNames()
+    missing = [c for c in wanted if c not in available]
+    if not missing:
+        return None
+    return (
+        f"Primary key validation failed for node '{node.name}': columns {json.dumps(missing)} not found in "
+        f"schema. Available columns: {json.dumps(available)}"
+    )
+

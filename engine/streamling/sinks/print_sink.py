@@ -1,0 +1,73 @@
+"""The print sink: sampled rows as JSON lines on stdout (logs go to stderr).
+
+Line format: ``<n> -> (sample_every=<k>) [Insert|Update|Delete] {json row incl. _gs_op}`` where ``n`` is
+the row's 1-based position in everything this sink has received during the run. Rows ``1, k+1, 2k+1…``
+are printed; the rest are counted but not formatted.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import threading
+from datetime import date, datetime, time
+from decimal import Decimal
+from typing import Literal
+
+import pyarrow as pa
+from pydantic import PositiveInt
+
+from streamling.operators import ArrowSink, Epoch
+from streamling.plugins.registry import operator
+from streamling.topology.spec import SinkSpec
+from streamling.types import GS_OP
+
+ROW_KINDS = {"i": "Insert", "u": "Update", "d": "Delete"}
+_stdout_lock = threading.Lock()
+
+
+class PrintSinkSpec(SinkSpec):
+    type: Literal["print"]
+    sample_every: PositiveInt | None = None
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return str(value)
+
+
+@operator("print", PrintSinkSpec)
+class PrintSink(ArrowSink[PrintSinkSpec]):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.seen = 0
+        self._lock = threading.Lock()
+
+    @property
+    def sample_every(self) -> int:
+        return self.spec.sample_every or self.settings.print_sink.sample_every
+
+    def write_batch(self, batch: pa.RecordBatch, epoch: Epoch) -> None:
+        k = self.sample_every
+        with self._lock:  # several source queries may feed one sink
+            first = self.seen
+            self.seen += batch.num_rows
+        # Row with 0-based batch index j has global number first + j + 1; print when (that - 1) % k == 0.
+        start = (-first) % k
+        picked = batch.take(pa.array(range(start, batch.num_rows, k), type=pa.int64()))
+        lines = []
+        for j, row in enumerate(picked.to_pylist()):
+            number = first + start + j * k + 1
+            kind = ROW_KINDS.get(row.get(GS_OP) or "i", "Insert")
+            text = json.dumps(row, default=_json_default, ensure_ascii=False)
+            lines.append(f"{number} -> (sample_every={k}) [{kind}] {text}\n")
+        if lines:
+            with _stdout_lock:
+                sys.stdout.write("".join(lines))
+                sys.stdout.flush()

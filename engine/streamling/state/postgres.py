@@ -1,0 +1,111 @@
+"""PostgreSQL state: shared, durable, the production choice. Schema and table are created on start."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from streamling.config.model import PostgresConnectionSettings
+from streamling.errors import StreamlingError
+from streamling.state.base import JsonDoc, StateBackend
+
+DDL = (
+    "CREATE SCHEMA IF NOT EXISTS streamling",
+    """CREATE TABLE IF NOT EXISTS streamling.state (
+        namespace TEXT,
+        key TEXT,
+        data JSONB NOT NULL,
+        created_at TIMESTAMPTZ DEFAULT now(),
+        PRIMARY KEY(namespace, key)
+    )""",
+)
+UPSERT = (
+    "INSERT INTO streamling.state(namespace, key, data) VALUES (%s, %s, %s) "
+    "ON CONFLICT (namespace, key) DO UPDATE SET data = EXCLUDED.data"
+)
+
+
+class PostgresStateBackend(StateBackend):
+    def __init__(self, namespace: str, settings: PostgresConnectionSettings) -> None:
+        super().__init__(namespace)
+        self._settings = settings
+        self._where = f"postgres state backend {settings.host}:{settings.port}/{settings.database}"
+        self._lock = threading.Lock()
+        self._conn = self._connect()
+        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+            # Serialise concurrent first starts: CREATE ... IF NOT EXISTS races on the catalog.
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext('streamling.state'))")
+            for statement in DDL:
+                cur.execute(statement)
+
+    def _connect(self) -> psycopg.Connection:
+        try:
+            return psycopg.connect(**self._settings.conninfo(), autocommit=True)
+        except psycopg.Error as exc:
+            raise StreamlingError.retry(f"{self._where}: cannot connect: {_reason(exc)}") from None
+
+    def _run(self, fn):  # type: ignore[no-untyped-def]
+        """Run `fn(cursor)` once, reconnecting first if the connection was lost."""
+        with self._lock:
+            if self._conn.closed or self._conn.broken:
+                self._conn = self._connect()
+            try:
+                with self._conn.transaction(), self._conn.cursor() as cur:
+                    return fn(cur)
+            except psycopg.OperationalError as exc:
+                raise StreamlingError.retry(f"{self._where}: {_reason(exc)}") from None
+            except psycopg.Error as exc:
+                raise StreamlingError(f"{self._where}: {_reason(exc)}") from None
+
+    def get(self, key: str) -> JsonDoc | None:
+        def fetch(cur: psycopg.Cursor) -> JsonDoc | None:
+            cur.execute(
+                "SELECT data FROM streamling.state WHERE namespace = %s AND key = %s", (self.namespace, key)
+            )
+            row = cur.fetchone()
+            return row[0] if row else None
+
+        return self._run(fetch)
+
+    def put_many(self, items: Mapping[str, JsonDoc]) -> None:
+        if items:
+            rows = [(self.namespace, k, Jsonb(v)) for k, v in items.items()]
+            self._run(lambda cur: cur.executemany(UPSERT, rows))
+
+    def remove(self, key: str) -> None:
+        self._run(
+            lambda cur: cur.execute(
+                "DELETE FROM streamling.state WHERE namespace = %s AND key = %s", (self.namespace, key)
+            )
+        )
+
+    def clear(self) -> None:
+        self._run(lambda cur: cur.execute("DELETE FROM streamling.state WHERE namespace = %s", (self.namespace,)))
+
+    def items(self, prefix: str = "") -> dict[str, JsonDoc]:
+        def fetch(cur: psycopg.Cursor) -> dict[str, JsonDoc]:
+            cur.execute(
+                "SELECT key, data FROM streamling.state WHERE namespace = %s AND left(key, %s) = %s "
+                "ORDER BY key",
+                (self.namespace, len(prefix), prefix),
+            )
+            return {key: data for key, data in cur.fetchall()}
+
+        return self._run(fetch)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _reason(exc: psycopg.Error) -> str:
+    """The server's message without connection strings (which could carry a password)."""
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag else None
+    if primary:
+        return primary.strip()
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

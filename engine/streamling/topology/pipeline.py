@@ -1,0 +1,268 @@
+"""Loading a pipeline definition into a validated graph of typed node specs.
+
+Everything here is structural and needs no Spark: YAML shape, node types and fields, references,
+cycles, orphans, telemetry labels, job-mode boundedness. Schema-level checks (SQL analysis, primary
+keys) run afterwards in `streamling.runtime.plan`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from streamling.errors import StreamlingError
+from streamling.plugins.registry import REGISTRY, OperatorType
+from streamling.topology.labels import label_errors
+from streamling.topology.spec import NodeSpec
+
+SECTIONS = {"sources": "source", "transforms": "transform", "sinks": "sink"}
+
+
+@dataclass
+class ValidationReport:
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def is_valid(self) -> bool:
+        return not self.errors
+
+    def to_json(self, success: bool = True) -> str:
+        return json.dumps(
+            {"success": success, "is_valid": self.is_valid, "errors": self.errors, "warnings": self.warnings}
+        )
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    kind: str
+    spec: NodeSpec
+    optype: OperatorType
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} '{self.name}'"
+
+
+@dataclass
+class Pipeline:
+    name: str
+    nodes: dict[str, Node]
+    inputs: dict[str, list[str]]
+    path: Path | None = None
+    text: str = ""
+
+    def of_kind(self, kind: str) -> list[Node]:
+        return [n for n in self.nodes.values() if n.kind == kind]
+
+    @property
+    def sources(self) -> list[Node]:
+        return self.of_kind("source")
+
+    @property
+    def transforms(self) -> list[Node]:
+        return self.of_kind("transform")
+
+    @property
+    def sinks(self) -> list[Node]:
+        return self.of_kind("sink")
+
+    def consumers(self, name: str) -> list[str]:
+        return [n for n, ins in self.inputs.items() if name in ins]
+
+    def topological_order(self) -> list[str]:
+        order: list[str] = []
+        done: set[str] = set()
+
+        def visit(name: str) -> None:
+            if name in done:
+                return
+            done.add(name)
+            for parent in self.inputs.get(name, []):
+                visit(parent)
+            order.append(name)
+
+        for name in self.nodes:
+            visit(name)
+        return order
+
+    def downstream(self, source: str) -> list[str]:
+        """Transforms and sinks reachable from `source`, in topological order."""
+        reach = {source}
+        for name in self.topological_order():
+            if any(parent in reach for parent in self.inputs.get(name, [])):
+                reach.add(name)
+        return [n for n in self.topological_order() if n in reach and n != source]
+
+
+def read_pipeline_text(location: str | Path) -> str:
+    path = Path(location)
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise StreamlingError.user(f"pipeline file '{location}' cannot be read: {exc.strerror or exc}") from None
+
+
+def load_pipeline(
+    text: str, *, name: str = "pipeline", path: Path | None = None, job_mode: bool = False
+) -> tuple[Pipeline | None, ValidationReport]:
+    """Parse and structurally validate; returns the pipeline only when there are no errors."""
+    report = ValidationReport()
+    raw = _parse(text, report)
+    if raw is None:
+        return None, report
+    nodes = _build_nodes(raw, report)
+    inputs = _resolve_inputs(nodes, report)
+    pipeline = Pipeline(name=name, nodes=nodes, inputs=inputs, path=path, text=text)
+    if report.errors:
+        return None, report
+    _check_cycles(pipeline, report)
+    if report.errors:
+        return None, report
+    _check_orphans(pipeline, report)
+    for node in nodes.values():
+        report.errors += label_errors(node.label, node.spec.labels(), _identity(node))
+    if job_mode:
+        unbounded = [n.name for n in pipeline.sources if not getattr(n.spec, "bounded", False)]
+        if unbounded:
+            report.errors.append(
+                f"job mode needs bounded sources, but these sources are unbounded: {', '.join(unbounded)}"
+            )
+    return (pipeline if report.is_valid else None), report
+
+
+def _parse(text: str, report: ValidationReport) -> dict[str, Any] | None:
+    try:
+        raw = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        report.errors.append(f"pipeline is not valid YAML{where}: {problem}")
+        return None
+    if not isinstance(raw, dict):
+        report.errors.append("pipeline must be a mapping with 'sources', 'transforms' and 'sinks'")
+        return None
+    for key in raw:
+        if key not in SECTIONS:
+            report.errors.append(f"unknown top-level key '{key}'; expected sources, transforms, sinks")
+    for section in SECTIONS:
+        value = raw.get(section)
+        if value is None:
+            raw[section] = {}
+        elif not isinstance(value, dict):
+            report.errors.append(f"'{section}' must be a mapping of node name to node definition")
+            raw[section] = {}
+    if not raw["sources"]:
+        report.errors.append("pipeline must define at least one source")
+    if not raw["sinks"]:
+        report.errors.append("pipeline must define at least one sink")
+    return raw
+
+
+def _build_nodes(raw: Mapping[str, Any], report: ValidationReport) -> dict[str, Node]:
+    nodes: dict[str, Node] = {}
+    for section, kind in SECTIONS.items():
+        for name, body in raw[section].items():
+            name = str(name)
+            label = f"{kind} '{name}'"
+            if name in nodes:
+                report.errors.append(f"{label}: the name '{name}' is already used by {nodes[name].label}")
+                continue
+            if not isinstance(body, dict) or not isinstance(body.get("type"), str):
+                report.errors.append(f"{label}: must be a mapping with a 'type'")
+                continue
+            optype = REGISTRY.lookup(kind, body["type"])
+            if optype is None:
+                report.errors.append(f"{label}: operator type '{body['type']}' is not available")
+                continue
+            try:
+                spec = optype.spec.model_validate(body)
+            except ValidationError as exc:
+                report.errors += [f"{label} (type '{body['type']}'): {_field_problem(e)}" for e in exc.errors()]
+                continue
+            nodes[name] = Node(name, kind, spec, optype)
+    return nodes
+
+
+def _field_problem(err: Mapping[str, Any]) -> str:
+    where = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "missing":
+        return f"missing required field '{where}'"
+    if err["type"] == "extra_forbidden":
+        return f"unknown field '{where}'"
+    reason = str(err["msg"]).removeprefix("Value error, ")
+    return f"field '{where}': {reason} (got {err.get('input')!r})"
+
+
+def _resolve_inputs(nodes: Mapping[str, Node], report: ValidationReport) -> dict[str, list[str]]:
+    inputs: dict[str, list[str]] = {}
+    for node in nodes.values():
+        try:
+            names = node.spec.input_names()
+        except StreamlingError as exc:
+            report.errors.append(f"{node.label}: {exc.message.split(': ', 1)[-1]}")
+            continue
+        if node.kind == "source":
+            inputs[node.name] = []
+            continue
+        if not names:
+            report.errors.append(f"{node.label}: has no input; set 'from'")
+        via = "SQL" if node.spec.type == "sql" and not getattr(node.spec, "from_", None) else "'from'"
+        for parent in names:
+            if parent not in nodes:
+                report.errors.append(f"{node.label}: {via} references unknown node '{parent}'")
+            elif nodes[parent].kind == "sink":
+                report.errors.append(
+                    f"{node.label}: {via} references sink '{parent}'; only sources and transforms produce data"
+                )
+        inputs[node.name] = names
+    return inputs
+
+
+def _check_cycles(pipeline: Pipeline, report: ValidationReport) -> None:
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(name: str) -> bool:
+        state[name] = 1
+        path.append(name)
+        for parent in pipeline.inputs.get(name, []):
+            if state.get(parent) == 1:
+                cycle = [*path[path.index(parent) :], parent]
+                report.errors.append(f"pipeline has a cycle: {' -> '.join(reversed(cycle))}")
+                return True
+            if parent not in state and visit(parent):
+                return True
+        path.pop()
+        state[name] = 2
+        return False
+
+    for name in pipeline.nodes:
+        if name not in state and visit(name):
+            return
+
+
+def _check_orphans(pipeline: Pipeline, report: ValidationReport) -> None:
+    orphans = [
+        n.name for n in pipeline.nodes.values() if n.kind != "sink" and not pipeline.consumers(n.name)
+    ]
+    if orphans:
+        report.errors.append(
+            f"Source(s) and/or transform(s) have no consumers: {', '.join(orphans)}. "
+            "Remove them or connect them to a transform or sink."
+        )
+
+
+def _identity(node: Node) -> tuple[str, ...]:
+    spec_identity = node.spec.identity_labels
+    if node.optype.type_name.count(".") or "options" in type(node.spec).model_fields:
+        return (*spec_identity, "type")
+    return spec_identity

@@ -1,0 +1,83 @@
+"""The SQL transform: stateless Spark SQL over upstream nodes, referenced by name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streamling.errors import StreamlingError
+from streamling.operators import Epoch, Transform
+from streamling.plugins.registry import operator
+from streamling.topology.spec import TransformSpec
+from streamling.transforms.sql_rewrite import SqlProgram
+from streamling.transforms.stateless import forbidden_operations
+from streamling.types import GS_OP
+
+
+class SqlTransformSpec(TransformSpec):
+    type: Literal["sql"]
+    sql: str = Field(min_length=1)
+    primary_key: str | list[str]
+
+    def input_names(self) -> list[str]:
+        explicit = super().input_names()
+        return explicit or SqlProgram(self.sql, "sql").references
+
+
+@operator("sql", SqlTransformSpec)
+class SqlTransform(Transform[SqlTransformSpec]):
+    @property
+    def label(self) -> str:
+        return f"SQL transform '{self.name}'"
+
+    @cached_property
+    def program(self) -> SqlProgram:
+        return SqlProgram(self.spec.sql, self.label)
+
+    def inputs(self) -> list[str]:
+        return self.program.references
+
+    def apply(self, spark: SparkSession, inputs: Mapping[str, DataFrame], epoch: Epoch | None) -> DataFrame:
+        views = {}
+        for index, (node, frame) in enumerate(sorted(inputs.items())):
+            view = f"__sl_{_ident(self.name)}_{index}"
+            frame.createOrReplaceTempView(view)
+            views[node] = view
+        sql = self.program.render(views, epoch.timestamp_ms if epoch else None)
+        try:
+            df = spark.sql(sql)
+        except Exception as exc:  # AnalysisException, ParseException: the user's SQL is wrong
+            raise StreamlingError.user(f"{self.label}: {_first_line(exc)}") from None
+        if epoch is None:
+            bad = forbidden_operations(df)
+            if bad:
+                raise StreamlingError.user(
+                    f"{self.label}: {', '.join(bad)} is not allowed; SQL transforms accept only stateless "
+                    "operations (projection, filter, union, unnest)"
+                )
+        return _single_gs_op(df)
+
+
+def _single_gs_op(df: DataFrame) -> DataFrame:
+    positions = [i for i, name in enumerate(df.columns) if name == GS_OP]
+    if not positions:
+        return df.withColumn(GS_OP, F.lit("i"))
+    if len(positions) == 1:
+        return df
+    keep = [df.columns[i] if i not in positions[1:] else None for i in range(len(df.columns))]
+    renamed = df.toDF(*[name or f"__dup_{i}" for i, name in enumerate(keep)])
+    return renamed.select(*[c for c in renamed.columns if not c.startswith("__dup_")])
+
+
+def _ident(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)
+
+
+def _first_line(exc: Exception) -> str:
+    text = getattr(exc, "getMessage", lambda: str(exc))() or str(exc)
+    return text.strip().splitlines()[0]

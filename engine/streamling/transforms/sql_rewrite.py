@@ -1,0 +1,115 @@
+"""Compile a transform's SQL once: parse it (the original's Postgres-like dialect first, Spark SQL as a
+fallback), find the nodes it reads, and render Spark SQL for an epoch.
+
+Rendering maps node names — dotted ones included, as in ``FROM raw.transactions`` — to the epoch's
+temporary views, makes sure every SELECT carries ``_gs_op`` exactly once, and pins ``now()`` to the
+epoch's timestamp so every sink of an epoch sees the same value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from streamling.errors import StreamlingError
+from streamling.types import GS_OP
+
+DIALECTS = ("postgres", "spark")
+_RENAMED_FUNCTIONS = {"make_array": exp.Array}
+
+
+def table_name(table: exp.Table) -> str:
+    return ".".join(part.name for part in table.parts)
+
+
+class SqlProgram:
+    def __init__(self, sql: str, where: str) -> None:
+        self.where = where
+        self.tree = self._parse(sql)
+        self._cte_names = {cte.alias_or_name for cte in self.tree.find_all(exp.CTE)}
+        self.references = sorted(
+            {table_name(t) for t in self.tree.find_all(exp.Table) if self._is_input(t)}
+        )
+
+    def _parse(self, sql: str) -> exp.Query:
+        last: Exception | None = None
+        for dialect in DIALECTS:
+            try:
+                statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+            except SqlglotError as exc:
+                last = exc
+                continue
+            if len(statements) != 1 or not isinstance(statements[0], exp.Query):
+                raise StreamlingError.user(f"{self.where}: SQL must be exactly one SELECT statement")
+            return statements[0]
+        detail = str(last).splitlines()[0] if last else "unparseable"
+        raise StreamlingError.user(f"{self.where}: invalid SQL: {detail}")
+
+    def _is_input(self, table: exp.Table) -> bool:
+        name = table_name(table)
+        return bool(name) and not (len(table.parts) == 1 and name in self._cte_names)
+
+    def render(self, views: Mapping[str, str], epoch_ms: int | None = None) -> str:
+        """Spark SQL reading `views` (node name → view name) with ``now()`` fixed to `epoch_ms`."""
+        tree = self.tree.copy()
+        for table in list(tree.find_all(exp.Table)):
+            if not self._is_input(table):
+                continue
+            name = table_name(table)
+            view = views.get(name)
+            if view is None:
+                raise StreamlingError.user(f"{self.where}: SQL references unknown node '{name}'")
+            alias = table.alias or table.name
+            replacement = exp.Table(this=exp.to_identifier(view, quoted=True))
+            replacement.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+            table.replace(replacement)
+        for call in list(tree.find_all(exp.Anonymous)):
+            target = _RENAMED_FUNCTIONS.get(call.name.lower())
+            if target is not None:
+                call.replace(target(expressions=list(call.expressions)))
+        if epoch_ms is not None:
+            moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+            for node in list(tree.find_all(exp.CurrentTimestamp)):
+                node.replace(exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d %H:%M:%S.%f")), "TIMESTAMP"))
+            for node in list(tree.find_all(exp.CurrentDate)):
+                node.replace(exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d")), "DATE"))
+        _ensure_gs_op(tree)
+        return tree.sql(dialect="spark")
+
+
+def _ensure_gs_op(query: exp.Expression) -> None:
+    """Give every row-producing SELECT exactly one ``_gs_op``: kept from its input when the projection
+    omits it, ``'i'`` when the SELECT has no input carrying one (a VALUES-free constant SELECT)."""
+    if isinstance(query, exp.Subquery | exp.Paren):
+        _ensure_gs_op(query.this)
+        return
+    if isinstance(query, exp.SetOperation):
+        _ensure_gs_op(query.this)
+        _ensure_gs_op(query.expression)
+        return
+    if not isinstance(query, exp.Select):
+        return
+    for cte in query.find_all(exp.CTE):
+        if cte.find_ancestor(exp.Select) is query:
+            _ensure_gs_op(cte.this)
+    source = query.args.get("from_") or query.args.get("from")
+    if source is not None:
+        _ensure_gs_op(source.this)
+    projections = query.expressions
+    has_star = any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and p.is_star) for p in projections)
+    explicit = [p for p in projections if p.alias_or_name == GS_OP]
+    if has_star:
+        for p in explicit:
+            p.pop()
+        return
+    if explicit:
+        for p in explicit[1:]:
+            p.pop()
+        return
+    reads_node = source is not None and isinstance(source.this, exp.Table | exp.Subquery)
+    column = exp.column(GS_OP) if reads_node else exp.alias_(exp.Literal.string("i"), GS_OP)
+    query.select(column, copy=False)

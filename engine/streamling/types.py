@@ -1,0 +1,55 @@
+"""Column types written in pipeline YAML (``bigint``, ``decimal(20,4)``, ``timestamp``) as Spark types."""
+
+from __future__ import annotations
+
+import re
+
+from pyspark.sql import types as T
+
+from streamling.errors import StreamlingError
+
+GS_OP = "_gs_op"
+"""The upsert column every node carries: ``i`` insert, ``u`` update, ``d`` delete."""
+
+_SIMPLE: dict[str, T.DataType] = {
+    **dict.fromkeys(("tinyint", "byte", "int8"), T.ByteType()),
+    **dict.fromkeys(("smallint", "short", "int16"), T.ShortType()),
+    **dict.fromkeys(("int", "integer", "int32"), T.IntegerType()),
+    **dict.fromkeys(("bigint", "long", "int64"), T.LongType()),
+    **dict.fromkeys(("float", "real", "float32"), T.FloatType()),
+    **dict.fromkeys(("double", "double precision", "float64"), T.DoubleType()),
+    **dict.fromkeys(("string", "text", "varchar", "utf8"), T.StringType()),
+    **dict.fromkeys(("boolean", "bool"), T.BooleanType()),
+    **dict.fromkeys(("binary", "bytea", "bytes"), T.BinaryType()),
+    "date": T.DateType(),
+    **dict.fromkeys(("timestamp", "timestamptz", "timestamp with time zone"), T.TimestampType()),
+    **dict.fromkeys(("timestamp_ntz", "timestamp without time zone"), T.TimestampNTZType()),
+}
+_DECIMAL = re.compile(r"^(?:decimal|numeric)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$")
+_VARCHAR = re.compile(r"^(?:varchar|char|character varying)\s*\(\s*\d+\s*\)$")
+
+
+def parse_type(text: str) -> T.DataType:
+    key = " ".join(str(text).strip().lower().split())
+    if key in _SIMPLE:
+        return _SIMPLE[key]
+    if _VARCHAR.match(key):
+        return T.StringType()
+    match = _DECIMAL.match(key)
+    if match:
+        precision = int(match.group(1) or 38)
+        scale = int(match.group(2) or 0)
+        if not 1 <= precision <= 38 or scale > precision:
+            raise StreamlingError.user(f"unsupported decimal type '{text}': precision must be 1..38, scale ≤ precision")
+        return T.DecimalType(precision, scale)
+    raise StreamlingError.user(
+        f"unknown column type '{text}'; use one of: bigint, int, smallint, tinyint, double, float, "
+        "string, boolean, binary, date, timestamp, decimal(p,s)"
+    )
+
+
+def with_gs_op(schema: T.StructType) -> T.StructType:
+    """`schema` with a string ``_gs_op`` column appended unless it already has one."""
+    if GS_OP in schema.fieldNames():
+        return schema
+    return T.StructType([*schema.fields, T.StructField(GS_OP, T.StringType(), False)])
