@@ -65,16 +65,16 @@ class Operator(Generic[S]):
         """How errors and logs name this node: ``print sink 'out'``."""
         return f"{self.spec.type} {self.kind} '{self.name}'"
 
-    def initialize(self, ctx: RunContext) -> None:  # noqa: B027  (optional hook)
+    def initialize(self, ctx: RunContext) -> None:
         """Open connections and create external objects; never called by validation."""
 
-    def prepare_checkpoint(self, epoch: Epoch) -> None:  # noqa: B027
+    def prepare_checkpoint(self, epoch: Epoch) -> None:
         """Make everything written for `epoch` durable; the source commits only after this."""
 
-    def commit_checkpoint(self, epoch: Epoch) -> None:  # noqa: B027
+    def commit_checkpoint(self, epoch: Epoch) -> None:
         """Called after the source committed `epoch`'s positions."""
 
-    def terminate(self) -> None:  # noqa: B027
+    def terminate(self) -> None:
         """Release resources; must be safe to call after a failed initialize."""
 
 

@@ -40,7 +40,9 @@ def parse_type(text: str) -> T.DataType:
         precision = int(match.group(1) or 38)
         scale = int(match.group(2) or 0)
         if not 1 <= precision <= 38 or scale > precision:
-            raise StreamlingError.user(f"unsupported decimal type '{text}': precision must be 1..38, scale ≤ precision")
+            raise StreamlingError.user(
+                f"unsupported decimal type '{text}': precision must be 1..38, scale ≤ precision"
+            )
         return T.DecimalType(precision, scale)
     raise StreamlingError.user(
         f"unknown column type '{text}'; use one of: bigint, int, smallint, tinyint, double, float, "

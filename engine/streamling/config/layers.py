@@ -71,8 +71,9 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     return found
 
 
-def _merge(target: dict[str, Any], overlay: Mapping[str, Any], origin: str, origins: dict[str, str],
-           prefix: str = "") -> None:
+def _merge(
+    target: dict[str, Any], overlay: Mapping[str, Any], origin: str, origins: dict[str, str], prefix: str = ""
+) -> None:
     for key, value in overlay.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, Mapping) and isinstance(target.get(key), dict):

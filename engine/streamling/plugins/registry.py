@@ -52,13 +52,13 @@ class OperatorRegistry:
 
 REGISTRY = OperatorRegistry()
 
-O = TypeVar("O", bound="type[Operator]")
+OpT = TypeVar("OpT", bound="type[Operator]")
 
 
-def operator(type_name: str, spec: type[NodeSpec]) -> Callable[[O], O]:
+def operator(type_name: str, spec: type[NodeSpec]) -> Callable[[OpT], OpT]:
     """Class decorator: ``@operator("print", PrintSinkSpec)`` registers the class under that type."""
 
-    def decorate(cls: O) -> O:
+    def decorate(cls: OpT) -> OpT:
         REGISTRY.register(type_name, spec, cls)
         return cls
 

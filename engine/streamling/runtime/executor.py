@@ -69,7 +69,9 @@ class SourceQuery:
         self.epoch = epoch
         self.sinks = runner.plan.sinks_of(source.name)
         self.downstream = [runner.plan.operators[n] for n in runner.plan.pipeline.downstream(source.name)]
-        self.checkpoint_dir = str(runner.checkpoint_root / _safe(source.name) / f"run-{uuid.uuid4().hex[:12]}")
+        self.checkpoint_dir = str(
+            runner.checkpoint_root / _safe(source.name) / f"run-{uuid.uuid4().hex[:12]}"
+        )
         self.query: StreamingQuery | None = None
         self.lock = threading.Lock()
         self.in_flight = False

@@ -9,6 +9,7 @@ sources are empty in that epoch, which is exact for the stateless operations SQL
 from __future__ import annotations
 
 import json
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -69,7 +70,9 @@ class Plan:
                 raise StreamlingError.user("; ".join(f"{op.label}: {p}" for p in problems))
         return None
 
-    def evaluate(self, spark: SparkSession, source: str, batch: DataFrame, epoch: Epoch) -> dict[str, DataFrame]:
+    def evaluate(
+        self, spark: SparkSession, source: str, batch: DataFrame, epoch: Epoch
+    ) -> dict[str, DataFrame]:
         """The DataFrame each sink downstream of `source` receives for `epoch`."""
         frames: dict[str, DataFrame] = {source: batch}
         outputs: dict[str, DataFrame] = {}
@@ -99,4 +102,3 @@ def _primary_key_error(node: Node, schema: StructType) -> str | None:
         f"Primary key validation failed for node '{node.name}': columns {json.dumps(missing)} not found in "
         f"schema. Available columns: {json.dumps(available)}"
     )
-

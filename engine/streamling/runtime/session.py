@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -46,6 +47,8 @@ def build_session(settings: SparkSettings) -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    # PySpark logs every analysis error with its JVM stack; the engine reports them itself.
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     if not settings.master.startswith("local"):
         _ship_package(spark)
     return spark

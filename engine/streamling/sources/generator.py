@@ -7,6 +7,7 @@ numpy and yields Arrow record batches straight to Spark.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -112,8 +113,9 @@ def _ops(offsets: np.ndarray, key_space: int | None, delete_every: int | None) -
     return pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(["i", "u", "d"])).cast(pa.string())
 
 
-def _column(field: pa.Field, keys: np.ndarray, offsets: np.ndarray, h: np.ndarray, start_us: int,
-            step_us: int) -> pa.Array:
+def _column(
+    field: pa.Field, keys: np.ndarray, offsets: np.ndarray, h: np.ndarray, start_us: int, step_us: int
+) -> pa.Array:
     t = field.type
     if pa.types.is_integer(t):
         if field.name == "id":
@@ -186,7 +188,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
         lo, hi = int(start["offset"]), int(end["offset"])
         count = max(1, min(self.parallelism, math.ceil((hi - lo) / MIN_ROWS_PER_PARTITION)))
         bounds = [lo + (hi - lo) * i // count for i in range(count + 1)]
-        return [_Range(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+        return [_Range(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Range)

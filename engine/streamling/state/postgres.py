@@ -83,7 +83,9 @@ class PostgresStateBackend(StateBackend):
         )
 
     def clear(self) -> None:
-        self._run(lambda cur: cur.execute("DELETE FROM streamling.state WHERE namespace = %s", (self.namespace,)))
+        self._run(
+            lambda cur: cur.execute("DELETE FROM streamling.state WHERE namespace = %s", (self.namespace,))
+        )
 
     def items(self, prefix: str = "") -> dict[str, JsonDoc]:
         def fetch(cur: psycopg.Cursor) -> dict[str, JsonDoc]:

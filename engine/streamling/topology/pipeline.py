@@ -107,7 +107,9 @@ def read_pipeline_text(location: str | Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise StreamlingError.user(f"pipeline file '{location}' cannot be read: {exc.strerror or exc}") from None
+        raise StreamlingError.user(
+            f"pipeline file '{location}' cannot be read: {exc.strerror or exc}"
+        ) from None
 
 
 def load_pipeline(
@@ -186,7 +188,9 @@ def _build_nodes(raw: Mapping[str, Any], report: ValidationReport) -> dict[str, 
             try:
                 spec = optype.spec.model_validate(body)
             except ValidationError as exc:
-                report.errors += [f"{label} (type '{body['type']}'): {_field_problem(e)}" for e in exc.errors()]
+                report.errors += [
+                    f"{label} (type '{body['type']}'): {_field_problem(e)}" for e in exc.errors()
+                ]
                 continue
             nodes[name] = Node(name, kind, spec, optype)
     return nodes
@@ -221,7 +225,8 @@ def _resolve_inputs(nodes: Mapping[str, Node], report: ValidationReport) -> dict
                 report.errors.append(f"{node.label}: {via} references unknown node '{parent}'")
             elif nodes[parent].kind == "sink":
                 report.errors.append(
-                    f"{node.label}: {via} references sink '{parent}'; only sources and transforms produce data"
+                    f"{node.label}: {via} references sink '{parent}'; "
+                    "only sources and transforms produce data"
                 )
         inputs[node.name] = names
     return inputs
@@ -251,9 +256,7 @@ def _check_cycles(pipeline: Pipeline, report: ValidationReport) -> None:
 
 
 def _check_orphans(pipeline: Pipeline, report: ValidationReport) -> None:
-    orphans = [
-        n.name for n in pipeline.nodes.values() if n.kind != "sink" and not pipeline.consumers(n.name)
-    ]
+    orphans = [n.name for n in pipeline.nodes.values() if n.kind != "sink" and not pipeline.consumers(n.name)]
     if orphans:
         report.errors.append(
             f"Source(s) and/or transform(s) have no consumers: {', '.join(orphans)}. "

@@ -31,9 +31,7 @@ class SqlProgram:
         self.where = where
         self.tree = self._parse(sql)
         self._cte_names = {cte.alias_or_name for cte in self.tree.find_all(exp.CTE)}
-        self.references = sorted(
-            {table_name(t) for t in self.tree.find_all(exp.Table) if self._is_input(t)}
-        )
+        self.references = sorted({table_name(t) for t in self.tree.find_all(exp.Table) if self._is_input(t)})
 
     def _parse(self, sql: str) -> exp.Query:
         last: Exception | None = None
@@ -74,11 +72,23 @@ class SqlProgram:
         if epoch_ms is not None:
             moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
             for node in list(tree.find_all(exp.CurrentTimestamp)):
-                node.replace(exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d %H:%M:%S.%f")), "TIMESTAMP"))
+                node.replace(
+                    exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d %H:%M:%S.%f")), "TIMESTAMP")
+                )
             for node in list(tree.find_all(exp.CurrentDate)):
                 node.replace(exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d")), "DATE"))
         _ensure_gs_op(tree)
         return tree.sql(dialect="spark")
+
+
+def _stateful(select: exp.Select) -> bool:
+    if select.args.get("joins") or select.args.get("group"):
+        return True
+    return any(
+        agg.find_ancestor(exp.Window) is None
+        for projection in select.expressions
+        for agg in projection.find_all(exp.AggFunc)
+    )
 
 
 def _ensure_gs_op(query: exp.Expression) -> None:
@@ -91,8 +101,8 @@ def _ensure_gs_op(query: exp.Expression) -> None:
         _ensure_gs_op(query.this)
         _ensure_gs_op(query.expression)
         return
-    if not isinstance(query, exp.Select):
-        return
+    if not isinstance(query, exp.Select) or _stateful(query):
+        return  # rejected by the stateless guard, which gives the clearer error
     for cte in query.find_all(exp.CTE):
         if cte.find_ancestor(exp.Select) is query:
             _ensure_gs_op(cte.this)
