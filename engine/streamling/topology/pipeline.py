@@ -121,7 +121,8 @@ def load_pipeline(
     if raw is None:
         return None, report
     nodes = _build_nodes(raw, report)
-    inputs = _resolve_inputs(nodes, report)
+    declared = {str(name) for section in SECTIONS for name in raw[section]}
+    inputs = _resolve_inputs(nodes, declared, report)
     pipeline = Pipeline(name=name, nodes=nodes, inputs=inputs, path=path, text=text)
     if report.errors:
         return None, report
@@ -206,7 +207,10 @@ def _field_problem(err: Mapping[str, Any]) -> str:
     return f"field '{where}': {reason} (got {err.get('input')!r})"
 
 
-def _resolve_inputs(nodes: Mapping[str, Node], report: ValidationReport) -> dict[str, list[str]]:
+def _resolve_inputs(
+    nodes: Mapping[str, Node], declared: set[str], report: ValidationReport
+) -> dict[str, list[str]]:
+    """Each node's parents; a parent that is declared but itself invalid is not reported again."""
     inputs: dict[str, list[str]] = {}
     for node in nodes.values():
         try:
@@ -222,6 +226,8 @@ def _resolve_inputs(nodes: Mapping[str, Node], report: ValidationReport) -> dict
         via = "SQL" if node.spec.type == "sql" and not getattr(node.spec, "from_", None) else "'from'"
         for parent in names:
             if parent not in nodes:
+                if parent in declared:
+                    continue
                 report.errors.append(f"{node.label}: {via} references unknown node '{parent}'")
             elif nodes[parent].kind == "sink":
                 report.errors.append(

@@ -1,0 +1,98 @@
+"""Shared fixtures: one SparkSession per test session, services started once via infra/services."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SERVICES = REPO / "infra" / "services"
+
+# Keep the suite's Spark small and quiet on a 2-core CI machine.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from streamling.config.model import SparkSettings
+    from streamling.runtime.session import build_session
+
+    session = build_session(SparkSettings(master="local[2]", shuffle_partitions=2))
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path) -> Callable[..., object]:
+    """Settings isolated in tmp_path; keyword overrides use dotted keys."""
+    from streamling.config import load_settings
+
+    def build(environ: dict[str, str] | None = None, **overrides: object):
+        base = {
+            "state_backend.sqlite.database_path": str(tmp_path / "state.db"),
+            "spark.checkpoint_root": str(tmp_path / "checkpoints"),
+            "spark.master": "local[2]",
+            "spark.shuffle_partitions": 2,
+            "checkpoint_interval_sec": "200ms",
+            "record_batch_interval_ms": 50,
+        }
+        base.update({k.replace("__", "."): v for k, v in overrides.items()})
+        return load_settings(config=str(tmp_path / "absent-config"), environ=environ or {}, overrides=base)
+
+    return build
+
+
+@pytest.fixture
+def write_pipeline(tmp_path: Path) -> Callable[[str, str], Path]:
+    def write(text: str, name: str = "pipeline.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return write
+
+
+def _services(*args: str) -> str:
+    return subprocess.run(
+        [sys.executable, str(SERVICES), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+@pytest.fixture(scope="session")
+def postgres_env() -> Iterator[dict[str, str]]:
+    """A real Postgres 15 on loopback; started once, stopped at the end if this session started it."""
+    was_running = "ready" in _services("status", "postgres")
+    _services("up", "postgres")
+    env = {}
+    for line in _services("env", "postgres").splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        env[key] = value
+    yield env
+    if not was_running:
+        _services("down", "postgres")
+
+
+@pytest.fixture
+def pg_connect(postgres_env: dict[str, str]):
+    import psycopg
+
+    prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"
+
+    def connect() -> psycopg.Connection:
+        return psycopg.connect(
+            host=postgres_env[prefix + "HOST"],
+            port=int(postgres_env[prefix + "PORT"]),
+            user=postgres_env[prefix + "USER"],
+            password=postgres_env[prefix + "PASSWORD"],
+            dbname=postgres_env[prefix + "DATABASE"],
+            autocommit=True,
+        )
+
+    return connect

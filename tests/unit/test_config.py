@@ -1,0 +1,118 @@
+"""Configuration layering: embedded < file < environment, typed coercion, errors naming field+value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from streamling.config import load_settings
+from streamling.errors import StreamlingError
+
+
+def test_embedded_defaults_apply_without_file_or_env(tmp_path: Path) -> None:
+    s = load_settings(config=str(tmp_path / "nothing-here"), environ={})
+    assert s.application_id == "local_app_v1"
+    assert s.checkpoint_interval_sec == 5.0
+    assert s.state_backend.backend_type == "Sqlite"
+    assert s.state_backend.sqlite.database_path == "./state.db"
+    assert s.spark.master == "local[*]"
+    assert s.job_mode is False
+
+
+def test_file_overrides_embedded_and_env_overrides_file(tmp_path: Path) -> None:
+    (tmp_path / "myconf.yaml").write_text(
+        "application_id: from_file\nrecord_batch_size: 1000\nprint_sink:\n  sample_every: 3\n"
+    )
+    env = {"STREAMLING__APPLICATION_ID": "from_env"}
+    s = load_settings(config=str(tmp_path / "myconf"), environ=env)
+    assert s.application_id == "from_env"
+    assert s.record_batch_size == 1000
+    assert s.print_sink.sample_every == 3
+    assert s.checkpoint_interval_sec == 5.0  # untouched keys keep the embedded default
+
+
+def test_default_config_base_name_is_found_in_working_directory(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "config.yml").write_text("application_id: cwd_config\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_settings(environ={}).application_id == "cwd_config"
+
+
+def test_json_config_file(tmp_path: Path) -> None:
+    (tmp_path / "c.json").write_text(json.dumps({"state_backend": {"backend_type": "InMemory"}}))
+    assert load_settings(config=str(tmp_path / "c"), environ={}).state_backend.backend_type == "InMemory"
+
+
+def test_missing_config_file_is_not_an_error(tmp_path: Path) -> None:
+    assert load_settings(config=str(tmp_path / "config"), environ={}).application_id == "local_app_v1"
+
+
+def test_nested_env_keys_are_lowercased(tmp_path: Path) -> None:
+    env = {
+        "STREAMLING__STATE_BACKEND__BACKEND_TYPE": "postgres",
+        "STREAMLING__STATE_BACKEND__POSTGRES__PORT": "6543",
+        "STREAMLING__JOB_MODE": "true",
+    }
+    s = load_settings(config=str(tmp_path / "x"), environ=env)
+    assert s.state_backend.backend_type == "Postgres"
+    assert s.state_backend.postgres.port == 6543
+    assert s.job_mode is True
+
+
+@pytest.mark.parametrize(
+    ("key", "raw", "field", "expected"),
+    [
+        ("RECORD_BATCH_SIZE", "250000", "record_batch_size", 250000),
+        ("RECORD_BATCH_INTERVAL_MS", "500ms", "record_batch_interval_ms", 500),
+        ("RECORD_BATCH_INTERVAL_MS", "1s", "record_batch_interval_ms", 1000),
+        ("RECORD_BATCH_INTERVAL_MS", "250", "record_batch_interval_ms", 250),
+        ("CHECKPOINT_INTERVAL_SEC", "500ms", "checkpoint_interval_sec", 0.5),
+        ("CHECKPOINT_INTERVAL_SEC", "1s", "checkpoint_interval_sec", 1.0),
+        ("CHECKPOINT_INTERVAL_SEC", "2m", "checkpoint_interval_sec", 120.0),
+        ("CHECKPOINT_INTERVAL_SEC", "7", "checkpoint_interval_sec", 7.0),
+    ],
+)
+def test_string_values_coerce_to_typed_fields(tmp_path: Path, key, raw, field, expected) -> None:
+    s = load_settings(config=str(tmp_path / "x"), environ={f"STREAMLING__{key}": raw})
+    assert getattr(s, field) == expected
+
+
+def test_bad_env_value_names_field_value_and_origin(tmp_path: Path) -> None:
+    with pytest.raises(StreamlingError) as info:
+        load_settings(config=str(tmp_path / "x"), environ={"STREAMLING__CHECKPOINT_INTERVAL_SEC": "soon"})
+    assert info.value.user_facing
+    assert str(info.value) == (
+        "invalid configuration: checkpoint_interval_sec = 'soon' (from STREAMLING__CHECKPOINT_INTERVAL_SEC): "
+        "invalid duration 'soon': use a number or a value like '500ms', '5s', '2m'"
+    )
+
+
+def test_bad_file_value_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("record_batch_size: lots\n")
+    with pytest.raises(StreamlingError) as info:
+        load_settings(config=str(tmp_path / "config"), environ={})
+    assert "record_batch_size = 'lots'" in str(info.value)
+    assert f"(from {tmp_path / 'config.yaml'})" in str(info.value)
+
+
+def test_unknown_setting_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(
+        StreamlingError, match=r"unknown setting 'chekpoint_interval_sec' \(from STREAMLING__"
+    ):
+        load_settings(config=str(tmp_path / "x"), environ={"STREAMLING__CHEKPOINT_INTERVAL_SEC": "5"})
+
+
+def test_secret_values_are_masked_in_errors(tmp_path: Path) -> None:
+    env = {"STREAMLING__STATE_BACKEND__POSTGRES__PASSWORD": '{"x": 1}'}
+    with pytest.raises(StreamlingError) as info:
+        load_settings(config=str(tmp_path / "x"), environ=env)
+    assert "state_backend.postgres.password = '***'" in str(info.value)
+    assert '"x"' not in str(info.value)
+
+
+def test_invalid_backend_type_lists_choices(tmp_path: Path) -> None:
+    with pytest.raises(StreamlingError, match=r"state_backend.backend_type = 'Redis'"):
+        load_settings(
+            config=str(tmp_path / "x"), environ={"STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Redis"}
+        )

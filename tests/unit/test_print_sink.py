@@ -1,0 +1,55 @@
+"""Print sink line format and sampling across batches."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pyarrow as pa
+
+from streamling.config import load_settings
+from streamling.operators import Epoch
+from streamling.sinks.print_sink import PrintSink, PrintSinkSpec
+
+
+def sink(sample_every: int | None = None, global_every: int = 1) -> PrintSink:
+    settings = load_settings(
+        config="/nonexistent/x", environ={"STREAMLING__PRINT_SINK__SAMPLE_EVERY": str(global_every)}
+    )
+    return PrintSink("p", PrintSinkSpec(type="print", **{"from": "x"}, sample_every=sample_every), settings)
+
+
+EPOCH = Epoch("s", 1, {}, {})
+
+
+def test_every_row_with_kind_and_json(capsys) -> None:
+    batch = pa.RecordBatch.from_pylist(
+        [
+            {"id": 1, "price": Decimal("1.50"), "_gs_op": "i"},
+            {"id": 2, "price": None, "_gs_op": "u"},
+            {"id": 3, "price": Decimal("0"), "_gs_op": "d"},
+        ]
+    )
+    sink().write_batch(batch, EPOCH)
+    assert capsys.readouterr().out.splitlines() == [
+        '1 -> (sample_every=1) [Insert] {"id": 1, "price": "1.50", "_gs_op": "i"}',
+        '2 -> (sample_every=1) [Update] {"id": 2, "price": null, "_gs_op": "u"}',
+        '3 -> (sample_every=1) [Delete] {"id": 3, "price": "0.00", "_gs_op": "d"}',
+    ]
+
+
+def test_sampling_continues_across_batches(capsys) -> None:
+    s = sink(sample_every=3)
+    for lo in (0, 4, 5):  # batches of 4, 1 and 5 rows: ids 1..10
+        hi = {0: 4, 4: 5, 5: 10}[lo]
+        s.write_batch(
+            pa.RecordBatch.from_pylist([{"id": i + 1, "_gs_op": "i"} for i in range(lo, hi)]), EPOCH
+        )
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" ")[0] for line in lines] == ["1", "4", "7", "10"]
+    assert lines[1] == '4 -> (sample_every=3) [Insert] {"id": 4, "_gs_op": "i"}'
+
+
+def test_global_sample_every_applies_when_sink_sets_none(capsys) -> None:
+    s = sink(global_every=2)
+    s.write_batch(pa.RecordBatch.from_pylist([{"id": i, "_gs_op": "i"} for i in range(5)]), EPOCH)
+    assert len(capsys.readouterr().out.splitlines()) == 3

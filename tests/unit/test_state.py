@@ -1,0 +1,127 @@
+"""State backends share one contract; Sqlite and Postgres also keep the documented table layout."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from streamling.config.model import PostgresConnectionSettings
+from streamling.state import InMemoryStateBackend, StateBackend
+from streamling.state.sqlite import SqliteStateBackend
+
+
+def contract(backend: StateBackend, other: StateBackend) -> None:
+    assert backend.get("k") is None
+    backend.put("k", {"offset": 1})
+    backend.put_many({"src:t:0": {"offset": 5}, "src:t:1": {"offset": 7}, "x": {"n": [1, 2]}})
+    other.put("k", {"offset": 99})  # another namespace
+    assert backend.get("k") == {"offset": 1}
+    assert backend.items("src:") == {"src:t:0": {"offset": 5}, "src:t:1": {"offset": 7}}
+    backend.put("k", {"offset": 2})
+    assert backend.get("k") == {"offset": 2}
+    backend.remove("k")
+    assert backend.get("k") is None
+    backend.clear()
+    assert backend.items() == {}
+    assert other.get("k") == {"offset": 99}
+
+
+def test_in_memory_contract() -> None:
+    contract(InMemoryStateBackend("app"), InMemoryStateBackend("other"))
+
+
+def test_sqlite_contract_and_schema(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "state.db"
+    with SqliteStateBackend("app", str(path)) as a, SqliteStateBackend("other", str(path)) as b:
+        contract(a, b)
+    conn = sqlite3.connect(path)
+    columns = [(r[1], r[2], r[3], r[5]) for r in conn.execute("PRAGMA table_info(state)")]
+    assert columns == [
+        ("namespace", "TEXT", 0, 1),
+        ("key", "TEXT", 0, 2),
+        ("data", "TEXT", 1, 0),
+        ("created_at", "DATETIME", 0, 0),
+    ]
+
+
+def test_sqlite_keeps_created_at_on_update(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    with SqliteStateBackend("app", str(path)) as backend:
+        backend.put("k", {"v": 1})
+        conn = sqlite3.connect(path)
+        conn.execute("UPDATE state SET created_at = '2000-01-01 00:00:00'")
+        conn.commit()
+        backend.put("k", {"v": 2})
+        assert conn.execute("SELECT data, created_at FROM state").fetchall() == [
+            ('{"v":2}', "2000-01-01 00:00:00")
+        ]
+
+
+@pytest.mark.integration
+def test_postgres_contract_schema_and_created_at(postgres_env, pg_connect) -> None:
+    from streamling.state.postgres import PostgresStateBackend
+
+    prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"
+    settings = PostgresConnectionSettings(
+        host=postgres_env[prefix + "HOST"],
+        port=int(postgres_env[prefix + "PORT"]),
+        user=postgres_env[prefix + "USER"],
+        password=postgres_env[prefix + "PASSWORD"],
+        database=postgres_env[prefix + "DATABASE"],
+    )
+    namespace = f"test_state_{time.time_ns()}"
+    with (
+        PostgresStateBackend(namespace, settings) as a,
+        PostgresStateBackend(namespace + "_o", settings) as b,
+    ):
+        contract(a, b)
+        a.put("k", {"v": 1})
+        with pg_connect() as conn:
+            conn.execute(
+                "UPDATE streamling.state SET created_at = '2000-01-01T00:00:00Z' WHERE namespace = %s",
+                (namespace,),
+            )
+            a.put("k", {"v": 2})
+            row = conn.execute(
+                "SELECT data, created_at::date::text FROM streamling.state WHERE namespace = %s", (namespace,)
+            ).fetchone()
+            assert row == ({"v": 2}, "2000-01-01")
+            types = conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_schema = 'streamling' AND table_name = 'state' ORDER BY ordinal_position"
+            ).fetchall()
+            assert types == [
+                ("namespace", "text"),
+                ("key", "text"),
+                ("data", "jsonb"),
+                ("created_at", "timestamp with time zone"),
+            ]
+            pk = conn.execute(
+                "SELECT array_agg(a.attname ORDER BY a.attnum) FROM pg_index i JOIN pg_attribute a "
+                "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+                "WHERE i.indrelid = 'streamling.state'::regclass AND i.indisprimary"
+            ).fetchone()[0]
+            assert pk == ["namespace", "key"]
+
+
+@pytest.mark.integration
+def test_postgres_connection_error_hides_password(postgres_env) -> None:
+    from streamling.errors import StreamlingError
+    from streamling.state.postgres import PostgresStateBackend
+
+    prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"
+    settings = PostgresConnectionSettings(
+        host="127.0.0.1",
+        port=int(postgres_env[prefix + "PORT"]),
+        user=postgres_env[prefix + "USER"],
+        password="wrong-Secret-123",
+        database=postgres_env[prefix + "DATABASE"],
+    )
+    with pytest.raises(StreamlingError) as info:
+        PostgresStateBackend("x", settings)
+    assert info.value.retriable
+    assert "password authentication failed" in str(info.value)
+    assert "wrong-Secret-123" not in str(info.value)
