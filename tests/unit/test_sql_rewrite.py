@@ -72,7 +72,7 @@ def test_aggregates_are_left_for_the_stateless_guard() -> None:
 
 
 def test_not_a_select_is_rejected() -> None:
-    with pytest.raises(StreamlingError, match="^t: SQL must be exactly one SELECT statement$"):
+    with pytest.raises(StreamlingError, match=r"^t: SQL must be exactly one SELECT statement$"):
         SqlProgram("DELETE FROM a", "t")
 
 
