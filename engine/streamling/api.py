@@ -55,18 +55,28 @@ def validate_pipeline(
     return plan_pipeline(location, settings or load_settings(), spark)[1]
 
 
+def prepare_pipeline(location: str | Path | None, settings: Settings, spark: SparkSession) -> Plan:
+    """A validated plan, or InvalidPipelineError listing every problem."""
+    path = resolve_location(location, settings)
+    plan, report = plan_pipeline(path, settings, spark)
+    if plan is None:
+        raise InvalidPipelineError(invalid_pipeline_message(path, report), report.errors)
+    return plan
+
+
+def execute_plan(plan: Plan, settings: Settings, spark: SparkSession) -> RunSummary:
+    with open_state_backend(settings.state_backend, settings.application_id) as state:
+        return PipelineRunner(plan, settings, spark, state).run()
+
+
 def run_pipeline(
     location: str | Path | None = None, settings: Settings | None = None, spark: SparkSession | None = None
 ) -> RunSummary:
     """Run until stopped, or until every source is exhausted (always the case in job mode)."""
     settings = settings or load_settings()
-    path = resolve_location(location, settings)
+    resolve_location(location, settings)  # fail before starting Spark when nothing is given
     spark = spark or build_session(settings.spark)
-    plan, report = plan_pipeline(path, settings, spark)
-    if plan is None:
-        raise InvalidPipelineError(invalid_pipeline_message(path, report), report.errors)
-    with open_state_backend(settings.state_backend, settings.application_id) as state:
-        return PipelineRunner(plan, settings, spark, state).run()
+    return execute_plan(prepare_pipeline(location, settings, spark), settings, spark)
 
 
 def invalid_pipeline_message(path: Path, report: ValidationReport) -> str:

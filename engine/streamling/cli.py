@@ -10,11 +10,10 @@ import argparse
 import logging
 import sys
 import traceback
-from pathlib import Path
 
 from streamling import __version__
 from streamling.config import Settings, load_settings
-from streamling.errors import InvalidPipelineError, StreamlingError
+from streamling.errors import StreamlingError
 from streamling.telemetry.logs import configure_logging
 from streamling.topology.pipeline import ValidationReport
 
@@ -85,13 +84,18 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from streamling.api import run_pipeline
+    from streamling.api import execute_plan, prepare_pipeline, resolve_location
+    from streamling.runtime.session import build_session
 
     try:
-        summary = run_pipeline(Path(args.pipeline) if args.pipeline else None, settings)
-    except InvalidPipelineError as exc:
+        resolve_location(args.pipeline, settings)
+        spark = build_session(settings.spark)
+        plan = prepare_pipeline(args.pipeline, settings, spark)
+    except StreamlingError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)
-        return EXIT_INVALID
+        return EXIT_INVALID if exc.user_facing else EXIT_FAILED
+    try:
+        summary = execute_plan(plan, settings, spark)
     except StreamlingError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)
         if not exc.user_facing and settings.log_level == "debug":
@@ -99,6 +103,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_OK
+    finally:
+        spark.stop()
     for name, progress in summary.sources.items():
         log.info("source '%s': %d epochs, position %s", name, progress.epochs, progress.position)
     for name, rows in summary.sink_rows.items():

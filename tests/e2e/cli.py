@@ -1,0 +1,71 @@
+"""Running the installed `streamling` console script as a black box."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+STREAMLING = str(Path(sys.executable).with_name("streamling"))
+ID = re.compile(r'"id": (\d+)')
+
+
+def cli_env(cwd: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
+    env.update(
+        {
+            "STREAMLING__SPARK__MASTER": "local[2]",
+            "STREAMLING__SPARK__SHUFFLE_PARTITIONS": "2",
+            "STREAMLING__SPARK__CHECKPOINT_ROOT": str(cwd / "checkpoints"),
+            "STREAMLING__STATE_BACKEND__SQLITE__DATABASE_PATH": str(cwd / "state.db"),
+        }
+    )
+    env.update(extra or {})
+    return env
+
+
+def write(cwd: Path, text: str, name: str = "pipeline.yaml") -> Path:
+    path = cwd / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def run_cli(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 240):
+    return subprocess.run(
+        [STREAMLING, *args], cwd=cwd, env=cli_env(cwd, env), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start_cli(cwd: Path, *args: str, env: dict[str, str] | None = None, stdout=None) -> subprocess.Popen:
+    """Its own process group, so the test can kill the engine and its JVM together."""
+    return subprocess.Popen(
+        [STREAMLING, *args],
+        cwd=cwd,
+        env=cli_env(cwd, env),
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def printed_ids(text: str) -> list[int]:
+    return [int(m.group(1)) for line in text.splitlines() if (m := ID.search(line))]
+
+
+def sqlite_state(db: Path, app: str = "local_app_v1") -> dict:
+    if not db.exists():
+        return {}
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute("SELECT key, data FROM state WHERE namespace = ?", (app,)).fetchall()
+    except sqlite3.OperationalError:
+        return {}
+    finally:
+        conn.close()
+    return {k: json.loads(v) for k, v in rows}

@@ -1,0 +1,160 @@
+"""Running pipelines through the CLI: job mode, graceful stop, kill -9 and resume, runtime failures."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cli import printed_ids, run_cli, sqlite_state, start_cli, write
+
+
+def test_job_mode_bounded_filter_print_exact_count(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        sources:
+          raw.transactions: {type: generator, rows: 100000}
+        transforms:
+          every_tenth:
+            type: sql
+            primary_key: id
+            sql: SELECT id, amount, name FROM raw.transactions WHERE id % 10 = 0
+        sinks:
+          out: {type: print, from: every_tenth, sample_every: 7}
+        """,
+    )
+    result = run_cli(
+        tmp_path, str(path), env={"STREAMLING__JOB_MODE": "true", "STREAMLING__RECORD_BATCH_SIZE": "30000"}
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == math.ceil(10_000 / 7) == 1429
+    assert printed_ids(result.stdout) == list(range(10, 100_001, 70))
+    assert all(" -> (sample_every=7) [Insert] {" in line for line in lines)
+    assert sqlite_state(tmp_path / "state.db")["raw.transactions:generator"]["offset"] == 100_000
+    assert "sink 'out': 10000 rows written" in result.stderr
+
+
+def test_runtime_failure_exits_1_without_traceback_and_keeps_position(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        sources:
+          src: {type: generator, rows: 5000, record_batch_size: 1000}
+        transforms:
+          checked:
+            type: sql
+            primary_key: id
+            sql: SELECT id, IF(id = 2500, raise_error('bad row 2500'), name) AS name FROM src
+        sinks:
+          out: {type: blackhole, from: checked}
+        """,
+    )
+    result = run_cli(tmp_path, str(path), env={"STREAMLING__JOB_MODE": "true"})
+    assert result.returncode == 1
+    assert "Error: blackhole sink 'out': " in result.stderr
+    assert "bad row 2500" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sqlite_state(tmp_path / "state.db")["src:generator"]["offset"] == 2000
+
+
+def _wait_for(predicate, timeout: float, proc: subprocess.Popen) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"engine exited early with {proc.returncode}: {proc.stderr.read()}")
+        time.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+def test_sigterm_finishes_and_commits_the_in_flight_epoch(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        sources:
+          live: {type: generator, rows_per_second: 3000}
+        sinks:
+          out: {type: print, from: live}
+        """,
+    )
+    out = (tmp_path / "out.txt").open("w")
+    proc = start_cli(tmp_path, str(path), env={"STREAMLING__CHECKPOINT_INTERVAL_SEC": "300ms"}, stdout=out)
+    db = tmp_path / "state.db"
+    _wait_for(lambda: sqlite_state(db).get("live:generator", {}).get("offset", 0) > 3000, 120, proc)
+    sent = time.time()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert time.time() - sent < 30
+    out.close()
+    committed = sqlite_state(db)["live:generator"]["offset"]
+    # Every printed row belongs to a committed epoch, and every committed row was printed once.
+    assert printed_ids((tmp_path / "out.txt").read_text()) == list(range(1, committed + 1))
+
+
+def _kill_and_resume(tmp_path: Path, env: dict[str, str], read_offset) -> None:
+    rows = 6000
+    path = write(
+        tmp_path,
+        f"""
+        sources:
+          src: {{type: generator, rows: {rows}, rows_per_second: 1500}}
+        transforms:
+          odd: {{type: sql, primary_key: id, sql: "SELECT id, name FROM src WHERE id % 2 = 1"}}
+        sinks:
+          out: {{type: print, from: odd}}
+        """,
+    )
+    env = {"STREAMLING__JOB_MODE": "true", "STREAMLING__CHECKPOINT_INTERVAL_SEC": "400ms", **env}
+    first_out = (tmp_path / "first.txt").open("w")
+    proc = start_cli(tmp_path, str(path), env=env, stdout=first_out)
+    _wait_for(lambda: read_offset() >= 1500, 120, proc)
+    committed_before_kill = read_offset()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    first_out.close()
+    first = printed_ids((tmp_path / "first.txt").read_text())
+    assert first and max(first) < rows  # really killed mid-run
+
+    second = run_cli(tmp_path, str(path), env=env)
+    assert second.returncode == 0, second.stderr
+    resumed = printed_ids(second.stdout)
+    assert resumed and min(resumed) > committed_before_kill  # resumed from the state backend
+    everything = Counter(first + resumed)
+    assert sorted(everything) == list(range(1, rows + 1, 2))  # no row lost
+    duplicates = [i for i, n in everything.items() if n > 1]
+    assert all(i > committed_before_kill for i in duplicates)  # only the unfinished epoch repeats
+    assert read_offset() == rows
+
+
+def test_kill_9_then_restart_resumes_from_sqlite(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    _kill_and_resume(tmp_path, {}, lambda: sqlite_state(db).get("src:generator", {}).get("offset", 0))
+
+
+@pytest.mark.integration
+def test_kill_9_then_restart_resumes_from_postgres(tmp_path: Path, postgres_env, pg_connect) -> None:
+    app = f"kill9_{int(time.time() * 1000)}"
+
+    def offset() -> int:
+        with pg_connect() as conn:
+            row = conn.execute(
+                "SELECT data FROM streamling.state WHERE namespace = %s AND key = 'src:generator'", (app,)
+            ).fetchone()
+        return row[0]["offset"] if row else 0
+
+    env = {
+        **postgres_env,
+        "STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Postgres",
+        "STREAMLING__APPLICATION_ID": app,
+    }
+    _kill_and_resume(tmp_path, env, offset)
+    assert not (tmp_path / "state.db").exists()

@@ -1,0 +1,185 @@
+"""`streamling --validate` / `--dry-run` / a normal run of an invalid pipeline, through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cli import run_cli, write
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_version_and_help(tmp_path: Path) -> None:
+    version = run_cli(tmp_path, "--version")
+    assert version.returncode == 0
+    assert version.stdout.strip() == "streamling 0.1.0"
+    helptext = run_cli(tmp_path, "--help")
+    assert helptext.returncode == 0
+    assert (
+        "--validate" in helptext.stdout and "--dry-run" in helptext.stdout and "--config" in helptext.stdout
+    )
+
+
+def test_valid_pipeline_moves_no_data_and_touches_no_state(tmp_path: Path) -> None:
+    result = run_cli(tmp_path, str(REPO / "pipelines" / "quickstart.yaml"), "--validate")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"success": True, "is_valid": True, "errors": [], "warnings": []}
+    assert not (tmp_path / "state.db").exists()
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_pipeline_location_from_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, "sources: {a: {type: generator}}\nsinks: {b: {type: nope, from: a}}\n")
+    result = run_cli(tmp_path, "--validate", env={"STREAMLING__PIPELINE_DEFINITION_LOCATION": str(path)})
+    assert result.returncode == 2
+    assert json.loads(result.stdout)["errors"] == ["sink 'b': operator type 'nope' is not available"]
+
+
+def test_no_pipeline_given(tmp_path: Path) -> None:
+    result = run_cli(tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "Error: no pipeline given: pass PIPELINE_FILE or set STREAMLING__PIPELINE_DEFINITION_LOCATION"
+    )
+
+
+STRUCTURAL = [
+    (
+        "sources: {a: {type: generator}}\nsinks: {b: {type: kafka_sinkx, from: a}}\n",
+        ["sink 'b': operator type 'kafka_sinkx' is not available"],
+    ),
+    (
+        "sources: {a: {type: generator}, b: {type: generator}}\nsinks: {p: {type: print, from: a}}\n",
+        [
+            "Source(s) and/or transform(s) have no consumers: b. Remove them or connect them to a transform or sink."
+        ],
+    ),
+    (
+        "sources: {a: {type: generator}}\n"
+        "transforms:\n"
+        "  t1: {type: sql, primary_key: id, sql: SELECT * FROM t2}\n"
+        "  t2: {type: sql, primary_key: id, sql: SELECT * FROM t1 UNION ALL SELECT * FROM a}\n"
+        "sinks: {p: {type: print, from: t2}}\n",
+        ["pipeline has a cycle: t1 -> t2 -> t1"],
+    ),
+    (
+        "sources: {a: {type: generator, telemetry: {labels: {operator_type: x, __y: z}}}}\n"
+        "sinks: {p: {type: print, from: a}}\n",
+        [
+            "source 'a': telemetry label 'operator_type' is reserved",
+            "source 'a': telemetry label '__y' must not start with '__'",
+        ],
+    ),
+    (
+        "sources: {a: {type: generator}}\nsinks: {p: {type: print, form: a}}\n",
+        [
+            "sink 'p' (type 'print'): missing required field 'from'",
+            "sink 'p' (type 'print'): unknown field 'form'",
+        ],
+    ),
+    (
+        "sources: {a: {type: generator}}\ntransforms: {t: {type: sql, primary_key: id, sql: SELECT * FROM b}}\n"
+        "sinks: {p: {type: print, from: t}}\n",
+        ["transform 't': SQL references unknown node 'b'"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), STRUCTURAL)
+def test_structural_errors_via_validate_json_and_run(tmp_path: Path, text: str, expected: list[str]) -> None:
+    path = write(tmp_path, text)
+    validated = run_cli(tmp_path, str(path), "--validate")
+    assert validated.returncode == 2
+    assert json.loads(validated.stdout) == {
+        "success": True,
+        "is_valid": False,
+        "errors": expected,
+        "warnings": [],
+    }
+    ran = run_cli(tmp_path, str(path))
+    assert ran.returncode == 2
+    assert ran.stdout == ""
+    assert f"Error: pipeline '{path}' is invalid:\n" + "".join(f"  - {e}\n" for e in expected) in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_job_mode_rejects_unbounded_source(tmp_path: Path) -> None:
+    path = write(tmp_path, "sources: {live: {type: generator}}\nsinks: {p: {type: print, from: live}}\n")
+    result = run_cli(tmp_path, str(path), "--validate", env={"STREAMLING__JOB_MODE": "true"})
+    assert json.loads(result.stdout)["errors"] == [
+        "job mode needs bounded sources, but these sources are unbounded: live"
+    ]
+
+
+def test_schema_errors_via_validate_json_and_run(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        sources:
+          raw.tx: {type: generator, rows: 10}
+        transforms:
+          totals:
+            type: sql
+            primary_key: name
+            sql: SELECT name, sum(amount) AS total FROM raw.tx GROUP BY name
+          slim:
+            type: sql
+            primary_key: account_id
+            sql: SELECT id, amount FROM raw.tx
+        sinks:
+          a: {type: print, from: totals}
+          b: {type: print, from: slim}
+        """,
+    )
+    expected = [
+        "SQL transform 'totals': aggregation (GROUP BY or an aggregate function) is not allowed; SQL transforms "
+        "accept only stateless operations (projection, filter, union, unnest)",
+        "Primary key validation failed for node 'slim': columns [\"account_id\"] not found in schema. "
+        'Available columns: ["id", "amount", "_gs_op"]',
+    ]
+    validated = run_cli(tmp_path, str(path), "--validate")
+    assert validated.returncode == 2, validated.stderr
+    assert json.loads(validated.stdout) == {
+        "success": True,
+        "is_valid": False,
+        "errors": expected,
+        "warnings": [],
+    }
+    ran = run_cli(tmp_path, str(path))
+    assert ran.returncode == 2
+    assert "".join(f"  - {e}\n" for e in expected) in ran.stderr
+    assert not (tmp_path / "state.db").exists()
+
+
+def test_dry_run_reports_without_json(tmp_path: Path) -> None:
+    path = write(tmp_path, "sources: {a: {type: generator}}\nsinks: {b: {type: nope, from: a}}\n")
+    result = run_cli(tmp_path, str(path), "--dry-run")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "Error: sink 'b': operator type 'nope' is not available" in result.stderr
+
+
+def test_bad_config_value_fails_startup_naming_field_and_value(tmp_path: Path) -> None:
+    path = REPO / "pipelines" / "quickstart.yaml"
+    env = {"STREAMLING__CHECKPOINT_INTERVAL_SEC": "soon"}
+    message = (
+        "invalid configuration: checkpoint_interval_sec = 'soon' (from STREAMLING__CHECKPOINT_INTERVAL_SEC): "
+        "invalid duration 'soon': use a number or a value like '500ms', '5s', '2m'"
+    )
+    ran = run_cli(tmp_path, str(path), env=env)
+    assert ran.returncode == 2
+    assert ran.stderr.strip() == f"Error: {message}"
+    validated = run_cli(tmp_path, str(path), "--validate", env=env)
+    assert json.loads(validated.stdout)["errors"] == [message]
+
+
+def test_config_file_flag(tmp_path: Path) -> None:
+    (tmp_path / "prod.yaml").write_text("job_mode: true\n")
+    path = write(tmp_path, "sources: {live: {type: generator}}\nsinks: {p: {type: print, from: live}}\n")
+    result = run_cli(tmp_path, str(path), "--validate", "--config", "prod")
+    assert json.loads(result.stdout)["errors"] == [
+        "job mode needs bounded sources, but these sources are unbounded: live"
+    ]
