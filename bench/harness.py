@@ -1,0 +1,103 @@
+"""Measuring a command's whole process tree: wall clock, CPU seconds, peak RSS.
+
+The engine runs as the real CLI in a subprocess, so start-up (JVM, Python workers) is included, as a
+user would experience it. Children (the JVM, Spark's Python workers) are sampled with psutil.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Measurement:
+    wall_sec: float
+    cpu_sec: float
+    peak_rss_mb: float
+    returncode: int
+    stderr_tail: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def measure(cmd: list[str], env: dict[str, str], cwd: Path, interval: float = 0.1) -> Measurement:
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    root = psutil.Process(proc.pid)
+    cpu_by_pid: dict[int, float] = {}
+    peak = 0
+    stderr_chunks: list[str] = []
+    while proc.poll() is None:
+        rss = 0
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            break
+        for p in tree:
+            try:
+                with p.oneshot():
+                    rss += p.memory_info().rss
+                    t = p.cpu_times()
+                    cpu_by_pid[p.pid] = t.user + t.system
+            except psutil.NoSuchProcess:
+                continue
+        peak = max(peak, rss)
+        time.sleep(interval)
+    _, err = proc.communicate()
+    stderr_chunks.append(err or "")
+    wall = time.perf_counter() - started
+    return Measurement(
+        wall_sec=round(wall, 3),
+        cpu_sec=round(sum(cpu_by_pid.values()), 2),
+        peak_rss_mb=round(peak / 2**20, 1),
+        returncode=proc.returncode,
+        stderr_tail="".join(stderr_chunks)[-2000:],
+    )
+
+
+def machine() -> dict:
+    import pyspark
+
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "pyspark": pyspark.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def summarize(values: list[float]) -> dict:
+    return {
+        "median": round(statistics.median(values), 1),
+        "min": round(min(values), 1),
+        "max": round(max(values), 1),
+    }
+
+
+def record(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS / f"{name}-{stamp}.json"
+    path.write_text(
+        json.dumps({"scenario": name, "recorded_at": stamp, "machine": machine(), **payload}, indent=2)
+    )
+    return path
+
+
+def streamling_cmd() -> list[str]:
+    return [str(Path(sys.executable).with_name("streamling"))]
