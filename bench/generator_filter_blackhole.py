@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import measure, record, streamling_cmd, summarize  # noqa: E402
+from harness import measure, record, streamling_cmd, summarize
 
 PIPELINE = """
 sources:
@@ -93,7 +93,7 @@ def main() -> None:
     print(
         f"median: {result['input_rows_per_sec_wall']['median']:,.0f} rows/s wall, "
         f"{result['input_rows_per_sec_run']['median']:,.0f} rows/s run, "
-        f"peak RSS {result['peak_rss_mb']['median']:,.0f} MB -> {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}"
+        f"peak RSS {result['peak_rss_mb']['median']:,.0f} MB -> {path}"
     )
 
 
