@@ -100,6 +100,10 @@ class Source(Operator[SS]):
         """True when a bounded source has nothing after `position`."""
         return False
 
+    def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
+        """Rows an epoch from `start` to `end` covers, when positions tell; for progress reporting."""
+        return None
+
     def stream(self, spark: SparkSession, start: Mapping[str, Any]) -> DataFrame:
         """A streaming DataFrame that starts reading at `start`."""
         raise NotImplementedError

@@ -47,43 +47,91 @@ def test_no_pipeline_given(tmp_path: Path) -> None:
 
 
 STRUCTURAL = [
-    (
-        "sources: {a: {type: generator}}\nsinks: {b: {type: kafka_sinkx, from: a}}\n",
-        ["sink 'b': operator type 'kafka_sinkx' is not available"],
-    ),
-    (
-        "sources: {a: {type: generator}, b: {type: generator}}\nsinks: {p: {type: print, from: a}}\n",
+    pytest.param(
+        """
+        sources:
+          a: {type: generator}
+          a2: {type: generator, rows: many}
+        transforms:
+          t: {type: sql, primary_key: id, sql: SELECT * FROM a UNION ALL SELECT * FROM raw.missing}
+          u: {type: sql, sql: SELECT * FROM a}
+        sinks:
+          a: {type: print, from: t}
+          p1: {type: kafka_sinkx, from: a}
+          p2: {type: print, from: t, colour: red}
+          p3: {type: print, from: nowhere}
+          p4: {type: print, form: t}
+          p5: {type: blackhole, from: p3}
+        """,
         [
-            "Source(s) and/or transform(s) have no consumers: b. Remove them or connect them to a transform or sink."
+            "source 'a2' (type 'generator'): field 'rows': Input should be a valid integer, unable to parse string as an integer (got 'many')",
+            "transform 'u' (type 'sql'): missing required field 'primary_key'",
+            "sink 'a': the name 'a' is already used by source 'a'",
+            "sink 'p1': operator type 'kafka_sinkx' is not available",
+            "sink 'p2' (type 'print'): unknown field 'colour'",
+            "sink 'p4' (type 'print'): missing required field 'from'",
+            "sink 'p4' (type 'print'): unknown field 'form'",
+            "transform 't': SQL references unknown node 'raw.missing'",
+            "sink 'p3': 'from' references unknown node 'nowhere'",
+            "sink 'p5': 'from' references sink 'p3'; only sources and transforms produce data",
         ],
+        id="types-fields-references",
     ),
-    (
-        "sources: {a: {type: generator}}\n"
-        "transforms:\n"
-        "  t1: {type: sql, primary_key: id, sql: SELECT * FROM t2}\n"
-        "  t2: {type: sql, primary_key: id, sql: SELECT * FROM t1 UNION ALL SELECT * FROM a}\n"
-        "sinks: {p: {type: print, from: t2}}\n",
+    pytest.param(
+        """
+        sources: {a: {type: generator}}
+        transforms:
+          t1: {type: sql, primary_key: id, sql: SELECT * FROM t2}
+          t2: {type: sql, primary_key: id, sql: SELECT * FROM t1 UNION ALL SELECT * FROM a}
+        sinks: {p: {type: print, from: t2}}
+        """,
         ["pipeline has a cycle: t1 -> t2 -> t1"],
+        id="cycle",
     ),
-    (
-        "sources: {a: {type: generator, telemetry: {labels: {operator_type: x, __y: z}}}}\n"
-        "sinks: {p: {type: print, from: a}}\n",
+    pytest.param(
+        """
+        sources: {a: {type: generator}, b: {type: generator}}
+        transforms: {t: {type: sql, primary_key: id, sql: SELECT id FROM a}}
+        sinks: {p: {type: print, from: a}}
+        """,
         [
+            "Source(s) and/or transform(s) have no consumers: b, t. Remove them or connect them to a transform or sink."
+        ],
+        id="orphans",
+    ),
+    pytest.param(
+        """
+        sources:
+          a:
+            type: generator
+            telemetry:
+              labels: {id: x, operator_type: x, topology_node_type: x, service_instance_id: x, __y: z,
+                       9lives: x, team-name: x, ok: "a\\tb"}
+          b:
+            type: generator
+            telemetry:
+              labels: {k0: v, k1: v, k2: v, k3: v, k4: v, k5: v, k6: v, k7: v, k8: v, k9: v, k10: v,
+                       k11: v, k12: v, k13: v, k14: v, k15: v, k16: v, k17: v, k18: v, k19: v, k20: v}
+        sinks:
+          p:
+            type: print
+            from: a
+            telemetry: {labels: {long: "LONG", ctl: "a\\nb"}}
+          q: {type: blackhole, from: b}
+        """.replace("LONG", "x" * 257),
+        [
+            "source 'a': telemetry label 'id' is reserved",
             "source 'a': telemetry label 'operator_type' is reserved",
+            "source 'a': telemetry label 'topology_node_type' is reserved",
+            "source 'a': telemetry label 'service_instance_id' is reserved",
             "source 'a': telemetry label '__y' must not start with '__'",
+            "source 'a': telemetry label '9lives' must match ^[a-zA-Z_][a-zA-Z0-9_]*$",
+            "source 'a': telemetry label 'team-name' must match ^[a-zA-Z_][a-zA-Z0-9_]*$",
+            "source 'b': telemetry.labels has 21 labels; at most 20 are allowed",
+            "sink 'p': telemetry label 'long' value is longer than 256 bytes",
+            "sink 'p': telemetry label 'ctl' value contains a control character",
         ],
-    ),
-    (
-        "sources: {a: {type: generator}}\nsinks: {p: {type: print, form: a}}\n",
-        [
-            "sink 'p' (type 'print'): missing required field 'from'",
-            "sink 'p' (type 'print'): unknown field 'form'",
-        ],
-    ),
-    (
-        "sources: {a: {type: generator}}\ntransforms: {t: {type: sql, primary_key: id, sql: SELECT * FROM b}}\n"
-        "sinks: {p: {type: print, from: t}}\n",
-        ["transform 't': SQL references unknown node 'b'"],
+        id="telemetry-labels",
     ),
 ]
 
@@ -106,12 +154,23 @@ def test_structural_errors_via_validate_json_and_run(tmp_path: Path, text: str, 
     assert "Traceback" not in ran.stderr
 
 
-def test_job_mode_rejects_unbounded_source(tmp_path: Path) -> None:
-    path = write(tmp_path, "sources: {live: {type: generator}}\nsinks: {p: {type: print, from: live}}\n")
-    result = run_cli(tmp_path, str(path), "--validate", env={"STREAMLING__JOB_MODE": "true"})
-    assert json.loads(result.stdout)["errors"] == [
-        "job mode needs bounded sources, but these sources are unbounded: live"
-    ]
+def test_job_mode_rejects_unbounded_sources_via_validate_json_and_run(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        sources: {live: {type: generator}, done: {type: generator, rows: 3}, also_live: {type: generator}}
+        transforms: {t: {type: sql, primary_key: id, sql: SELECT * FROM live UNION ALL SELECT * FROM done}}
+        sinks: {p: {type: print, from: t}, q: {type: blackhole, from: also_live}}
+        """,
+    )
+    message = "job mode needs bounded sources, but these sources are unbounded: live, also_live"
+    env = {"STREAMLING__JOB_MODE": "true"}
+    result = run_cli(tmp_path, str(path), "--validate", env=env)
+    assert result.returncode == 2
+    assert json.loads(result.stdout)["errors"] == [message]
+    ran = run_cli(tmp_path, str(path), env=env)
+    assert ran.returncode == 2
+    assert f"  - {message}\n" in ran.stderr
 
 
 def test_schema_errors_via_validate_json_and_run(tmp_path: Path) -> None:

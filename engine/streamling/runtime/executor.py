@@ -78,6 +78,7 @@ class SourceQuery:
         self.stopping = False
         self.exhausted = source.is_exhausted(start)
         self.error: BaseException | None = None
+        self._epoch_started = 0.0
         self.progress = runner.summary.sources.setdefault(source.name, SourceProgress(position=dict(start)))
 
     def start(self, spark: SparkSession) -> None:
@@ -107,6 +108,7 @@ class SourceQuery:
                 self.in_flight = False
 
     def _run_epoch(self, batch: DataFrame, batch_id: int) -> None:
+        self._epoch_started = time.monotonic()
         spark = batch.sparkSession
         offsets = read_batch_offsets(spark, self.checkpoint_dir, batch_id)
         epoch = Epoch(self.source.name, self.epoch + 1, self.position, offsets.end, offsets.timestamp_ms)
@@ -144,8 +146,16 @@ class SourceQuery:
         self.epoch = epoch.id
         self.progress.epochs += 1
         self.progress.position = dict(epoch.end)
-        self.progress.rows_in += _rows_between(epoch)
-        log.debug("Epoch finalized: %d (%s, position %s)", epoch.id, self.source.label, epoch.end)
+        rows = self.source.rows_between(epoch.start, epoch.end)
+        self.progress.rows_in += rows or 0
+        log.debug(
+            "Epoch finalized: %d (%s, position %s, %s rows, %.2fs)",
+            epoch.id,
+            self.source.label,
+            epoch.end,
+            "?" if rows is None else rows,
+            time.monotonic() - self._epoch_started,
+        )
         if self.source.is_exhausted(epoch.end):
             self.exhausted = True
             log.info("%s reached its end after epoch %d", self.source.label, epoch.id)
@@ -267,13 +277,6 @@ class PipelineRunner:
         """Runs killed with -9 leave their per-run directories behind; they are never reused."""
         for node in self.plan.pipeline.sources:
             shutil.rmtree(self.checkpoint_root / _safe(node.name), ignore_errors=True)
-
-
-def _rows_between(epoch: Epoch) -> int:
-    start, end = epoch.start.get("offset"), epoch.end.get("offset")
-    if isinstance(start, int) and isinstance(end, int):
-        return end - start
-    return 0
 
 
 def _as_streamling_error(error: BaseException, where: str) -> StreamlingError:

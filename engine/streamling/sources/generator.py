@@ -231,6 +231,9 @@ class GeneratorSource(Source[GeneratorSourceSpec]):
     def is_exhausted(self, position: Mapping[str, Any]) -> bool:
         return self.spec.rows is not None and int(position["offset"]) >= self.spec.rows
 
+    def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
+        return int(end["offset"]) - int(start["offset"])
+
     def reader_config(self) -> dict[str, Any]:
         spec = self.spec
         step_us = round(1_000_000 / spec.rows_per_second) if spec.rows_per_second else 1000
