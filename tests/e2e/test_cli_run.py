@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -30,9 +31,12 @@ def test_job_mode_bounded_filter_print_exact_count(tmp_path: Path) -> None:
           out: {type: print, from: every_tenth, sample_every: 7}
         """,
     )
-    result = run_cli(
-        tmp_path, str(path), env={"STREAMLING__JOB_MODE": "true", "STREAMLING__RECORD_BATCH_SIZE": "30000"}
-    )
+    env = {
+        "STREAMLING__JOB_MODE": "true",
+        "STREAMLING__RECORD_BATCH_SIZE": "30000",
+        "STREAMLING__LOG_LEVEL": "debug",
+    }
+    result = run_cli(tmp_path, str(path), env=env)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == math.ceil(10_000 / 7) == 1429
@@ -40,6 +44,12 @@ def test_job_mode_bounded_filter_print_exact_count(tmp_path: Path) -> None:
     assert all(" -> (sample_every=7) [Insert] {" in line for line in lines)
     assert sqlite_state(tmp_path / "state.db")["raw.transactions:generator"]["offset"] == 100_000
     assert "sink 'out': 10000 rows written" in result.stderr
+    for epoch in (1, 2, 3, 4):  # 100k rows in epochs of at most 30k
+        assert (
+            f"DEBUG streamling.runtime: Epoch finalized: {epoch} (generator source 'raw.transactions'"
+            in result.stderr
+        )
+    assert "Epoch finalized: 5 " not in result.stderr
 
 
 def test_runtime_failure_exits_1_without_traceback_and_keeps_position(tmp_path: Path) -> None:
@@ -57,8 +67,15 @@ def test_runtime_failure_exits_1_without_traceback_and_keeps_position(tmp_path: 
           out: {type: blackhole, from: checked}
         """,
     )
-    result = run_cli(tmp_path, str(path), env={"STREAMLING__JOB_MODE": "true"})
+    result = run_cli(
+        tmp_path, str(path), env={"STREAMLING__JOB_MODE": "true", "STREAMLING__LOG_FORMAT": "json"}
+    )
     assert result.returncode == 1
+    started = [
+        json.loads(line) for line in result.stderr.splitlines() if '"logger": "streamling.runtime"' in line
+    ]
+    assert started[0]["level"] == "INFO"
+    assert started[0]["message"] == "Started generator source 'src' from position {'offset': 0}"
     assert "Error: blackhole sink 'out': " in result.stderr
     assert "bad row 2500" in result.stderr
     assert "Traceback" not in result.stderr

@@ -213,6 +213,17 @@ def test_schema_errors_via_validate_json_and_run(tmp_path: Path) -> None:
     assert not (tmp_path / "state.db").exists()
 
 
+def test_json_pipeline_file(tmp_path: Path) -> None:
+    pipeline = {
+        "sources": {"a": {"type": "generator", "rows": 1}},
+        "sinks": {"b": {"type": "printer", "from": "a"}},
+    }
+    path = tmp_path / "pipeline.json"
+    path.write_text(json.dumps(pipeline))
+    result = run_cli(tmp_path, str(path), "--validate")
+    assert json.loads(result.stdout)["errors"] == ["sink 'b': operator type 'printer' is not available"]
+
+
 def test_dry_run_reports_without_json(tmp_path: Path) -> None:
     path = write(tmp_path, "sources: {a: {type: generator}}\nsinks: {b: {type: nope, from: a}}\n")
     result = run_cli(tmp_path, str(path), "--dry-run")
