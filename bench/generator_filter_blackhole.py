@@ -40,7 +40,7 @@ def main() -> None:
     args.add_argument("--runs", type=int, default=3)
     args.add_argument("--warmup", type=int, default=1)
     args.add_argument("--master", default="local[2]")
-    args.add_argument("--batch", type=int, default=500_000, help="record_batch_size (rows per epoch)")
+    args.add_argument("--batch", type=int, help="record_batch_size (rows per epoch); default: the engine's")
     opts = args.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="streamling-bench-"))
@@ -52,10 +52,11 @@ def main() -> None:
             "STREAMLING__JOB_MODE": "true",
             "STREAMLING__STATE_BACKEND__BACKEND_TYPE": "InMemory",
             "STREAMLING__SPARK__MASTER": opts.master,
-            "STREAMLING__RECORD_BATCH_SIZE": str(opts.batch),
             "STREAMLING__SPARK__CHECKPOINT_ROOT": str(work / "ckpt"),
         }
     )
+    if opts.batch:
+        env["STREAMLING__RECORD_BATCH_SIZE"] = str(opts.batch)
     runs = []
     for i in range(opts.warmup + opts.runs):
         m = measure([*streamling_cmd(), str(pipeline)], env, work)
@@ -81,7 +82,7 @@ def main() -> None:
     result = {
         "rows": opts.rows,
         "master": opts.master,
-        "record_batch_size": opts.batch,
+        "record_batch_size": opts.batch or "engine default",
         "rows_written_per_run": runs[0].extra["rows_written"],
         "input_rows_per_sec_wall": summarize([r.extra["input_rows_per_sec_wall"] for r in runs]),
         "input_rows_per_sec_run": summarize([r.extra["input_rows_per_sec_run"] for r in runs]),

@@ -65,18 +65,29 @@ def _services(*args: str) -> str:
     ).stdout
 
 
-@pytest.fixture(scope="session")
-def postgres_env() -> Iterator[dict[str, str]]:
-    """A real Postgres 15 on loopback; started once, stopped at the end if this session started it."""
-    was_running = "ready" in _services("status", "postgres")
-    _services("up", "postgres")
+def _service_env(name: str) -> Iterator[dict[str, str]]:
+    """Start `name` once; yield its STREAMLING__ variables; stop it afterwards if this session started it."""
+    was_running = "ready" in _services("status", name)
+    _services("up", name)
     env = {}
-    for line in _services("env", "postgres").splitlines():
+    for line in _services("env", name).splitlines():
         key, _, value = line.removeprefix("export ").partition("=")
         env[key] = value
     yield env
     if not was_running:
-        _services("down", "postgres")
+        _services("down", name)
+
+
+@pytest.fixture(scope="session")
+def postgres_env() -> Iterator[dict[str, str]]:
+    """A real Postgres 15 on loopback."""
+    yield from _service_env("postgres")
+
+
+@pytest.fixture(scope="session")
+def spark_cluster_env() -> Iterator[dict[str, str]]:
+    """A real standalone Spark cluster (master + worker) on loopback."""
+    yield from _service_env("spark")
 
 
 @pytest.fixture
