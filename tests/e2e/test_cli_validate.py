@@ -138,20 +138,27 @@ STRUCTURAL = [
 
 @pytest.mark.parametrize(("text", "expected"), STRUCTURAL)
 def test_structural_errors_via_validate_json_and_run(tmp_path: Path, text: str, expected: list[str]) -> None:
-    path = write(tmp_path, text)
-    validated = run_cli(tmp_path, str(path), "--validate")
-    assert validated.returncode == 2
+    assert_invalid_both_ways(tmp_path, write(tmp_path, text), expected)
+
+
+def assert_invalid_both_ways(
+    tmp_path: Path, path: Path, expected: list[str], env: dict | None = None
+) -> None:
+    """The same errors, exactly, from --validate's JSON and from a normal run; nothing runs."""
+    validated = run_cli(tmp_path, str(path), "--validate", env=env)
+    assert validated.returncode == 2, validated.stderr
     assert json.loads(validated.stdout) == {
         "success": True,
         "is_valid": False,
         "errors": expected,
         "warnings": [],
     }
-    ran = run_cli(tmp_path, str(path))
+    ran = run_cli(tmp_path, str(path), env=env)
     assert ran.returncode == 2
     assert ran.stdout == ""
     assert f"Error: pipeline '{path}' is invalid:\n" + "".join(f"  - {e}\n" for e in expected) in ran.stderr
     assert "Traceback" not in ran.stderr
+    assert not (tmp_path / "state.db").exists()
 
 
 def test_job_mode_rejects_unbounded_sources_via_validate_json_and_run(tmp_path: Path) -> None:
@@ -164,13 +171,7 @@ def test_job_mode_rejects_unbounded_sources_via_validate_json_and_run(tmp_path: 
         """,
     )
     message = "job mode needs bounded sources, but these sources are unbounded: live, also_live"
-    env = {"STREAMLING__JOB_MODE": "true"}
-    result = run_cli(tmp_path, str(path), "--validate", env=env)
-    assert result.returncode == 2
-    assert json.loads(result.stdout)["errors"] == [message]
-    ran = run_cli(tmp_path, str(path), env=env)
-    assert ran.returncode == 2
-    assert f"  - {message}\n" in ran.stderr
+    assert_invalid_both_ways(tmp_path, path, [message], env={"STREAMLING__JOB_MODE": "true"})
 
 
 def test_schema_errors_via_validate_json_and_run(tmp_path: Path) -> None:
@@ -199,18 +200,7 @@ def test_schema_errors_via_validate_json_and_run(tmp_path: Path) -> None:
         "Primary key validation failed for node 'slim': columns [\"account_id\"] not found in schema. "
         'Available columns: ["id", "amount", "_gs_op"]',
     ]
-    validated = run_cli(tmp_path, str(path), "--validate")
-    assert validated.returncode == 2, validated.stderr
-    assert json.loads(validated.stdout) == {
-        "success": True,
-        "is_valid": False,
-        "errors": expected,
-        "warnings": [],
-    }
-    ran = run_cli(tmp_path, str(path))
-    assert ran.returncode == 2
-    assert "".join(f"  - {e}\n" for e in expected) in ran.stderr
-    assert not (tmp_path / "state.db").exists()
+    assert_invalid_both_ways(tmp_path, path, expected)
 
 
 def test_json_pipeline_file(tmp_path: Path) -> None:

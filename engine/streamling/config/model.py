@@ -90,16 +90,9 @@ class Settings(_Section):
     print_sink: PrintSinkSettings = Field(default_factory=PrintSinkSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
 
-    @field_validator("record_batch_interval_ms")
+    @field_validator("record_batch_interval_ms", "checkpoint_interval_sec")
     @classmethod
-    def _positive_ms(cls, value: int) -> int:
-        if value <= 0:
-            raise ValueError("must be greater than 0")
-        return value
-
-    @field_validator("checkpoint_interval_sec")
-    @classmethod
-    def _positive_sec(cls, value: float) -> float:
+    def _positive_interval(cls, value: float) -> float:
         if value <= 0:
             raise ValueError("must be greater than 0")
         return value
