@@ -123,7 +123,7 @@ def _kill_and_resume(tmp_path: Path, env: dict[str, str], read_offset) -> None:
         tmp_path,
         f"""
         sources:
-          src: {{type: generator, rows: {rows}, rows_per_second: 1500}}
+          src: {{type: generator, rows: {rows}, rows_per_second: 1500, record_batch_size: 500}}
         transforms:
           odd: {{type: sql, primary_key: id, sql: "SELECT id, name FROM src WHERE id % 2 = 1"}}
         sinks:
