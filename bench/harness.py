@@ -34,9 +34,7 @@ class Measurement:
 
 def measure(cmd: list[str], env: dict[str, str], cwd: Path, interval: float = 0.1) -> Measurement:
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     root = psutil.Process(proc.pid)
     cpu_by_pid: dict[int, float] = {}
     peak = 0
@@ -93,9 +91,7 @@ def record(name: str, payload: dict) -> Path:
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = RESULTS / f"{name}-{stamp}.json"
-    path.write_text(
-        json.dumps({"scenario": name, "recorded_at": stamp, "machine": machine(), **payload}, indent=2)
-    )
+    path.write_text(json.dumps({"scenario": name, "recorded_at": stamp, "machine": machine(), **payload}, indent=2))
     return path
 
 

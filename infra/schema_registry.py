@@ -174,16 +174,16 @@ class Handler(BaseHTTPRequestHandler):
             return self.error(404, 40402, "Version not found.")
         return self.error(404, 404, "not found")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.route("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.route("POST")
 
-    def do_DELETE(self) -> None:  # noqa: N802
+    def do_DELETE(self) -> None:
         self.route("DELETE")
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         self.error(HTTPStatus.UNPROCESSABLE_ENTITY, 42203, "this local registry does not change compatibility")
 
 

@@ -60,9 +60,7 @@ def write_pipeline(tmp_path: Path) -> Callable[[str, str], Path]:
 
 
 def _services(*args: str) -> str:
-    return subprocess.run(
-        [sys.executable, str(SERVICES), *args], check=True, capture_output=True, text=True
-    ).stdout
+    return subprocess.run([sys.executable, str(SERVICES), *args], check=True, capture_output=True, text=True).stdout
 
 
 def _service_env(name: str) -> Iterator[dict[str, str]]:

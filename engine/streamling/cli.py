@@ -27,16 +27,10 @@ def parser() -> argparse.ArgumentParser:
         description="Run a Streamling pipeline (sources → transforms → sinks) on Apache Spark.",
         epilog="Settings: embedded defaults < config file < STREAMLING__<KEY>[__<NESTED>] variables.",
     )
-    p.add_argument(
-        "pipeline", nargs="?", help="pipeline YAML/JSON (default: STREAMLING__PIPELINE_DEFINITION_LOCATION)"
-    )
+    p.add_argument("pipeline", nargs="?", help="pipeline YAML/JSON (default: STREAMLING__PIPELINE_DEFINITION_LOCATION)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--validate", action="store_true", help="validate fully, print a JSON report, move no data"
-    )
-    mode.add_argument(
-        "--dry-run", action="store_true", help="validate like --validate, without the JSON report"
-    )
+    mode.add_argument("--validate", action="store_true", help="validate fully, print a JSON report, move no data")
+    mode.add_argument("--dry-run", action="store_true", help="validate like --validate, without the JSON report")
     p.add_argument(
         "--config", metavar="NAME_OR_PATH", help="config file (default base name 'config'; .yaml/.yml/.json)"
     )

@@ -38,9 +38,7 @@ class StreamlingError(Exception):
 
     def context(self, what: str) -> StreamlingError:
         """Return the same error with `what` prepended; flags are preserved."""
-        err = StreamlingError(
-            f"{what}: {self.message}", user_facing=self.user_facing, retriable=self.retriable
-        )
+        err = StreamlingError(f"{what}: {self.message}", user_facing=self.user_facing, retriable=self.retriable)
         err.__cause__ = self.__cause__
         return err
 

@@ -92,8 +92,10 @@ class Source(Operator[SS]):
         """Where to resume: the committed position from the state backend, else the configured start."""
         raise NotImplementedError
 
-    def position_entries(self, position: Mapping[str, Any], now_ms: int) -> dict[str, dict[str, Any]]:
-        """State-backend entries that record `position` as committed."""
+    def position_entries(
+        self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
+    ) -> dict[str, dict[str, Any]]:
+        """State-backend entries that record `end` as committed (entries that did not change may be left out)."""
         raise NotImplementedError
 
     def is_exhausted(self, position: Mapping[str, Any]) -> bool:
@@ -107,6 +109,10 @@ class Source(Operator[SS]):
     def stream(self, spark: SparkSession, start: Mapping[str, Any]) -> DataFrame:
         """A streaming DataFrame that starts reading at `start`."""
         raise NotImplementedError
+
+    def refine(self, df: DataFrame) -> DataFrame:
+        """Source-side row selection (e.g. a ``filter:`` predicate), applied to every epoch and at validation."""
+        return df
 
 
 TS = TypeVar("TS", bound=TransformSpec)

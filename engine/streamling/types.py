@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import re
+from datetime import date, datetime, time
+from decimal import Decimal
 
 from pyspark.sql import types as T
 
@@ -40,9 +43,7 @@ def parse_type(text: str) -> T.DataType:
         precision = int(match.group(1) or 38)
         scale = int(match.group(2) or 0)
         if not 1 <= precision <= 38 or scale > precision:
-            raise StreamlingError.user(
-                f"unsupported decimal type '{text}': precision must be 1..38, scale ≤ precision"
-            )
+            raise StreamlingError.user(f"unsupported decimal type '{text}': precision must be 1..38, scale ≤ precision")
         return T.DecimalType(precision, scale)
     raise StreamlingError.user(
         f"unknown column type '{text}'; use one of: bigint, int, smallint, tinyint, double, float, "
@@ -55,3 +56,14 @@ def with_gs_op(schema: T.StructType) -> T.StructType:
     if GS_OP in schema.fieldNames():
         return schema
     return T.StructType([*schema.fields, T.StructField(GS_OP, T.StringType(), False)])
+
+
+def json_default(value: object) -> object:
+    """JSON for values json.dumps does not know: ISO times, exact decimal strings, base64 bytes."""
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return str(value)

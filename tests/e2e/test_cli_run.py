@@ -46,8 +46,7 @@ def test_job_mode_bounded_filter_print_exact_count(tmp_path: Path) -> None:
     assert "sink 'out': 10000 rows written" in result.stderr
     for epoch in (1, 2, 3, 4):  # 100k rows in epochs of at most 30k
         assert (
-            f"DEBUG streamling.runtime: Epoch finalized: {epoch} (generator source 'raw.transactions'"
-            in result.stderr
+            f"DEBUG streamling.runtime: Epoch finalized: {epoch} (generator source 'raw.transactions'" in result.stderr
         )
     assert "Epoch finalized: 5 " not in result.stderr
 
@@ -67,13 +66,9 @@ def test_runtime_failure_exits_1_without_traceback_and_keeps_position(tmp_path: 
           out: {type: blackhole, from: checked}
         """,
     )
-    result = run_cli(
-        tmp_path, str(path), env={"STREAMLING__JOB_MODE": "true", "STREAMLING__LOG_FORMAT": "json"}
-    )
+    result = run_cli(tmp_path, str(path), env={"STREAMLING__JOB_MODE": "true", "STREAMLING__LOG_FORMAT": "json"})
     assert result.returncode == 1
-    started = [
-        json.loads(line) for line in result.stderr.splitlines() if '"logger": "streamling.runtime"' in line
-    ]
+    started = [json.loads(line) for line in result.stderr.splitlines() if '"logger": "streamling.runtime"' in line]
     assert started[0]["level"] == "INFO"
     assert started[0]["message"] == "Started generator source 'src' from position {'offset': 0}"
     assert "Error: blackhole sink 'out': " in result.stderr

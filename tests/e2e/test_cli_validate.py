@@ -18,9 +18,7 @@ def test_version_and_help(tmp_path: Path) -> None:
     assert version.stdout.strip() == "streamling 0.1.0"
     helptext = run_cli(tmp_path, "--help")
     assert helptext.returncode == 0
-    assert (
-        "--validate" in helptext.stdout and "--dry-run" in helptext.stdout and "--config" in helptext.stdout
-    )
+    assert "--validate" in helptext.stdout and "--dry-run" in helptext.stdout and "--config" in helptext.stdout
 
 
 def test_valid_pipeline_moves_no_data_and_touches_no_state(tmp_path: Path) -> None:
@@ -94,9 +92,7 @@ STRUCTURAL = [
         transforms: {t: {type: sql, primary_key: id, sql: SELECT id FROM a}}
         sinks: {p: {type: print, from: a}}
         """,
-        [
-            "Source(s) and/or transform(s) have no consumers: b, t. Remove them or connect them to a transform or sink."
-        ],
+        ["Source(s) and/or transform(s) have no consumers: b, t. Remove them or connect them to a transform or sink."],
         id="orphans",
     ),
     pytest.param(
@@ -141,9 +137,7 @@ def test_structural_errors_via_validate_json_and_run(tmp_path: Path, text: str, 
     assert_invalid_both_ways(tmp_path, write(tmp_path, text), expected)
 
 
-def assert_invalid_both_ways(
-    tmp_path: Path, path: Path, expected: list[str], env: dict | None = None
-) -> None:
+def assert_invalid_both_ways(tmp_path: Path, path: Path, expected: list[str], env: dict | None = None) -> None:
     """The same errors, exactly, from --validate's JSON and from a normal run; nothing runs."""
     validated = run_cli(tmp_path, str(path), "--validate", env=env)
     assert validated.returncode == 2, validated.stderr

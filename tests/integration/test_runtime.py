@@ -16,14 +16,10 @@ def committed(db, app: str = "local_app_v1") -> dict:
     import json
 
     conn = sqlite3.connect(db)
-    return {
-        k: json.loads(v) for k, v in conn.execute("SELECT key, data FROM state WHERE namespace = ?", (app,))
-    }
+    return {k: json.loads(v) for k, v in conn.execute("SELECT key, data FROM state WHERE namespace = ?", (app,))}
 
 
-def test_job_mode_bounded_run_commits_every_epoch(
-    spark, make_settings, write_pipeline, tmp_path, capsys
-) -> None:
+def test_job_mode_bounded_run_commits_every_epoch(spark, make_settings, write_pipeline, tmp_path, capsys) -> None:
     path = write_pipeline("""
         sources:
           raw.transactions: {type: generator, rows: 20000, record_batch_size: 3000}
@@ -137,8 +133,6 @@ def test_postgres_state_backend_records_positions(
     )
     run_pipeline(path, settings, spark)
     with pg_connect() as conn:
-        rows = dict(
-            conn.execute("SELECT key, data FROM streamling.state WHERE namespace = %s", (app,)).fetchall()
-        )
+        rows = dict(conn.execute("SELECT key, data FROM streamling.state WHERE namespace = %s", (app,)).fetchall())
     assert rows["src:generator"]["offset"] == 1200
     assert rows["src:__epoch__"]["epoch"] == 3

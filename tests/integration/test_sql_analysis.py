@@ -51,9 +51,7 @@ def analyse(spark, make_settings, sql: str):
         ("SELECT id FROM raw.tx INTERSECT SELECT id FROM other", "INTERSECT"),
     ],
 )
-def test_stateful_sql_is_rejected_naming_the_operation(
-    spark, make_settings, sql: str, operation: str
-) -> None:
+def test_stateful_sql_is_rejected_naming_the_operation(spark, make_settings, sql: str, operation: str) -> None:
     _, errors = analyse(spark, make_settings, sql)
     assert errors == [f"SQL transform 't': {operation} is not allowed; {STATELESS}"]
 
@@ -83,9 +81,7 @@ def test_stateless_sql_is_accepted_with_one_gs_op(spark, make_settings, sql: str
 def test_unknown_column_is_a_user_error(spark, make_settings) -> None:
     _, errors = analyse(spark, make_settings, "SELECT nope AS id FROM raw.tx")
     assert len(errors) == 1
-    assert errors[0].startswith(
-        "SQL transform 't': [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or "
-    )
+    assert errors[0].startswith("SQL transform 't': [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or ")
     assert "`nope`" in errors[0]
 
 

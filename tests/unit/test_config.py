@@ -97,9 +97,7 @@ def test_bad_file_value_names_the_file(tmp_path: Path) -> None:
 
 
 def test_unknown_setting_is_rejected(tmp_path: Path) -> None:
-    with pytest.raises(
-        StreamlingError, match=r"unknown setting 'chekpoint_interval_sec' \(from STREAMLING__"
-    ):
+    with pytest.raises(StreamlingError, match=r"unknown setting 'chekpoint_interval_sec' \(from STREAMLING__"):
         load_settings(config=str(tmp_path / "x"), environ={"STREAMLING__CHEKPOINT_INTERVAL_SEC": "5"})
 
 
@@ -113,6 +111,4 @@ def test_secret_values_are_masked_in_errors(tmp_path: Path) -> None:
 
 def test_invalid_backend_type_lists_choices(tmp_path: Path) -> None:
     with pytest.raises(StreamlingError, match=r"state_backend.backend_type = 'Redis'"):
-        load_settings(
-            config=str(tmp_path / "x"), environ={"STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Redis"}
-        )
+        load_settings(config=str(tmp_path / "x"), environ={"STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Redis"})

@@ -40,9 +40,7 @@ def test_key_space_and_delete_every_produce_upserts() -> None:
 
 
 def test_declared_schema_types() -> None:
-    cfg = config(
-        rows=3, schema={"id": "int", "price": "decimal(20,4)", "ok": "boolean", "day": "date", "b": "bytea"}
-    )
+    cfg = config(rows=3, schema={"id": "int", "price": "decimal(20,4)", "ok": "boolean", "day": "date", "b": "bytea"})
     t = table(cfg, 0, 3)
     assert [str(f.type) for f in t.schema] == [
         "int32",

@@ -41,9 +41,7 @@ def test_sampling_continues_across_batches(capsys) -> None:
     s = sink(sample_every=3)
     for lo in (0, 4, 5):  # batches of 4, 1 and 5 rows: ids 1..10
         hi = {0: 4, 4: 5, 5: 10}[lo]
-        s.write_batch(
-            pa.RecordBatch.from_pylist([{"id": i + 1, "_gs_op": "i"} for i in range(lo, hi)]), EPOCH
-        )
+        s.write_batch(pa.RecordBatch.from_pylist([{"id": i + 1, "_gs_op": "i"} for i in range(lo, hi)]), EPOCH)
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" ")[0] for line in lines] == ["1", "4", "7", "10"]
     assert lines[1] == '4 -> (sample_every=3) [Insert] {"id": 4, "_gs_op": "i"}'

@@ -15,9 +15,7 @@ def render(sql: str, epoch_ms: int | None = None) -> str:
 
 
 def test_references_include_dotted_names_and_exclude_ctes() -> None:
-    program = SqlProgram(
-        "WITH x AS (SELECT * FROM raw.transactions) SELECT * FROM x UNION ALL SELECT * FROM a", "t"
-    )
+    program = SqlProgram("WITH x AS (SELECT * FROM raw.transactions) SELECT * FROM x UNION ALL SELECT * FROM a", "t")
     assert program.references == ["a", "raw.transactions"]
 
 

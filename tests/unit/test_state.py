@@ -55,9 +55,7 @@ def test_sqlite_keeps_created_at_on_update(tmp_path: Path) -> None:
         conn.execute("UPDATE state SET created_at = '2000-01-01 00:00:00'")
         conn.commit()
         backend.put("k", {"v": 2})
-        assert conn.execute("SELECT data, created_at FROM state").fetchall() == [
-            ('{"v":2}', "2000-01-01 00:00:00")
-        ]
+        assert conn.execute("SELECT data, created_at FROM state").fetchall() == [('{"v":2}', "2000-01-01 00:00:00")]
 
 
 @pytest.mark.integration

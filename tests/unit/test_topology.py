@@ -67,9 +67,7 @@ def test_invalid_field_value() -> None:
           a: {type: generator, rows: -5}
         sinks:
           b: {type: print, from: a}
-        """) == [
-        "source 'a' (type 'generator'): field 'rows': Input should be greater than or equal to 0 (got -5)"
-    ]
+        """) == ["source 'a' (type 'generator'): field 'rows': Input should be greater than or equal to 0 (got -5)"]
 
 
 def test_from_references_unknown_node() -> None:

@@ -143,7 +143,6 @@ def load_settings(
                 problems.append(f"unknown setting '{dotted}' (from {_origin_of(dotted, origins)})")
                 continue
             problems.append(
-                f"{dotted} = {_shown(dotted, err.get('input'))} "
-                f"(from {_origin_of(dotted, origins)}): {reason}"
+                f"{dotted} = {_shown(dotted, err.get('input'))} (from {_origin_of(dotted, origins)}): {reason}"
             )
         raise StreamlingError.user("invalid configuration: " + "; ".join(problems)) from None

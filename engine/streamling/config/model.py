@@ -77,6 +77,30 @@ class SparkSettings(_Section):
         return value
 
 
+SecurityProtocol = Literal["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"]
+
+
+class KafkaConnectionSettings(_Section):
+    brokers: str = "localhost:9092"
+    security_protocol: SecurityProtocol = "plaintext"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    schema_registry_url: str = "http://localhost:18081"
+    schema_registry_username: str | None = None
+    schema_registry_password: SecretStr | None = None
+    client_id: str | None = None
+
+    @field_validator("security_protocol", mode="before")
+    @classmethod
+    def _lower_protocol(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
+class KafkaSourceSettings(KafkaConnectionSettings):
+    consumer_group_id: str | None = None
+
+
 class Settings(_Section):
     application_id: str = Field(default="local_app_v1", min_length=1)
     pipeline_definition_location: str | None = None
@@ -88,6 +112,8 @@ class Settings(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     state_backend: StateBackendSettings = Field(default_factory=StateBackendSettings)
     print_sink: PrintSinkSettings = Field(default_factory=PrintSinkSettings)
+    kafka_source: KafkaSourceSettings = Field(default_factory=KafkaSourceSettings)
+    kafka_sink: KafkaConnectionSettings = Field(default_factory=KafkaConnectionSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
 
     @field_validator("record_batch_interval_ms", "checkpoint_interval_sec")

@@ -69,9 +69,7 @@ class SourceQuery:
         self.epoch = epoch
         self.sinks = runner.plan.sinks_of(source.name)
         self.downstream = [runner.plan.operators[n] for n in runner.plan.pipeline.downstream(source.name)]
-        self.checkpoint_dir = str(
-            runner.checkpoint_root / _safe(source.name) / f"run-{uuid.uuid4().hex[:12]}"
-        )
+        self.checkpoint_dir = str(runner.checkpoint_root / _safe(source.name) / f"run-{uuid.uuid4().hex[:12]}")
         self.query: StreamingQuery | None = None
         self.lock = threading.Lock()
         self.in_flight = False
@@ -138,7 +136,7 @@ class SourceQuery:
 
     def _commit(self, epoch: Epoch) -> None:
         now_ms = int(time.time() * 1000)
-        entries = dict(self.source.position_entries(epoch.end, now_ms))
+        entries = dict(self.source.position_entries(epoch.start, epoch.end, now_ms))
         entries[epoch_key(self.source.name)] = {"epoch": epoch.id, "updated_at": now_ms}
         with error_context(f"{self.source.label}: failed to commit epoch {epoch.id}"):
             self.runner.state.put_many(entries)

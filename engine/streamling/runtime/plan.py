@@ -60,7 +60,7 @@ class Plan:
     def _schema_of(self, spark: SparkSession, node: Node, parents: list[str]) -> StructType | None:
         op = self.operators[node.name]
         if isinstance(op, Source):
-            return op.schema()
+            return op.refine(empty_frame(spark, op.schema())).schema
         if isinstance(op, Transform):
             inputs = {p: empty_frame(spark, self.schemas[p]) for p in parents}
             return op.apply(spark, inputs, None).schema
@@ -70,11 +70,9 @@ class Plan:
                 raise StreamlingError.user("; ".join(f"{op.label}: {p}" for p in problems))
         return None
 
-    def evaluate(
-        self, spark: SparkSession, source: str, batch: DataFrame, epoch: Epoch
-    ) -> dict[str, DataFrame]:
+    def evaluate(self, spark: SparkSession, source: str, batch: DataFrame, epoch: Epoch) -> dict[str, DataFrame]:
         """The DataFrame each sink downstream of `source` receives for `epoch`."""
-        frames: dict[str, DataFrame] = {source: batch}
+        frames: dict[str, DataFrame] = {source: self.source(source).refine(batch)}
         outputs: dict[str, DataFrame] = {}
         for name in self.pipeline.downstream(source):
             op = self.operators[name]

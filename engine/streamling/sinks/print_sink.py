@@ -7,12 +7,9 @@ are printed; the rest are counted but not formatted.
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 import threading
-from datetime import date, datetime, time
-from decimal import Decimal
 from typing import Literal
 
 import pyarrow as pa
@@ -21,7 +18,7 @@ from pydantic import PositiveInt
 from streamling.operators import ArrowSink, Epoch
 from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec
-from streamling.types import GS_OP
+from streamling.types import GS_OP, json_default
 
 ROW_KINDS = {"i": "Insert", "u": "Update", "d": "Delete"}
 _stdout_lock = threading.Lock()
@@ -30,16 +27,6 @@ _stdout_lock = threading.Lock()
 class PrintSinkSpec(SinkSpec):
     type: Literal["print"]
     sample_every: PositiveInt | None = None
-
-
-def _json_default(value: object) -> object:
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    return str(value)
 
 
 @operator("print", PrintSinkSpec)
@@ -65,7 +52,7 @@ class PrintSink(ArrowSink[PrintSinkSpec]):
         for j, row in enumerate(picked.to_pylist()):
             number = first + start + j * k + 1
             kind = ROW_KINDS.get(row.get(GS_OP) or "i", "Insert")
-            text = json.dumps(row, default=_json_default, ensure_ascii=False)
+            text = json.dumps(row, default=json_default, ensure_ascii=False)
             lines.append(f"{number} -> (sample_every={k}) [{kind}] {text}\n")
         if lines:
             with _stdout_lock:

@@ -225,8 +225,10 @@ class GeneratorSource(Source[GeneratorSourceSpec]):
         saved = state.get(self.state_key)
         return {"offset": int(saved["offset"])} if saved else {"offset": 0}
 
-    def position_entries(self, position: Mapping[str, Any], now_ms: int) -> dict[str, dict[str, Any]]:
-        return {self.state_key: {"offset": int(position["offset"]), "updated_at": now_ms}}
+    def position_entries(
+        self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
+    ) -> dict[str, dict[str, Any]]:
+        return {self.state_key: {"offset": int(end["offset"]), "updated_at": now_ms}}
 
     def is_exhausted(self, position: Mapping[str, Any]) -> bool:
         return self.spec.rows is not None and int(position["offset"]) >= self.spec.rows

@@ -19,20 +19,23 @@ class Pacer:
     interval_sec: float
     _last_close: float = field(default=-math.inf)
 
-    def next_end(self, start: int, available: int, at_end: bool = False, limit: int | None = None) -> int:
-        """The end offset of the next epoch, or `start` when no epoch is due yet."""
+    def take(self, pending: int, at_end: bool = False, limit: int | None = None) -> int:
+        """How many of the `pending` rows the next epoch takes; 0 when no epoch is due yet."""
         cap = min(self.max_rows, limit) if limit else self.max_rows
-        pending = available - start
         if pending <= 0:
-            return start
+            return 0
         now = time.monotonic()
         if pending >= cap:
             self._last_close = now
-            return start + cap
+            return cap
         if at_end or now - self._last_close >= self.interval_sec:
             self._last_close = now
-            return available
-        return start
+            return pending
+        return 0
+
+    def next_end(self, start: int, available: int, at_end: bool = False, limit: int | None = None) -> int:
+        """For a single offset counter: the end offset of the next epoch, or `start` when none is due."""
+        return start + self.take(available - start, at_end, limit)
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> Pacer:

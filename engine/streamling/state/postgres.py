@@ -62,9 +62,7 @@ class PostgresStateBackend(StateBackend):
 
     def get(self, key: str) -> JsonDoc | None:
         def fetch(cur: psycopg.Cursor) -> JsonDoc | None:
-            cur.execute(
-                "SELECT data FROM streamling.state WHERE namespace = %s AND key = %s", (self.namespace, key)
-            )
+            cur.execute("SELECT data FROM streamling.state WHERE namespace = %s AND key = %s", (self.namespace, key))
             row = cur.fetchone()
             return row[0] if row else None
 
@@ -83,15 +81,12 @@ class PostgresStateBackend(StateBackend):
         )
 
     def clear(self) -> None:
-        self._run(
-            lambda cur: cur.execute("DELETE FROM streamling.state WHERE namespace = %s", (self.namespace,))
-        )
+        self._run(lambda cur: cur.execute("DELETE FROM streamling.state WHERE namespace = %s", (self.namespace,)))
 
     def items(self, prefix: str = "") -> dict[str, JsonDoc]:
         def fetch(cur: psycopg.Cursor) -> dict[str, JsonDoc]:
             cur.execute(
-                "SELECT key, data FROM streamling.state WHERE namespace = %s AND left(key, %s) = %s "
-                "ORDER BY key",
+                "SELECT key, data FROM streamling.state WHERE namespace = %s AND left(key, %s) = %s ORDER BY key",
                 (self.namespace, len(prefix), prefix),
             )
             return {key: data for key, data in cur.fetchall()}

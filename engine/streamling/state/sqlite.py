@@ -59,9 +59,7 @@ class SqliteStateBackend(StateBackend):
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._conn.execute("ROLLBACK")
-                raise StreamlingError.retry(
-                    f"sqlite state backend '{self.path}': write failed: {exc}"
-                ) from exc
+                raise StreamlingError.retry(f"sqlite state backend '{self.path}': write failed: {exc}") from exc
 
     def remove(self, key: str) -> None:
         with self._lock:

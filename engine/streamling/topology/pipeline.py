@@ -107,9 +107,7 @@ def read_pipeline_text(location: str | Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise StreamlingError.user(
-            f"pipeline file '{location}' cannot be read: {exc.strerror or exc}"
-        ) from None
+        raise StreamlingError.user(f"pipeline file '{location}' cannot be read: {exc.strerror or exc}") from None
 
 
 def load_pipeline(
@@ -189,9 +187,7 @@ def _build_nodes(raw: Mapping[str, Any], report: ValidationReport) -> dict[str, 
             try:
                 spec = optype.spec.model_validate(body)
             except ValidationError as exc:
-                report.errors += [
-                    f"{label} (type '{body['type']}'): {_field_problem(e)}" for e in exc.errors()
-                ]
+                report.errors += [f"{label} (type '{body['type']}'): {_field_problem(e)}" for e in exc.errors()]
                 continue
             nodes[name] = Node(name, kind, spec, optype)
     return nodes
@@ -207,9 +203,7 @@ def _field_problem(err: Mapping[str, Any]) -> str:
     return f"field '{where}': {reason} (got {err.get('input')!r})"
 
 
-def _resolve_inputs(
-    nodes: Mapping[str, Node], declared: set[str], report: ValidationReport
-) -> dict[str, list[str]]:
+def _resolve_inputs(nodes: Mapping[str, Node], declared: set[str], report: ValidationReport) -> dict[str, list[str]]:
     """Each node's parents; a parent that is declared but itself invalid is not reported again."""
     inputs: dict[str, list[str]] = {}
     for node in nodes.values():
@@ -231,8 +225,7 @@ def _resolve_inputs(
                 report.errors.append(f"{node.label}: {via} references unknown node '{parent}'")
             elif nodes[parent].kind == "sink":
                 report.errors.append(
-                    f"{node.label}: {via} references sink '{parent}'; "
-                    "only sources and transforms produce data"
+                    f"{node.label}: {via} references sink '{parent}'; only sources and transforms produce data"
                 )
         inputs[node.name] = names
     return inputs

@@ -72,9 +72,7 @@ class SqlProgram:
         if epoch_ms is not None:
             moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
             for node in list(tree.find_all(exp.CurrentTimestamp)):
-                node.replace(
-                    exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d %H:%M:%S.%f")), "TIMESTAMP")
-                )
+                node.replace(exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d %H:%M:%S.%f")), "TIMESTAMP"))
             for node in list(tree.find_all(exp.CurrentDate)):
                 node.replace(exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d")), "DATE"))
         _ensure_gs_op(tree)

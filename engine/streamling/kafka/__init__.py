@@ -1,0 +1,1 @@
+"""Kafka plumbing shared by the Kafka source and sink: client configuration, Avro and positions."""

@@ -1,0 +1,323 @@
+"""Avro ↔ Spark/Arrow: schema mapping, Confluent-framed decoding into Arrow, and encoding for the sink.
+
+Decoding is the hot path of the Kafka source. Each payload goes through fastavro's C reader once, the
+rows become an Arrow batch in one ``from_pylist`` call, and top-level decimals (the costly logical
+type) are read as raw bytes and converted to ``decimal128`` with numpy, not one Python Decimal per value.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
+
+from streamling.errors import StreamlingError
+
+WIDE_DECIMAL_KEY = "streamling.type"
+"""Field metadata carrying ``decimal(p,s)`` for decimals wider than Spark's 38 digits (kept as exact strings)."""
+
+_PRIMITIVES: dict[str, T.DataType] = {
+    "boolean": T.BooleanType(),
+    "int": T.IntegerType(),
+    "long": T.LongType(),
+    "float": T.FloatType(),
+    "double": T.DoubleType(),
+    "bytes": T.BinaryType(),
+    "string": T.StringType(),
+}
+_RAW_LOGICAL = {"time-millis", "time-micros"}  # read as their int/long: Spark has no time-of-day type
+
+
+def _non_null(schema: Any, where: str) -> tuple[Any, bool]:
+    if isinstance(schema, list):
+        members = [m for m in schema if m != "null"]
+        if len(members) != 1:
+            raise StreamlingError.user(f"Avro field '{where}': unions of {members} are not supported")
+        return members[0], len(members) < len(schema)
+    return schema, False
+
+
+def spark_field(name: str, schema: Any, where: str) -> T.StructField:
+    inner, nullable = _non_null(schema, where)
+    metadata: dict[str, str] = {}
+    dtype = _spark_type(inner, where, metadata)
+    return T.StructField(name, dtype, nullable, metadata or None)
+
+
+def _spark_type(schema: Any, where: str, metadata: dict[str, str]) -> T.DataType:
+    if isinstance(schema, str):
+        if schema in _PRIMITIVES:
+            return _PRIMITIVES[schema]
+        raise StreamlingError.user(f"Avro field '{where}': named type references ('{schema}') are not supported")
+    kind = schema.get("type")
+    logical = schema.get("logicalType")
+    if logical == "decimal":
+        precision, scale = int(schema["precision"]), int(schema.get("scale", 0))
+        if precision <= 38:
+            return T.DecimalType(precision, scale)
+        metadata[WIDE_DECIMAL_KEY] = f"decimal({precision},{scale})"
+        return T.StringType()
+    if logical in ("timestamp-millis", "timestamp-micros"):
+        return T.TimestampType()
+    if logical in ("local-timestamp-millis", "local-timestamp-micros"):
+        return T.TimestampNTZType()
+    if logical == "date":
+        return T.DateType()
+    if logical == "uuid":
+        return T.StringType()
+    if kind == "record":
+        return T.StructType([spark_field(f["name"], f["type"], f"{where}.{f['name']}") for f in schema["fields"]])
+    if kind == "array":
+        item, nullable = _non_null(schema["items"], f"{where}[]")
+        return T.ArrayType(_spark_type(item, f"{where}[]", {}), nullable)
+    if kind == "map":
+        value, nullable = _non_null(schema["values"], f"{where}{{}}")
+        return T.MapType(T.StringType(), _spark_type(value, f"{where}{{}}", {}), nullable)
+    if kind == "enum":
+        return T.StringType()
+    if kind == "fixed":
+        return T.BinaryType()
+    if isinstance(kind, str | list | dict):
+        return _spark_type(kind, where, metadata)
+    raise StreamlingError.user(f"Avro field '{where}': unsupported schema {json.dumps(schema)}")
+
+
+def record_fields(schema: Mapping[str, Any], subject: str) -> list[dict[str, Any]]:
+    if schema.get("type") != "record":
+        raise StreamlingError.user(f"schema of subject '{subject}' must be an Avro record")
+    return list(schema["fields"])
+
+
+def spark_schema(schema: Mapping[str, Any], subject: str) -> T.StructType:
+    return T.StructType([spark_field(f["name"], f["type"], f["name"]) for f in record_fields(schema, subject)])
+
+
+def _strip(schema: Any, top_level_decimals: set[str] | None, depth: int = 0, field: str | None = None) -> Any:
+    """Drop logical types that are decoded outside fastavro: time-* (kept raw) and top-level decimals."""
+    if isinstance(schema, list):
+        return [_strip(m, top_level_decimals, depth, field) for m in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    logical = out.get("logicalType")
+    if logical in _RAW_LOGICAL or (
+        logical == "decimal" and depth == 1 and top_level_decimals is not None and field in top_level_decimals
+    ):
+        out.pop("logicalType")
+    if out.get("type") == "record":
+        out["fields"] = [
+            {**f, "type": _strip(f["type"], top_level_decimals, depth + 1, f["name"])} for f in out["fields"]
+        ]
+    elif out.get("type") == "array":
+        out["items"] = _strip(out["items"], top_level_decimals, depth + 1)
+    elif out.get("type") == "map":
+        out["values"] = _strip(out["values"], top_level_decimals, depth + 1)
+    return out
+
+
+def decimal128_from_bytes(values: pa.Array, precision: int, scale: int) -> pa.Array:
+    """Big-endian two's-complement byte strings (Avro decimals) → decimal128, vectorised with numpy."""
+    values = values.cast(pa.binary())
+    n = len(values)
+    _, offsets_buf, data_buf = values.buffers()
+    validity = pc.is_valid(values).buffers()[1] if values.null_count else None
+    offsets = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1, offset=values.offset * 4)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    lengths = np.diff(offsets)
+    if len(lengths) and lengths.max(initial=0) > 16:
+        raise StreamlingError.user(f"decimal({precision},{scale}) value longer than 16 bytes")
+    out = np.zeros((n, 16), dtype=np.uint8)
+    nonempty = lengths > 0
+    negative = np.zeros(n, dtype=bool)
+    negative[nonempty] = data[offsets[:-1][nonempty]] >= 0x80
+    out[negative] = 0xFF
+    total = int(lengths.sum())
+    if total:
+        rows = np.repeat(np.arange(n), lengths)
+        starts = np.repeat(offsets[:-1], lengths)
+        cols = 16 - np.repeat(lengths, lengths) + (np.arange(offsets[0], offsets[0] + total) - starts)
+        out[rows, cols] = data[offsets[0] : offsets[0] + total]
+    little = np.ascontiguousarray(out[:, ::-1])
+    buffers = [validity, pa.py_buffer(little.tobytes())]
+    return pa.Array.from_buffers(pa.decimal128(precision, scale), n, buffers, null_count=values.null_count)
+
+
+def wide_decimal_strings(values: pa.Array, scale: int) -> pa.Array:
+    """Decimals wider than 38 digits as exact strings (never exponent notation)."""
+    out = []
+    for raw in values.cast(pa.binary()).to_pylist():
+        if raw is None:
+            out.append(None)
+            continue
+        out.append(exact_decimal(int.from_bytes(raw, "big", signed=True), scale))
+    return pa.array(out, pa.string())
+
+
+def exact_decimal(unscaled: int, scale: int) -> str:
+    """``unscaled * 10**-scale`` as a plain decimal string, exact at any precision."""
+    digits = str(abs(unscaled))
+    if scale > 0:
+        digits = digits.rjust(scale + 1, "0")
+        digits = f"{digits[:-scale]}.{digits[-scale:]}"
+    return f"-{digits}" if unscaled < 0 else digits
+
+
+@dataclass
+class Framed:
+    """One message's payload plus where it came from, for error messages."""
+
+    payload: bytes | None
+    partition: int
+    offset: int
+
+
+class AvroDecoder:
+    """Decodes Confluent-framed payloads (magic byte 0, 4-byte schema id) against one reader schema."""
+
+    def __init__(
+        self,
+        reader_schema: Mapping[str, Any],
+        reader_version: int,
+        subject: str,
+        topic: str,
+        fetch_writer: Callable[[int], tuple[str, list[tuple[str, int]]]],
+        validate_ordering: bool = True,
+    ) -> None:
+        import fastavro
+
+        self._fastavro = fastavro
+        self.subject = subject
+        self.topic = topic
+        self.reader_version = reader_version
+        self.validate_ordering = validate_ordering
+        self.fetch_writer = fetch_writer
+        fields = record_fields(reader_schema, subject)
+        self.decimals: dict[str, tuple[int, int]] = {}
+        for f in fields:
+            inner, _ = _non_null(f["type"], f["name"])
+            if isinstance(inner, dict) and inner.get("logicalType") == "decimal":
+                self.decimals[f["name"]] = (int(inner["precision"]), int(inner.get("scale", 0)))
+        self.columns = spark_schema(reader_schema, subject)
+        self.reader = fastavro.parse_schema(_strip(copy.deepcopy(dict(reader_schema)), set(self.decimals)))
+        raw_fields = []
+        for field in self.columns.fields:
+            if field.name in self.decimals:
+                raw_fields.append(pa.field(field.name, pa.binary(), field.nullable))
+            else:
+                from pyspark.sql.pandas.types import to_arrow_type
+
+                raw_fields.append(pa.field(field.name, to_arrow_type(field.dataType, timezone="UTC"), field.nullable))
+        self.raw_schema = pa.schema(raw_fields)
+        self._writers: dict[int, Any] = {}
+
+    def _writer(self, schema_id: int, where: str) -> Any:
+        writer = self._writers.get(schema_id)
+        if writer is None:
+            schema_str, versions = self.fetch_writer(schema_id)
+            own = [v for s, v in versions if s == self.subject]
+            if self.validate_ordering and own and min(own) > self.reader_version:
+                raise StreamlingError.user(
+                    f"{where} was written with schema id {schema_id} (version {min(own)} of subject "
+                    f"'{self.subject}'), newer than the reader schema (version {self.reader_version}) captured at "
+                    "start; restart the pipeline to read with the new schema, or set "
+                    "validate_writer_schema_ordering: false"
+                )
+            writer = self._fastavro.parse_schema(_strip(json.loads(schema_str), set(self.decimals)))
+            self._writers[schema_id] = writer
+        return writer
+
+    def decode(self, messages: Sequence[Framed]) -> pa.RecordBatch:
+        read = self._fastavro.schemaless_reader
+        rows = []
+        for m in messages:
+            payload = m.payload
+            if not payload:
+                raise StreamlingError.user(
+                    f"{self._where(m)} has an empty payload (tombstone); Avro records are required"
+                )
+            if len(payload) < 5 or payload[0] != 0:
+                raise StreamlingError.user(
+                    f"{self._where(m)} is not Confluent-framed Avro (expected magic byte 0 and a 4-byte schema id)"
+                )
+            schema_id = int.from_bytes(payload[1:5], "big")
+            writer = self._writers.get(schema_id) or self._writer(schema_id, self._where(m))
+            try:
+                rows.append(read(io.BytesIO(payload[5:]), writer, self.reader))
+            except Exception as exc:
+                raise StreamlingError.user(f"{self._where(m)}: cannot decode Avro: {exc}") from None
+        batch = pa.RecordBatch.from_pylist(rows, schema=self.raw_schema)
+        if not self.decimals:
+            return batch
+        arrays = []
+        for field, column in zip(self.columns.fields, batch.columns, strict=True):
+            if field.name in self.decimals:
+                precision, scale = self.decimals[field.name]
+                column = (
+                    decimal128_from_bytes(column, precision, scale)
+                    if precision <= 38
+                    else wide_decimal_strings(column, scale)
+                )
+            arrays.append(column)
+        return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+    def _where(self, m: Framed) -> str:
+        return f"message at topic '{self.topic}' partition {m.partition} offset {m.offset}"
+
+
+def avro_schema_for(schema: T.StructType, name: str) -> dict[str, Any]:
+    """An Avro record schema for a Spark schema (the Kafka sink registers it); every field nullable."""
+
+    def avro_type(dtype: T.DataType, field: str) -> Any:
+        if isinstance(dtype, T.BooleanType):
+            return "boolean"
+        if isinstance(dtype, T.ByteType | T.ShortType | T.IntegerType):
+            return "int"
+        if isinstance(dtype, T.LongType):
+            return "long"
+        if isinstance(dtype, T.FloatType):
+            return "float"
+        if isinstance(dtype, T.DoubleType):
+            return "double"
+        if isinstance(dtype, T.StringType):
+            return "string"
+        if isinstance(dtype, T.BinaryType):
+            return "bytes"
+        if isinstance(dtype, T.DecimalType):
+            return {"type": "bytes", "logicalType": "decimal", "precision": dtype.precision, "scale": dtype.scale}
+        if isinstance(dtype, T.TimestampType):
+            return {"type": "long", "logicalType": "timestamp-micros"}
+        if isinstance(dtype, T.TimestampNTZType):
+            return {"type": "long", "logicalType": "local-timestamp-micros"}
+        if isinstance(dtype, T.DateType):
+            return {"type": "int", "logicalType": "date"}
+        if isinstance(dtype, T.ArrayType):
+            return {"type": "array", "items": ["null", avro_type(dtype.elementType, field)]}
+        if isinstance(dtype, T.MapType):
+            return {"type": "map", "values": ["null", avro_type(dtype.valueType, field)]}
+        if isinstance(dtype, T.StructType):
+            return {
+                "type": "record",
+                "name": f"{name}_{field}".replace(".", "_"),
+                "fields": [
+                    {"name": f.name, "type": ["null", avro_type(f.dataType, f"{field}_{f.name}")], "default": None}
+                    for f in dtype.fields
+                ],
+            }
+        raise StreamlingError.user(f"column '{field}' of type {dtype.simpleString()} cannot be written as Avro")
+
+    safe = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+    return {
+        "type": "record",
+        "name": safe if safe[:1].isalpha() else f"r_{safe}",
+        "fields": [
+            {"name": f.name, "type": ["null", avro_type(f.dataType, f.name)], "default": None} for f in schema.fields
+        ],
+    }

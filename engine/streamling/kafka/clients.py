@@ -1,0 +1,72 @@
+"""Client configuration for confluent-kafka and the Schema Registry.
+
+Connection settings travel to Spark executors as data-source options, so they are flattened into a
+string map here. Secret values use option keys containing ``password``: Spark redacts those in plans
+and logs (``spark.redaction.regex``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from streamling.config.model import KafkaConnectionSettings, KafkaSourceSettings
+
+_REGISTRIES: dict[tuple, Any] = {}
+_LOCK = threading.Lock()
+
+
+def connection_options(settings: KafkaConnectionSettings) -> dict[str, str]:
+    opts = {
+        "kafka_brokers": settings.brokers,
+        "kafka_security_protocol": settings.security_protocol,
+        "registry_url": settings.schema_registry_url,
+    }
+    optional = {
+        "kafka_sasl_mechanism": settings.sasl_mechanism,
+        "kafka_sasl_username": settings.sasl_username,
+        "kafka_sasl_password": settings.sasl_password.get_secret_value() if settings.sasl_password else None,
+        "registry_username": settings.schema_registry_username,
+        "registry_password": (
+            settings.schema_registry_password.get_secret_value() if settings.schema_registry_password else None
+        ),
+        "kafka_client_id": settings.client_id,
+    }
+    if isinstance(settings, KafkaSourceSettings):
+        optional["kafka_group_id"] = settings.consumer_group_id
+    opts.update({k: v for k, v in optional.items() if v})
+    return opts
+
+
+def kafka_config(options: Mapping[str, str], **extra: Any) -> dict[str, Any]:
+    """librdkafka configuration from connection options."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": options["kafka_brokers"],
+        "security.protocol": options.get("kafka_security_protocol", "plaintext"),
+    }
+    if "sasl" in config["security.protocol"]:
+        for key in ("mechanism", "username", "password"):
+            value = options.get(f"kafka_sasl_{key}")
+            if value:
+                config[f"sasl.{key}"] = value
+    if options.get("kafka_client_id"):
+        config["client.id"] = options["kafka_client_id"]
+    config.update(extra)
+    return config
+
+
+def registry(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
+    """One Schema Registry client per process and connection (it caches schemas by id)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    key = (options["registry_url"], options.get("registry_username"), options.get("registry_password"))
+    with _LOCK:
+        client = _REGISTRIES.get(key)
+        if client is None:
+            conf: dict[str, Any] = {"url": options["registry_url"]}
+            if options.get("registry_username"):
+                conf["basic.auth.user.info"] = f"{options['registry_username']}:{options.get('registry_password', '')}"
+            client = SchemaRegistryClient(conf)
+            _REGISTRIES[key] = client
+        return client

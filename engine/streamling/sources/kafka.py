@@ -1,0 +1,547 @@
+"""The Kafka source: a Spark Python Data Source over confluent-kafka, Avro (Schema Registry) or JSON.
+
+Each epoch reads a fixed ``[start, end)`` offset range per partition, so a replayed epoch reads the same
+records. Ranges are split into Spark input partitions (per Kafka partition, and further when one
+partition holds a large range) and read in parallel by executors that keep their consumers between
+epochs. Positions are committed by the runtime to the state backend under
+``<source>:<topic>:<partition>`` and, when a group is configured, to the consumer group.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Literal
+
+import pyarrow as pa
+from pydantic import Field, PositiveInt, field_validator, model_validator
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from streamling.errors import StreamlingError
+from streamling.kafka.avro import AvroDecoder, Framed
+from streamling.kafka.avro import spark_schema as avro_spark_schema
+from streamling.kafka.clients import connection_options, kafka_config, registry
+from streamling.operators import RunContext, Source
+from streamling.plugins.registry import operator
+from streamling.sources.pacing import Pacer
+from streamling.state import StateBackend
+from streamling.topology.spec import SourceSpec
+from streamling.types import GS_OP, parse_type
+
+log = logging.getLogger("streamling.kafka")
+
+METADATA_COLUMNS = T.StructType(
+    [
+        T.StructField("_partition", T.IntegerType(), False),
+        T.StructField("_offset", T.LongType(), False),
+        T.StructField("_timestamp", T.TimestampType(), True),
+    ]
+)
+DBZ_OPS = {b"c": "i", b"r": "i", b"u": "u", b"d": "d"}
+MIN_ROWS_PER_TASK = 20_000
+READ_STALL_TIMEOUT_SEC = 60.0
+PARTITION_REFRESH_SEC = 10.0
+
+
+class KafkaSourceSpec(SourceSpec):
+    type: Literal["kafka"]
+    identity_labels: ClassVar[tuple[str, ...]] = ("topic",)
+    topic: str = Field(min_length=1)
+    data_format: Literal["avro", "json"] = "avro"
+    schema_: dict[str, str] | None = Field(default=None, alias="schema")
+    starting_offsets: str = "earliest"
+    filter: str | None = None
+    include_metadata: bool = False
+    validate_writer_schema_ordering: bool = True
+    record_batch_size: PositiveInt | None = None
+
+    @field_validator("starting_offsets", mode="before")
+    @classmethod
+    def _offsets(cls, value: object) -> object:
+        text = str(value).strip().lower() if value is not None else value
+        if isinstance(text, str) and (text in ("earliest", "latest") or text.isdigit()):
+            return text
+        raise ValueError("must be 'earliest', 'latest' or a timestamp in epoch milliseconds")
+
+    @field_validator("schema_")
+    @classmethod
+    def _types(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for type_text in (value or {}).values():
+            parse_type(type_text)
+        return value
+
+    @model_validator(mode="after")
+    def _schema_matches_format(self) -> KafkaSourceSpec:
+        if self.data_format == "json" and not self.schema_:
+            raise ValueError("data_format 'json' requires 'schema' (column: type)")
+        if self.data_format == "avro" and self.schema_:
+            raise ValueError("data_format 'avro' takes its schema from the Schema Registry; remove 'schema'")
+        return self
+
+
+def subject_of(topic: str) -> str:
+    return f"{topic}-value"
+
+
+# ---------------------------------------------------------------- shared by driver and reader processes
+
+
+def _consumer(options: Mapping[str, str], purpose: str):  # type: ignore[no-untyped-def]
+    from confluent_kafka import Consumer
+
+    group = options.get("kafka_group_id") or f"streamling-{options['app']}"
+    return Consumer(
+        kafka_config(
+            options,
+            **{
+                "group.id": f"{group}-{options['source']}" if options.get("kafka_group_id") else group,
+                "enable.auto.commit": False,
+                "enable.partition.eof": purpose == "read",
+                "auto.offset.reset": "earliest",
+                "fetch.max.bytes": 64 * 1024 * 1024,
+                "queued.max.messages.kbytes": 256 * 1024,
+                "session.timeout.ms": 45000,
+            },
+        )
+    )
+
+
+def list_partitions(consumer, topic: str) -> list[int]:  # type: ignore[no-untyped-def]
+    metadata = consumer.list_topics(topic, timeout=10)
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None:
+        reason = info.error.str() if info is not None and info.error is not None else "not found"
+        raise StreamlingError.retry(f"topic '{topic}' is not available: {reason}")
+    return sorted(info.partitions)
+
+
+def initial_offsets(consumer, topic: str, partitions: list[int], starting: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """Offsets for `starting_offsets`: earliest, latest, or the first record at/after an epoch-ms."""
+    from confluent_kafka import TopicPartition
+
+    out: dict[str, int] = {}
+    if starting.isdigit():
+        asked = [TopicPartition(topic, p, int(starting)) for p in partitions]
+        for tp in consumer.offsets_for_times(asked, timeout=10):
+            out[str(tp.partition)] = (
+                tp.offset
+                if tp.offset >= 0
+                else consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10, cached=False)[1]
+            )
+        return out
+    for p in partitions:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+        out[str(p)] = low if starting == "earliest" else high
+    return out
+
+
+# ---------------------------------------------------------------- Spark data source (reader side)
+
+
+class _Range(InputPartition):
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+_READERS: dict[str, Any] = {}
+_READERS_LOCK = threading.Lock()
+
+
+def _reader_consumer(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
+    """One consumer per Python worker and source, reused across epochs."""
+    key = json.dumps({k: v for k, v in options.items() if k.startswith(("kafka_", "app", "source"))}, sort_keys=True)
+    with _READERS_LOCK:
+        consumer = _READERS.get(key)
+        if consumer is None:
+            consumer = _consumer(options, "read")
+            _READERS[key] = consumer
+        return consumer
+
+
+_DECODERS: dict[str, AvroDecoder] = {}
+
+
+def _decoder(options: Mapping[str, str]) -> AvroDecoder:
+    key = options["reader_schema_id"] + "/" + options["topic"] + "/" + options["source"]
+    decoder = _DECODERS.get(key)
+    if decoder is None:
+        client = registry(options)
+        subject = subject_of(options["topic"])
+
+        def fetch_writer(schema_id: int) -> tuple[str, list[tuple[str, int]]]:
+            try:
+                schema = client.get_schema(schema_id)
+                versions = [(v.subject, v.version) for v in client.get_schema_versions(schema_id)]
+            except Exception as exc:
+                raise StreamlingError.retry(
+                    f"failed to fetch schema id {schema_id} from the Schema Registry: {exc}"
+                ) from None
+            return schema.schema_str, versions
+
+        decoder = AvroDecoder(
+            json.loads(options["reader_schema"]),
+            int(options["reader_schema_version"]),
+            subject,
+            options["topic"],
+            fetch_writer,
+            validate_ordering=options.get("validate_writer_schema_ordering", "true") == "true",
+        )
+        _DECODERS[key] = decoder
+    return decoder
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    def __init__(self, options: Mapping[str, str], schema: T.StructType) -> None:
+        self.options = dict(options)
+        self.topic = options["topic"]
+        self.start = {k: int(v) for k, v in json.loads(options["start"]).items()}
+        self.parallelism = max(1, int(options.get("parallelism", "1")))
+        self.batch_rows = int(options["batch_rows"])
+        self.pacer = Pacer.from_options(self.options)
+        self.schema = schema
+        self._consumer = None
+        self._partitions: list[int] = []
+        self._partitions_at = 0.0
+
+    # Driver side (the streaming source runner): offsets and planning.
+    def _admin(self):  # type: ignore[no-untyped-def]
+        if self._consumer is None:
+            self._consumer = _consumer(self.options, "plan")
+        return self._consumer
+
+    def initialOffset(self) -> dict:
+        return {k: v for k, v in self.start.items()}
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        from confluent_kafka import TopicPartition
+
+        consumer = self._admin()
+        now = time.monotonic()
+        if now - self._partitions_at > PARTITION_REFRESH_SEC:
+            self._partitions = list_partitions(consumer, self.topic)
+            self._partitions_at = now
+        current = {k: int(v) for k, v in start.items()}
+        new = [p for p in self._partitions if str(p) not in current]
+        if new:  # appear in this epoch's end at their starting offset; read from the next epoch on
+            current.update(initial_offsets(consumer, self.topic, new, self.options["starting_offsets"]))
+            return current
+        pending: dict[str, int] = {}
+        for key, offset in current.items():
+            high = consumer.get_watermark_offsets(TopicPartition(self.topic, int(key)), timeout=10, cached=False)[1]
+            if high > offset:
+                pending[key] = high - offset
+        take = self.pacer.take(sum(pending.values()), limit=getattr(limit, "max_rows", None))
+        return {k: v + share for k, v, share in _allocate(current, pending, take)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        ranges = [(int(k), int(start.get(k, v)), int(v)) for k, v in end.items() if int(v) > int(start.get(k, v))]
+        if not ranges:
+            return []
+        per_partition = max(1, math.ceil(self.parallelism / len(ranges)))
+        out: list[InputPartition] = []
+        for p, lo, hi in ranges:
+            pieces = max(1, min(per_partition, (hi - lo) // MIN_ROWS_PER_TASK))
+            bounds = [lo + (hi - lo) * i // pieces for i in range(pieces + 1)]
+            out += [_Range(p, a, b) for a, b in itertools.pairwise(bounds) if b > a]
+        return out
+
+    # Executor side: reading one range.
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Range)
+        from confluent_kafka import KafkaError, TopicPartition
+
+        consumer = _reader_consumer(self.options)
+        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        consumer.assign([TopicPartition(self.topic, partition.partition, partition.start)])
+        try:
+            position, pending = partition.start, []
+            last_progress = time.monotonic()
+            while position < partition.end:
+                messages = consumer.consume(min(self.batch_rows, partition.end - position, 10_000), timeout=1.0)
+                if not messages:
+                    if time.monotonic() - last_progress > READ_STALL_TIMEOUT_SEC:
+                        raise StreamlingError.retry(
+                            f"topic '{self.topic}' partition {partition.partition}: no records after offset "
+                            f"{position - 1} for {READ_STALL_TIMEOUT_SEC:.0f}s, expected up to {partition.end - 1}"
+                        )
+                    continue
+                last_progress = time.monotonic()
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            position = partition.end  # compacted or deleted tail: nothing more to read
+                            break
+                        raise StreamlingError.retry(
+                            f"topic '{self.topic}' partition {partition.partition}: {error.str()}"
+                        )
+                    offset = message.offset()
+                    if offset >= partition.end:
+                        position = partition.end
+                        break
+                    pending.append(message)
+                    position = offset + 1
+                if len(pending) >= self.batch_rows:
+                    yield self._to_batch(pending, partition.partition, arrow_schema)
+                    pending = []
+            if pending:
+                yield self._to_batch(pending, partition.partition, arrow_schema)
+        finally:
+            consumer.unassign()
+
+    def _to_batch(self, messages: list, partition: int, arrow_schema: pa.Schema) -> pa.RecordBatch:  # type: ignore[type-arg]
+        where = f"topic '{self.topic}' partition {partition}"
+        ops = []
+        for m in messages:
+            headers = m.headers()
+            op = "i"
+            if headers:
+                for key, value in headers:
+                    if key == "dbz.op":
+                        op = DBZ_OPS.get(value or b"")
+                        if op is None:
+                            raise StreamlingError.user(
+                                f"message at {where} offset {m.offset()} has an unknown dbz.op header "
+                                f"{(value or b'').decode('utf-8', 'replace')!r}; expected c, r, u or d"
+                            )
+            ops.append(op)
+        if self.options["data_format"] == "avro":
+            values = _decoder(self.options).decode([Framed(m.value(), partition, m.offset()) for m in messages])
+        else:
+            values = _decode_json(messages, where, arrow_schema, self.schema)
+        columns = list(values.columns)
+        names = list(values.schema.names)
+        if self.options.get("include_metadata") == "true":
+            columns += [
+                pa.array([partition] * len(messages), pa.int32()),
+                pa.array([m.offset() for m in messages], pa.int64()),
+                pa.array([m.timestamp()[1] * 1000 for m in messages], pa.int64()).cast(pa.timestamp("us", "UTC")),
+            ]
+            names += [f.name for f in METADATA_COLUMNS.fields]
+        columns.append(pa.array(ops, pa.string()))
+        names.append(GS_OP)
+        return (
+            pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
+            if names == arrow_schema.names
+            else (pa.RecordBatch.from_arrays(columns, names=names))
+        )
+
+    def commit(self, end: dict) -> None:
+        """Positions are committed by the runtime after every sink flushed, not here."""
+
+
+def _allocate(current: Mapping[str, int], pending: Mapping[str, int], take: int) -> Iterator[tuple[str, int, int]]:
+    """Share `take` rows across partitions in proportion to what each has pending."""
+    total = sum(pending.values())
+    shares = {k: (n * take // total if total else 0) for k, n in pending.items()}
+    left = take - sum(shares.values())
+    for k in sorted(pending, key=lambda k: pending[k] - shares[k], reverse=True):
+        if left <= 0:
+            break
+        if shares[k] < pending[k]:
+            shares[k] += 1
+            left -= 1
+    for k, offset in current.items():
+        yield k, offset, shares.get(k, 0)
+
+
+def _decode_json(messages: list, where: str, arrow_schema: pa.Schema, spark_schema: T.StructType) -> pa.RecordBatch:  # type: ignore[type-arg]
+    import pyarrow.json as pajson
+
+    value_fields = [f for f in arrow_schema if f.name != GS_OP and f.name not in METADATA_COLUMNS.fieldNames()]
+    value_schema = pa.schema(value_fields)
+    payloads = []
+    for m in messages:
+        payload = m.value()
+        if not payload:
+            raise StreamlingError.user(f"message at {where} offset {m.offset()} has an empty payload (tombstone)")
+        payloads.append(payload.replace(b"\n", b" ").replace(b"\r", b" "))
+    options = pajson.ParseOptions(explicit_schema=value_schema, unexpected_field_behavior="ignore")
+    try:
+        table = pajson.read_json(pa.py_buffer(b"\n".join(payloads)), parse_options=options)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        for m, payload in zip(messages, payloads, strict=True):
+            try:
+                pajson.read_json(pa.py_buffer(payload), parse_options=options)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                reason = str(exc).splitlines()[0]
+                raise StreamlingError.user(
+                    f"message at {where} offset {m.offset()} is not valid JSON for the declared schema: {reason}"
+                ) from None
+        raise
+    return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], value_schema)
+
+
+class KafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "streamling_kafka"
+
+    def schema(self) -> T.StructType:
+        return T.StructType.fromJson(json.loads(self.options["spark_schema"]))
+
+    def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(self.options, schema)
+
+
+# ---------------------------------------------------------------- the operator (driver)
+
+
+@operator("kafka", KafkaSourceSpec)
+class KafkaSource(Source[KafkaSourceSpec]):
+    data_source: ClassVar[type[DataSource]] = KafkaDataSource
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connection = connection_options(self.settings.kafka_source)
+        self._reader_schema: tuple[str, int, int] | None = None
+        self._consumer = None
+
+    @property
+    def label(self) -> str:
+        return f"kafka source '{self.name}'"
+
+    @property
+    def topic(self) -> str:
+        return self.spec.topic
+
+    def _options(self) -> dict[str, str]:
+        return {**self.connection, "app": self.settings.application_id, "source": self.name, "topic": self.topic}
+
+    def reader_schema(self) -> tuple[str, int, int]:
+        """The latest schema of ``<topic>-value`` as (schema, version, id), captured once per run."""
+        if self._reader_schema is None:
+            subject = subject_of(self.topic)
+            try:
+                latest = registry(self.connection).get_latest_version(subject)
+            except Exception as exc:
+                raise StreamlingError.user(
+                    f"{self.label}: failed to fetch the Avro schema of subject '{subject}' from the Schema Registry "
+                    f"at {self.connection['registry_url']}: {_first_line(exc)}"
+                ) from None
+            self._reader_schema = (latest.schema.schema_str, int(latest.version), int(latest.schema_id))
+        return self._reader_schema
+
+    def schema(self) -> T.StructType:
+        if self.spec.data_format == "avro":
+            values = avro_spark_schema(json.loads(self.reader_schema()[0]), subject_of(self.topic))
+        else:
+            values = T.StructType([T.StructField(c, parse_type(t), True) for c, t in (self.spec.schema_ or {}).items()])
+        fields = [f for f in values.fields if f.name != GS_OP]
+        if self.spec.include_metadata:
+            taken = {f.name for f in fields} & set(METADATA_COLUMNS.fieldNames())
+            if taken:
+                raise StreamlingError.user(f"{self.label}: include_metadata would shadow fields {sorted(taken)}")
+            fields += METADATA_COLUMNS.fields
+        return T.StructType([*fields, T.StructField(GS_OP, T.StringType(), False)])
+
+    def refine(self, df: DataFrame) -> DataFrame:
+        if not self.spec.filter:
+            return df
+        try:
+            return df.filter(F.expr(self.spec.filter))
+        except Exception as exc:
+            raise StreamlingError.user(
+                f"{self.label}: invalid filter {self.spec.filter!r}: {_first_line(exc)}"
+            ) from None
+
+    def _driver_consumer(self):  # type: ignore[no-untyped-def]
+        if self._consumer is None:
+            self._consumer = _consumer(self._options(), "plan")
+        return self._consumer
+
+    def initialize(self, ctx: RunContext) -> None:
+        list_partitions(self._driver_consumer(), self.topic)  # fail fast when the topic is missing
+
+    def load_position(self, state: StateBackend) -> dict[str, Any]:
+        """State backend offsets win, then the consumer group's, then `starting_offsets`."""
+        from confluent_kafka import TopicPartition
+
+        consumer = self._driver_consumer()
+        partitions = list_partitions(consumer, self.topic)
+        prefix = f"{self.name}:{self.topic}:"
+        saved = {k.removeprefix(prefix): int(v["offset"]) for k, v in state.items(prefix).items()}
+        position: dict[str, int] = {}
+        group: dict[str, int] = {}
+        if self.connection.get("kafka_group_id") and len(saved) < len(partitions):
+            asked = [TopicPartition(self.topic, p) for p in partitions]
+            group = {str(tp.partition): tp.offset for tp in consumer.committed(asked, timeout=10) if tp.offset >= 0}
+        missing = [p for p in partitions if str(p) not in saved and str(p) not in group]
+        fresh = initial_offsets(consumer, self.topic, missing, self.spec.starting_offsets) if missing else {}
+        for p in partitions:
+            key = str(p)
+            position[key] = saved.get(key, group.get(key, fresh.get(key, 0)))
+        origin = (
+            "state backend"
+            if saved
+            else "consumer group"
+            if group
+            else f"starting_offsets={self.spec.starting_offsets}"
+        )
+        log.info("%s resumes %s from %s (%s)", self.label, self.topic, position, origin)
+        return position
+
+    def position_entries(
+        self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
+    ) -> dict[str, dict[str, Any]]:
+        return {
+            f"{self.name}:{self.topic}:{p}": {"offset": int(offset), "updated_at": now_ms}
+            for p, offset in end.items()
+            if start.get(p) != offset
+        }
+
+    def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
+        return sum(int(v) - int(start.get(k, v)) for k, v in end.items())
+
+    def commit_checkpoint(self, epoch) -> None:  # type: ignore[no-untyped-def]
+        if not self.connection.get("kafka_group_id"):
+            return
+        from confluent_kafka import TopicPartition
+
+        changed = [TopicPartition(self.topic, int(p), int(o)) for p, o in epoch.end.items() if epoch.start.get(p) != o]
+        if changed:
+            self._driver_consumer().commit(offsets=changed, asynchronous=False)
+            log.debug("%s committed group offsets %s", self.label, {tp.partition: tp.offset for tp in changed})
+
+    def stream(self, spark: SparkSession, start: Mapping[str, Any]) -> DataFrame:
+        options = {
+            **self._options(),
+            "start": json.dumps({k: int(v) for k, v in start.items()}),
+            "starting_offsets": self.spec.starting_offsets,
+            "data_format": self.spec.data_format,
+            "include_metadata": str(self.spec.include_metadata).lower(),
+            "validate_writer_schema_ordering": str(self.spec.validate_writer_schema_ordering).lower(),
+            "spark_schema": self.schema().json(),
+            "parallelism": str(spark.sparkContext.defaultParallelism),
+            "batch_rows": str(min(self.spec.record_batch_size or self.settings.record_batch_size, 50_000)),
+            **Pacer.options(
+                self.spec.record_batch_size or self.settings.record_batch_size, self.settings.checkpoint_interval_sec
+            ),
+        }
+        if self.spec.data_format == "avro":
+            schema_str, version, schema_id = self.reader_schema()
+            options.update(
+                reader_schema=schema_str, reader_schema_version=str(version), reader_schema_id=str(schema_id)
+            )
+        return spark.readStream.format(KafkaDataSource.name()).options(**options).load()
+
+    def terminate(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
