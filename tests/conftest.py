@@ -83,6 +83,26 @@ def postgres_env() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="session")
+def kafka_env() -> Iterator[dict[str, str]]:
+    """A real Kafka-protocol broker (noida-db) and the local Confluent-API schema registry."""
+    registry = _service_env("registry")
+    broker = _service_env("kafka")
+    env = {**next(registry), **next(broker)}
+    yield env
+    for started in (broker, registry):
+        next(started, None)
+
+
+@pytest.fixture
+def kafka(kafka_env: dict[str, str]):
+    from tests.kafka_util import KafkaTestbed
+
+    bed = KafkaTestbed(kafka_env)
+    yield bed
+    bed.close()
+
+
+@pytest.fixture(scope="session")
 def spark_cluster_env() -> Iterator[dict[str, str]]:
     """A real standalone Spark cluster (master + worker) on loopback."""
     yield from _service_env("spark")

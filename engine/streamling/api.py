@@ -3,6 +3,7 @@ these functions and nothing below them."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -64,19 +65,25 @@ def prepare_pipeline(location: str | Path | None, settings: Settings, spark: Spa
     return plan
 
 
-def execute_plan(plan: Plan, settings: Settings, spark: SparkSession) -> RunSummary:
+def execute_plan(
+    plan: Plan, settings: Settings, spark: SparkSession, stop: threading.Event | None = None
+) -> RunSummary:
     with open_state_backend(settings.state_backend, settings.application_id) as state:
-        return PipelineRunner(plan, settings, spark, state).run()
+        return PipelineRunner(plan, settings, spark, state, stop=stop).run()
 
 
 def run_pipeline(
-    location: str | Path | None = None, settings: Settings | None = None, spark: SparkSession | None = None
+    location: str | Path | None = None,
+    settings: Settings | None = None,
+    spark: SparkSession | None = None,
+    stop: threading.Event | None = None,
 ) -> RunSummary:
-    """Run until stopped, or until every source is exhausted (always the case in job mode)."""
+    """Run until every source is exhausted (always the case in job mode), SIGTERM/SIGINT, or `stop` is set
+    (from any thread; the in-flight epoch then finishes and commits, as on SIGTERM)."""
     settings = settings or load_settings()
     resolve_location(location, settings)  # fail before starting Spark when nothing is given
     spark = spark or build_session(settings.spark)
-    return execute_plan(prepare_pipeline(location, settings, spark), settings, spark)
+    return execute_plan(prepare_pipeline(location, settings, spark), settings, spark, stop)
 
 
 def invalid_pipeline_message(path: Path, report: ValidationReport) -> str:

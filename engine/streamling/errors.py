@@ -8,6 +8,7 @@ as the logical path: ``kafka source 'x': failed to fetch schema: connection refu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -30,20 +31,30 @@ class StreamlingError(Exception):
 
     @classmethod
     def user(cls, message: str, cause: BaseException | None = None) -> StreamlingError:
-        return cls(message, user_facing=True, cause=cause)
+        return StreamlingUserError(message, user_facing=True, cause=cause)
 
     @classmethod
     def retry(cls, message: str, cause: BaseException | None = None) -> StreamlingError:
-        return cls(message, retriable=True, cause=cause)
+        return StreamlingRetriableError(message, retriable=True, cause=cause)
 
     def context(self, what: str) -> StreamlingError:
-        """Return the same error with `what` prepended; flags are preserved."""
-        err = StreamlingError(f"{what}: {self.message}", user_facing=self.user_facing, retriable=self.retriable)
+        """The same error (class and flags) with `what` prepended."""
+        err = type(self).__new__(type(self))
+        StreamlingError.__init__(err, f"{what}: {self.message}", user_facing=self.user_facing, retriable=self.retriable)
         err.__cause__ = self.__cause__
         return err
 
     def __str__(self) -> str:
         return self.message
+
+
+class StreamlingUserError(StreamlingError):
+    """A user-facing error. A class of its own so the flag survives the trip from a Spark task, where
+    only the traceback text of an exception reaches the driver."""
+
+
+class StreamlingRetriableError(StreamlingError):
+    """A retriable error; a class of its own for the same reason as StreamlingUserError."""
 
 
 class InvalidPipelineError(StreamlingError):
@@ -54,10 +65,30 @@ class InvalidPipelineError(StreamlingError):
         self.errors = errors
 
 
+_EMBEDDED = re.compile(r"streamling\.errors\.(StreamlingError|StreamlingUserError|StreamlingRetriableError): (.+)")
+
+
+def embedded_error(exc: BaseException) -> StreamlingError | None:
+    """The StreamlingError raised inside a Spark task, recovered from the driver-side exception text."""
+    found = _EMBEDDED.findall(str(exc))
+    if not found:
+        return None
+    kind, message = found[-1]
+    return StreamlingError(
+        message.strip(), user_facing=kind == "StreamlingUserError", retriable=kind == "StreamlingRetriableError"
+    )
+
+
 def wrap(exc: BaseException, what: str) -> StreamlingError:
-    """Attach `what` to any exception; foreign exceptions become internal, non-retriable errors."""
+    """Attach `what` to any exception; foreign exceptions become internal, non-retriable errors.
+
+    An error our own code raised inside a Spark task already names its node and record, so it is passed
+    on as it is rather than attributed to the operator whose action happened to run the task."""
     if isinstance(exc, StreamlingError):
         return exc.context(what)
+    inner = embedded_error(exc)
+    if inner is not None:
+        return inner
     text = str(exc).strip() or type(exc).__name__
     return StreamlingError(f"{what}: {text}", cause=exc)
 

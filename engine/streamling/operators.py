@@ -135,8 +135,10 @@ KS = TypeVar("KS", bound=SinkSpec)
 class Sink(Operator[KS]):
     kind: ClassVar[str] = "sink"
 
-    def check(self, schema: StructType) -> list[str]:
-        """Validation errors for an input of `schema`; must not touch the destination."""
+    def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
+        """Validation errors for an input of `schema` whose key is `primary_key` (the sink's own, else the
+        one inherited from upstream; empty when none resolves). Messages name the sink. Must not touch the
+        destination."""
         return []
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:

@@ -7,6 +7,7 @@ and logs (``spark.redaction.regex``).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -44,6 +45,7 @@ def kafka_config(options: Mapping[str, str], **extra: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": options["kafka_brokers"],
         "security.protocol": options.get("kafka_security_protocol", "plaintext"),
+        "logger": logging.getLogger("streamling.kafka.client"),  # librdkafka's own log lines, not raw stderr
     }
     if "sasl" in config["security.protocol"]:
         for key in ("mechanism", "username", "password"):

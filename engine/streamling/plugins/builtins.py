@@ -1,5 +1,7 @@
 """Importing this module registers every built-in operator type."""
 
 from streamling.sinks import blackhole, print_sink  # noqa: F401
-from streamling.sources import generator, kafka  # noqa: F401
+from streamling.sinks import kafka as kafka_sink  # noqa: F401
+from streamling.sources import generator  # noqa: F401
+from streamling.sources import kafka as kafka_source  # noqa: F401
 from streamling.transforms import sql  # noqa: F401

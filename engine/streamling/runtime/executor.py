@@ -181,14 +181,21 @@ class SourceQuery:
 
 
 class PipelineRunner:
-    def __init__(self, plan: Plan, settings: Settings, spark: SparkSession, state: StateBackend) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        settings: Settings,
+        spark: SparkSession,
+        state: StateBackend,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.plan = plan
         self.settings = settings
         self.spark = spark
         self.state = state
         self.summary = RunSummary()
         self.checkpoint_root = Path(settings.spark.checkpoint_root) / _safe(settings.application_id)
-        self._stop = threading.Event()
+        self._stop = stop or threading.Event()
         self._rows_lock = threading.Lock()
 
     def count_sink_rows(self, sink: str, rows: int) -> None:

@@ -36,6 +36,18 @@ class Plan:
     def sinks_of(self, source: str) -> list[str]:
         return [n for n in self.pipeline.downstream(source) if self.pipeline.nodes[n].kind == "sink"]
 
+    def primary_key_of(self, name: str) -> list[str]:
+        """A node's own primary key, else the nearest upstream one (first input first)."""
+        spec = self.pipeline.nodes[name].spec
+        own = spec.primary_key_columns() if hasattr(spec, "primary_key_columns") else []
+        if own:
+            return own
+        for parent in self.pipeline.inputs.get(name, []):
+            inherited = self.primary_key_of(parent)
+            if inherited:
+                return inherited
+        return []
+
     def analyze(self, spark: SparkSession) -> list[str]:
         """Compute every node's schema; returns user-facing errors (empty when the plan is sound)."""
         errors: list[str] = []
@@ -65,9 +77,9 @@ class Plan:
             inputs = {p: empty_frame(spark, self.schemas[p]) for p in parents}
             return op.apply(spark, inputs, None).schema
         if isinstance(op, Sink):
-            problems = op.check(self.schemas[parents[0]])
+            problems = op.check(self.schemas[parents[0]], self.primary_key_of(node.name))
             if problems:
-                raise StreamlingError.user("; ".join(f"{op.label}: {p}" for p in problems))
+                raise StreamlingError.user("; ".join(problems))
         return None
 
     def evaluate(self, spark: SparkSession, source: str, batch: DataFrame, epoch: Epoch) -> dict[str, DataFrame]:

@@ -116,7 +116,12 @@ def _consumer(options: Mapping[str, str], purpose: str):  # type: ignore[no-unty
 
 
 def list_partitions(consumer, topic: str) -> list[int]:  # type: ignore[no-untyped-def]
-    metadata = consumer.list_topics(topic, timeout=10)
+    from confluent_kafka import KafkaException
+
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+    except KafkaException as exc:
+        raise StreamlingError.retry(f"cannot read metadata of topic '{topic}': {exc.args[0].str()}") from None
     info = metadata.topics.get(topic)
     if info is None or info.error is not None:
         reason = info.error.str() if info is not None and info.error is not None else "not found"
@@ -301,6 +306,12 @@ class KafkaStreamReader(DataSourceStreamReader):
             consumer.unassign()
 
     def _to_batch(self, messages: list, partition: int, arrow_schema: pa.Schema) -> pa.RecordBatch:  # type: ignore[type-arg]
+        try:
+            return self._convert(messages, partition, arrow_schema)
+        except StreamlingError as exc:
+            raise exc.context(f"kafka source '{self.options['source']}'") from None
+
+    def _convert(self, messages: list, partition: int, arrow_schema: pa.Schema) -> pa.RecordBatch:  # type: ignore[type-arg]
         where = f"topic '{self.topic}' partition {partition}"
         ops = []
         for m in messages:

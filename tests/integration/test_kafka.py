@@ -1,0 +1,359 @@
+"""Kafka source and sink against a real Kafka-protocol broker and a real schema registry (no mocks)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+
+from streamling.errors import StreamlingError
+from streamling.state.sqlite import SqliteStateBackend
+from tests.integration.collect_sink import COLLECTED
+from tests.integration.streaming import Background
+
+pytestmark = pytest.mark.integration
+
+TX_SCHEMA = {
+    "type": "record",
+    "name": "Tx",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "user_id", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 4}},
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "tags", "type": {"type": "array", "items": "string"}, "default": []},
+    ],
+}
+
+
+def tx(i: int) -> dict:
+    return {
+        "id": i,
+        "user_id": f"u{i % 7}",
+        "amount": i * 1.5,
+        "price": Decimal(f"{i}.{i % 10000:04d}"),
+        "ts": datetime.fromtimestamp(1_700_000_000 + i, tz=UTC),
+        "note": None if i % 2 else f"n{i}",
+        "tags": [f"t{i % 3}"],
+    }
+
+
+def settings_for(make_settings, kafka, **extra):
+    return make_settings(environ=kafka.env, **extra)
+
+
+def rows_of(key: str) -> list[dict]:
+    return [row for _, row in COLLECTED.get(key, [])]
+
+
+def state_offsets(tmp_path, source: str, topic: str, app: str = "local_app_v1") -> dict[int, int]:
+    with SqliteStateBackend(app, str(tmp_path / "state.db")) as state:
+        prefix = f"{source}:{topic}:"
+        return {int(k.removeprefix(prefix)): v["offset"] for k, v in state.items(prefix).items()}
+
+
+def test_avro_records_arrive_typed_with_positions_committed(spark, make_settings, write_pipeline, kafka, tmp_path):
+    topic = kafka.topic("avro")
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(100)])
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {topic}, primary_key: id}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """)
+    run = Background(path, settings_for(make_settings, kafka), spark)
+    run.wait_until(lambda: len(rows_of(key)) >= 100)
+    summary = run.finish()
+    rows = sorted(rows_of(key), key=lambda r: r["id"])
+    assert [r["id"] for r in rows] == list(range(100))
+    assert rows[7] == {**tx(7), "_gs_op": "i"}
+    assert rows[8]["price"] == Decimal("8.0008") and rows[8]["note"] == "n8" and rows[8]["tags"] == ["t2"]
+    assert state_offsets(tmp_path, "src", topic) == {0: 25, 1: 25, 2: 25, 3: 25}
+    assert summary.sources["src"].rows_in == 100
+
+
+def test_json_with_declared_schema_projects_columns(spark, make_settings, write_pipeline, kafka):
+    topic = kafka.topic("json")
+    kafka.produce_json(
+        topic,
+        [
+            {"id": i, "name": f"n{i}", "at": "2025-03-01T10:00:00Z", "ignored": {"x": i}, "amount": i / 4}
+            for i in range(40)
+        ],
+    )
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          src:
+            type: kafka
+            topic: {topic}
+            data_format: json
+            schema: {{id: bigint, amount: double, at: timestamp}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """)
+    run = Background(path, settings_for(make_settings, kafka), spark)
+    run.wait_until(lambda: len(rows_of(key)) >= 40)
+    run.finish()
+    rows = sorted(rows_of(key), key=lambda r: r["id"])
+    assert rows[5] == {"id": 5, "amount": 1.25, "at": datetime(2025, 3, 1, 10, tzinfo=UTC), "_gs_op": "i"}
+
+
+def test_starting_offsets_by_timestamp_and_source_filter(spark, make_settings, write_pipeline, kafka):
+    topic = kafka.topic("ts")
+    now_ms = int(time.time() * 1000)
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(40)], timestamp_ms=now_ms - 60_000)
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(40, 80)], timestamp_ms=now_ms)
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          src:
+            type: kafka
+            topic: {topic}
+            starting_offsets: {now_ms - 30_000}
+            filter: amount >= 90 AND user_id <> 'u0'
+            include_metadata: true
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """)
+    expected = [i for i in range(40, 80) if i * 1.5 >= 90 and i % 7 != 0]
+    run = Background(path, settings_for(make_settings, kafka), spark)
+    run.wait_until(lambda: len(rows_of(key)) >= len(expected))
+    time.sleep(1)  # nothing else may arrive
+    run.finish()
+    rows = rows_of(key)
+    assert sorted(r["id"] for r in rows) == expected
+    assert all(r["_timestamp"] == datetime.fromtimestamp(now_ms / 1000, tz=UTC) for r in rows)
+    assert {r["_partition"] for r in rows} == {0, 1, 2, 3}
+    assert all(r["_offset"] >= 10 for r in rows)  # the first 10 per partition were older
+
+
+def test_dbz_op_header_mapping(spark, make_settings, write_pipeline, kafka):
+    topic = kafka.topic("ops")
+    ops = [b"c", b"r", b"u", b"d", None]
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(5)], ops=ops, partition_of=lambda i: 0)
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {topic}}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """)
+    run = Background(path, settings_for(make_settings, kafka), spark)
+    run.wait_until(lambda: len(rows_of(key)) >= 5)
+    run.finish()
+    assert [(r["id"], r["_gs_op"]) for r in sorted(rows_of(key), key=lambda r: r["id"])] == [
+        (0, "i"), (1, "i"), (2, "u"), (3, "d"), (4, "i"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (
+            {"value": b"not avro at all", "headers": [("dbz.op", b"c")]},
+            "kafka source 'src': message at topic '{topic}' partition 2 offset 3 is not Confluent-framed Avro "
+            "(expected magic byte 0 and a 4-byte schema id)",
+        ),
+        (
+            {"value": "VALID", "headers": [("dbz.op", b"x")]},
+            "kafka source 'src': message at topic '{topic}' partition 2 offset 3 has an unknown dbz.op header 'x'; "
+            "expected c, r, u or d",
+        ),
+        (
+            {"value": None, "headers": None},
+            "kafka source 'src': message at topic '{topic}' partition 2 offset 3 has an empty payload (tombstone); "
+            "Avro records are required",
+        ),
+    ],
+)
+def test_bad_input_stops_pipeline_without_committing_it(
+    spark, make_settings, write_pipeline, kafka, tmp_path, bad, message
+):
+    topic = kafka.topic("bad", partitions=3)
+    schema_id = kafka.register(topic, TX_SCHEMA)
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(9)], schema_id=schema_id, partition_of=lambda i: i % 3)
+    value = bad["value"]
+    if value == "VALID":
+        import io
+
+        import fastavro
+
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(TX_SCHEMA), tx(99))
+        value = b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+    kafka.send(topic, value, headers=bad["headers"], partition=2)
+    kafka.produce_avro(
+        topic, TX_SCHEMA, [tx(i) for i in range(100, 103)], schema_id=schema_id, partition_of=lambda i: 2
+    )
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {topic}}}
+        sinks:
+          out: {{type: blackhole, from: src}}
+        """)
+    with pytest.raises(StreamlingError) as info:
+        from streamling import run_pipeline
+
+        run_pipeline(path, settings_for(make_settings, kafka), spark)
+    assert str(info.value) == message.format(topic=topic)
+    assert state_offsets(tmp_path, "src", topic).get(2, 0) <= 3  # never committed past the bad record
+
+
+def test_schema_evolution_added_field_reads_all_rows(spark, make_settings, write_pipeline, kafka):
+    topic = kafka.topic("evo")
+    v2 = {**TX_SCHEMA, "fields": [*TX_SCHEMA["fields"], {"name": "channel", "type": "string", "default": "web"}]}
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(10)])
+    kafka.produce_avro(topic, v2, [{**tx(i), "channel": "app"} for i in range(10, 20)])
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {topic}}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """)
+    run = Background(path, settings_for(make_settings, kafka), spark)
+    run.wait_until(lambda: len(rows_of(key)) >= 20)
+    run.finish()
+    channels = {r["id"]: r["channel"] for r in rows_of(key)}
+    assert channels == {**{i: "web" for i in range(10)}, **{i: "app" for i in range(10, 20)}}
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_writer_schema_newer_than_reader(spark, make_settings, write_pipeline, kafka, validate):
+    topic = kafka.topic("ahead", partitions=1)
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(5)], partition_of=lambda i: 0)
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {topic}, validate_writer_schema_ordering: {str(validate).lower()}}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """)
+    run = Background(path, settings_for(make_settings, kafka), spark)
+    run.wait_until(lambda: len(rows_of(key)) >= 5)
+    v2 = {**TX_SCHEMA, "fields": [*TX_SCHEMA["fields"], {"name": "channel", "type": "string", "default": "web"}]}
+    v2_id = kafka.register(topic, v2)
+    kafka.produce_avro(
+        topic, v2, [{**tx(i), "channel": "app"} for i in range(5, 8)], schema_id=v2_id, partition_of=lambda i: 0
+    )
+    if validate:
+        error = run.failure()
+        assert str(error) == (
+            f"kafka source 'src': message at topic '{topic}' partition 0 offset 5 was written with schema id {v2_id} "
+            f"(version 2 of subject '{topic}-value'), newer than the reader schema (version 1) captured at start; "
+            "restart the pipeline to read with the new schema, or set validate_writer_schema_ordering: false"
+        )
+    else:
+        run.wait_until(lambda: len(rows_of(key)) >= 8)
+        run.finish()
+        assert "channel" not in rows_of(key)[-1]  # read with the reader schema captured at start
+
+
+def test_restart_resumes_from_state_and_state_beats_group(spark, make_settings, write_pipeline, kafka, tmp_path):
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = kafka.topic("resume", partitions=2)
+    group = f"g{uuid.uuid4().hex[:6]}"
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(20)], partition_of=lambda i: i % 2)
+    key1, key2, key3 = (uuid.uuid4().hex for _ in range(3))
+    text = """
+        sources:
+          src: {{type: kafka, topic: {topic}}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """
+    settings = make_settings(environ={**kafka.env, "STREAMLING__KAFKA_SOURCE__CONSUMER_GROUP_ID": group})
+    run = Background(write_pipeline(text.format(topic=topic, key=key1)), settings, spark)
+    run.wait_until(lambda: len(rows_of(key1)) >= 20)
+    run.finish()
+    assert state_offsets(tmp_path, "src", topic) == {0: 10, 1: 10}
+    committed = Consumer({"bootstrap.servers": kafka.brokers, "group.id": f"{group}-src"}).committed(
+        [TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10
+    )
+    assert [tp.offset for tp in committed] == [10, 10]  # the group follows the state backend
+
+    # Rewind the group: the state backend still wins.
+    rewind = Consumer({"bootstrap.servers": kafka.brokers, "group.id": f"{group}-src"})
+    rewind.commit(offsets=[TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)], asynchronous=False)
+    rewind.close()
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(20, 30)], partition_of=lambda i: i % 2)
+    run = Background(write_pipeline(text.format(topic=topic, key=key2)), settings, spark)
+    run.wait_until(lambda: len(rows_of(key2)) >= 10)
+    time.sleep(1)
+    run.finish()
+    assert sorted(r["id"] for r in rows_of(key2)) == list(range(20, 30))  # no gap, no replay
+
+    # Without state, the group's offsets are used.
+    fresh = make_settings(
+        environ={**kafka.env, "STREAMLING__KAFKA_SOURCE__CONSUMER_GROUP_ID": group}, application_id="other_app"
+    )
+    rewind = Consumer({"bootstrap.servers": kafka.brokers, "group.id": f"{group}-src"})
+    rewind.commit(offsets=[TopicPartition(topic, 0, 12), TopicPartition(topic, 1, 12)], asynchronous=False)
+    rewind.close()
+    run = Background(write_pipeline(text.format(topic=topic, key=key3)), fresh, spark)
+    run.wait_until(lambda: len(rows_of(key3)) >= 6)
+    time.sleep(1)
+    run.finish()
+    assert sorted(r["id"] for r in rows_of(key3)) == [24, 25, 26, 27, 28, 29]
+
+
+def test_kafka_sql_kafka_round_trip_with_headers(spark, make_settings, write_pipeline, kafka, caplog):
+    source_topic = kafka.topic("in")
+    sink_topic = f"out_{uuid.uuid4().hex[:10]}"
+    ops = [b"c", b"u", b"d", b"r"] * 10
+    kafka.produce_avro(source_topic, TX_SCHEMA, [tx(i) for i in range(40)], ops=ops)
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {source_topic}}}
+        transforms:
+          big:
+            type: sql
+            primary_key: id
+            sql: SELECT id, upper(user_id) AS user_id, price, amount * 2 AS doubled FROM src WHERE id >= 8
+        sinks:
+          out: {{type: kafka, from: big, topic: {sink_topic}, topic_partitions: 3, compression: gzip}}
+        """)
+    run = Background(path, settings_for(make_settings, kafka), spark)
+    messages = []
+    run.wait_until(
+        lambda: bool(messages.extend(kafka.read_all(sink_topic, 32 - len(messages), timeout=2))) or len(messages) >= 32
+    )
+    run.finish()
+    by_id = {int(m["key"]): m for m in messages}
+    assert sorted(by_id) == list(range(8, 40))
+    assert {m["partition"] for m in messages} <= {0, 1, 2}
+    m = by_id[10]
+    assert m["headers"] == {"dbz.op": b"d"}
+    assert by_id[9]["headers"] == {"dbz.op": b"u"} and by_id[11]["headers"] == {"dbz.op": b"c"}
+    assert m["value"] == {"id": 10, "user_id": "U3", "price": Decimal("10.0010"), "doubled": 30.0}
+    latest = kafka.registry.get_latest_version(f"{sink_topic}-value")
+    assert latest.schema_id == m["schema_id"]
+    assert "_gs_op" not in latest.schema.schema_str
+
+    # A second run reuses the topic.
+    caplog.set_level("INFO", logger="streamling.kafka")
+    run = Background(path, make_settings(environ=kafka.env, application_id="second"), spark)
+    time.sleep(3)
+    run.finish()
+    assert f"kafka sink 'out': topic '{sink_topic}' already exists, skipping creation" in caplog.text
+
+
+def test_kafka_sink_requires_a_primary_key(spark, make_settings, write_pipeline, kafka):
+    from streamling.api import plan_pipeline
+
+    path = write_pipeline("""
+        sources:
+          src: {type: generator, rows: 10}
+        sinks:
+          out: {type: kafka, from: src, topic: never_created}
+          keyed: {type: kafka, from: src, topic: never_created2, primary_key: id}
+        """)
+    _, report = plan_pipeline(path, settings_for(make_settings, kafka), spark)
+    assert report.errors == ["kafka sink 'out' requires a primary key"]
