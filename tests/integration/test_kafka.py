@@ -357,3 +357,21 @@ def test_kafka_sink_requires_a_primary_key(spark, make_settings, write_pipeline,
         """)
     _, report = plan_pipeline(path, settings_for(make_settings, kafka), spark)
     assert report.errors == ["kafka sink 'out' requires a primary key"]
+
+
+def test_ending_offsets_latest_makes_a_bounded_job(spark, make_settings, write_pipeline, kafka, tmp_path):
+    from streamling import run_pipeline
+
+    topic = kafka.topic("bounded", partitions=2)
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(50)], partition_of=lambda i: i % 2)
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {topic}, ending_offsets: latest, record_batch_size: 20}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """)
+    summary = run_pipeline(path, settings_for(make_settings, kafka, job_mode=True), spark)  # returns on its own
+    assert sorted(r["id"] for r in rows_of(key)) == list(range(50))
+    assert summary.sources["src"].epochs == 3  # 20 + 20 + 10
+    assert state_offsets(tmp_path, "src", topic) == {0: 25, 1: 25}

@@ -59,6 +59,7 @@ class KafkaSourceSpec(SourceSpec):
     data_format: Literal["avro", "json"] = "avro"
     schema_: dict[str, str] | None = Field(default=None, alias="schema")
     starting_offsets: str = "earliest"
+    ending_offsets: Literal["latest"] | None = None
     filter: str | None = None
     include_metadata: bool = False
     validate_writer_schema_ordering: bool = True
@@ -78,6 +79,10 @@ class KafkaSourceSpec(SourceSpec):
         for type_text in (value or {}).values():
             parse_type(type_text)
         return value
+
+    @property
+    def bounded(self) -> bool:
+        return self.ending_offsets is not None
 
     @model_validator(mode="after")
     def _schema_matches_format(self) -> KafkaSourceSpec:
@@ -211,6 +216,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.options = dict(options)
         self.topic = options["topic"]
         self.start = {k: int(v) for k, v in json.loads(options["start"]).items()}
+        self.ending = {k: int(v) for k, v in json.loads(options.get("ending") or "{}").items()} or None
         self.parallelism = max(1, int(options.get("parallelism", "1")))
         self.batch_rows = int(options["batch_rows"])
         self.pacer = Pacer.from_options(self.options)
@@ -237,16 +243,20 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._partitions = list_partitions(consumer, self.topic)
             self._partitions_at = now
         current = {k: int(v) for k, v in start.items()}
-        new = [p for p in self._partitions if str(p) not in current]
+        new = [p for p in self._partitions if str(p) not in current and self.ending is None]
         if new:  # appear in this epoch's end at their starting offset; read from the next epoch on
             current.update(initial_offsets(consumer, self.topic, new, self.options["starting_offsets"]))
             return current
         pending: dict[str, int] = {}
         for key, offset in current.items():
-            high = consumer.get_watermark_offsets(TopicPartition(self.topic, int(key)), timeout=10, cached=False)[1]
+            if self.ending is not None:
+                high = self.ending.get(key, offset)
+            else:
+                high = consumer.get_watermark_offsets(TopicPartition(self.topic, int(key)), timeout=10, cached=False)[1]
             if high > offset:
                 pending[key] = high - offset
-        take = self.pacer.take(sum(pending.values()), limit=getattr(limit, "max_rows", None))
+        at_end = self.ending is not None
+        take = self.pacer.take(sum(pending.values()), at_end=at_end, limit=getattr(limit, "max_rows", None))
         return {k: v + share for k, v, share in _allocate(current, pending, take)}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
@@ -418,6 +428,8 @@ class KafkaSource(Source[KafkaSourceSpec]):
         self.connection = connection_options(self.settings.kafka_source)
         self._reader_schema: tuple[str, int, int] | None = None
         self._consumer = None
+        self._ending: dict[str, int] | None = None
+        self._ending: dict[str, int] | None = None
 
     @property
     def label(self) -> str:
@@ -501,7 +513,26 @@ class KafkaSource(Source[KafkaSourceSpec]):
             else f"starting_offsets={self.spec.starting_offsets}"
         )
         log.info("%s resumes %s from %s (%s)", self.label, self.topic, position, origin)
+        if self.spec.ending_offsets == "latest":
+            self._ending = {
+                str(p): max(position[str(p)], high) for p, high in self._high_watermarks(partitions).items()
+            }
+            log.info("%s reads up to %s (ending_offsets=latest)", self.label, self._ending)
         return position
+
+    def _high_watermarks(self, partitions: list[int]) -> dict[int, int]:
+        from confluent_kafka import TopicPartition
+
+        consumer = self._driver_consumer()
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10, cached=False)[1]
+            for p in partitions
+        }
+
+    def is_exhausted(self, position: Mapping[str, Any]) -> bool:
+        if self._ending is None:
+            return False
+        return all(int(position.get(p, 0)) >= end for p, end in self._ending.items())
 
     def position_entries(
         self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
@@ -529,6 +560,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
         options = {
             **self._options(),
             "start": json.dumps({k: int(v) for k, v in start.items()}),
+            "ending": json.dumps(self._ending or {}),
             "starting_offsets": self.spec.starting_offsets,
             "data_format": self.spec.data_format,
             "include_metadata": str(self.spec.include_metadata).lower(),
