@@ -11,7 +11,6 @@ import copy
 import io
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -170,15 +169,6 @@ def exact_decimal(unscaled: int, scale: int) -> str:
     return f"-{digits}" if unscaled < 0 else digits
 
 
-@dataclass
-class Framed:
-    """One message's payload plus where it came from, for error messages."""
-
-    payload: bytes | None
-    partition: int
-    offset: int
-
-
 class AvroDecoder:
     """Decodes Confluent-framed payloads (magic byte 0, 4-byte schema id) against one reader schema."""
 
@@ -216,9 +206,11 @@ class AvroDecoder:
 
                 raw_fields.append(pa.field(field.name, to_arrow_type(field.dataType, timezone="UTC"), field.nullable))
         self.raw_schema = pa.schema(raw_fields)
-        self._writers: dict[int, Any] = {}
+        self._writers: dict[int, tuple[Any, Any]] = {}
+        self._resolved: dict[bytes, tuple[Any, Any]] = {}  # 5-byte frame header -> (writer, reader)
 
-    def _writer(self, schema_id: int, where: str) -> Any:
+    def _writer(self, schema_id: int, where: str) -> tuple[Any, Any]:
+        """(writer schema, reader schema or None when they are identical: no resolution needed)."""
         writer = self._writers.get(schema_id)
         if writer is None:
             schema_str, versions = self.fetch_writer(schema_id)
@@ -230,29 +222,23 @@ class AvroDecoder:
                     "start; restart the pipeline to read with the new schema, or set "
                     "validate_writer_schema_ordering: false"
                 )
-            writer = self._fastavro.parse_schema(_strip(json.loads(schema_str), set(self.decimals)))
+            parsed = self._fastavro.parse_schema(_strip(json.loads(schema_str), set(self.decimals)))
+            writer = (parsed, None if parsed == self.reader else self.reader)
             self._writers[schema_id] = writer
         return writer
 
-    def decode(self, messages: Sequence[Framed]) -> pa.RecordBatch:
+    def decode(self, payloads: Sequence[bytes | None], offsets: Sequence[int], partition: int) -> pa.RecordBatch:
+        """Decode one partition's payloads; `offsets` only serve error messages."""
         read = self._fastavro.schemaless_reader
+        resolved = self._resolved
         rows = []
-        for m in messages:
-            payload = m.payload
-            if not payload:
-                raise StreamlingError.user(
-                    f"{self._where(m)} has an empty payload (tombstone); Avro records are required"
-                )
-            if len(payload) < 5 or payload[0] != 0:
-                raise StreamlingError.user(
-                    f"{self._where(m)} is not Confluent-framed Avro (expected magic byte 0 and a 4-byte schema id)"
-                )
-            schema_id = int.from_bytes(payload[1:5], "big")
-            writer = self._writers.get(schema_id) or self._writer(schema_id, self._where(m))
-            try:
-                rows.append(read(io.BytesIO(payload[5:]), writer, self.reader))
-            except Exception as exc:
-                raise StreamlingError.user(f"{self._where(m)}: cannot decode Avro: {exc}") from None
+        append = rows.append
+        try:
+            for payload in payloads:
+                writer, reader = resolved[payload[:5]]  # KeyError: a new schema id, or a malformed frame
+                append(read(io.BytesIO(payload[5:]), writer, reader))
+        except Exception:
+            rows = self._decode_checked(payloads, offsets, partition)
         batch = pa.RecordBatch.from_pylist(rows, schema=self.raw_schema)
         if not self.decimals:
             return batch
@@ -268,8 +254,27 @@ class AvroDecoder:
             arrays.append(column)
         return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
 
-    def _where(self, m: Framed) -> str:
-        return f"message at topic '{self.topic}' partition {m.partition} offset {m.offset}"
+    def _decode_checked(self, payloads: Sequence[bytes | None], offsets: Sequence[int], partition: int) -> list:
+        """The slow path: validate every frame, learn new schema ids, and name the offending message."""
+        read = self._fastavro.schemaless_reader
+        rows = []
+        for payload, offset in zip(payloads, offsets, strict=True):
+            where = f"message at topic '{self.topic}' partition {partition} offset {offset}"
+            if not payload:
+                raise StreamlingError.user(f"{where} has an empty payload (tombstone); Avro records are required")
+            if len(payload) < 5 or payload[0] != 0:
+                raise StreamlingError.user(
+                    f"{where} is not Confluent-framed Avro (expected magic byte 0 and a 4-byte schema id)"
+                )
+            frame = payload[:5]
+            if frame not in self._resolved:
+                self._resolved[frame] = self._writer(int.from_bytes(payload[1:5], "big"), where)
+            writer, reader = self._resolved[frame]
+            try:
+                rows.append(read(io.BytesIO(payload[5:]), writer, reader))
+            except Exception as exc:
+                raise StreamlingError.user(f"{where}: cannot decode Avro: {exc}") from None
+        return rows
 
 
 def avro_schema_for(schema: T.StructType, name: str) -> dict[str, Any]:

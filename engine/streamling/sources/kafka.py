@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from streamling.errors import StreamlingError
-from streamling.kafka.avro import AvroDecoder, Framed
+from streamling.kafka.avro import AvroDecoder
 from streamling.kafka.avro import spark_schema as avro_spark_schema
 from streamling.kafka.clients import connection_options, kafka_config, registry
 from streamling.operators import RunContext, Source
@@ -112,8 +112,8 @@ def _consumer(options: Mapping[str, str], purpose: str):  # type: ignore[no-unty
                 "enable.auto.commit": False,
                 "enable.partition.eof": purpose == "read",
                 "auto.offset.reset": "earliest",
-                "fetch.max.bytes": 64 * 1024 * 1024,
-                "queued.max.messages.kbytes": 256 * 1024,
+                "fetch.max.bytes": 16 * 1024 * 1024,
+                "queued.max.messages.kbytes": 32 * 1024,
                 "session.timeout.ms": 45000,
             },
         )
@@ -322,31 +322,25 @@ class KafkaStreamReader(DataSourceStreamReader):
             raise exc.context(f"kafka source '{self.options['source']}'") from None
 
     def _convert(self, messages: list, partition: int, arrow_schema: pa.Schema) -> pa.RecordBatch:  # type: ignore[type-arg]
-        where = f"topic '{self.topic}' partition {partition}"
-        ops = []
-        for m in messages:
-            headers = m.headers()
-            op = "i"
-            if headers:
-                for key, value in headers:
-                    if key == "dbz.op":
-                        op = DBZ_OPS.get(value or b"")
-                        if op is None:
-                            raise StreamlingError.user(
-                                f"message at {where} offset {m.offset()} has an unknown dbz.op header "
-                                f"{(value or b'').decode('utf-8', 'replace')!r}; expected c, r, u or d"
-                            )
-            ops.append(op)
+        offsets = [m.offset() for m in messages]
+        ops = [_op(m.headers()) for m in messages]
+        if None in ops:
+            bad = ops.index(None)
+            value = dict(messages[bad].headers() or []).get("dbz.op") or b""
+            raise StreamlingError.user(
+                f"message at topic '{self.topic}' partition {partition} offset {offsets[bad]} has an unknown dbz.op "
+                f"header {value.decode('utf-8', 'replace')!r}; expected c, r, u or d"
+            )
         if self.options["data_format"] == "avro":
-            values = _decoder(self.options).decode([Framed(m.value(), partition, m.offset()) for m in messages])
+            values = _decoder(self.options).decode([m.value() for m in messages], offsets, partition)
         else:
-            values = _decode_json(messages, where, arrow_schema, self.schema)
+            values = _decode_json(messages, f"topic '{self.topic}' partition {partition}", arrow_schema, self.schema)
         columns = list(values.columns)
         names = list(values.schema.names)
         if self.options.get("include_metadata") == "true":
             columns += [
                 pa.array([partition] * len(messages), pa.int32()),
-                pa.array([m.offset() for m in messages], pa.int64()),
+                pa.array(offsets, pa.int64()),
                 pa.array([m.timestamp()[1] * 1000 for m in messages], pa.int64()).cast(pa.timestamp("us", "UTC")),
             ]
             names += [f.name for f in METADATA_COLUMNS.fields]
@@ -360,6 +354,15 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Positions are committed by the runtime after every sink flushed, not here."""
+
+
+def _op(headers: list | None) -> str | None:  # type: ignore[type-arg]
+    """``_gs_op`` from the ``dbz.op`` header; None for an unknown value."""
+    if headers:
+        for key, value in headers:
+            if key == "dbz.op":
+                return DBZ_OPS.get(value or b"")
+    return "i"
 
 
 def _allocate(current: Mapping[str, int], pending: Mapping[str, int], take: int) -> Iterator[tuple[str, int, int]]:

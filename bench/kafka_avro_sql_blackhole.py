@@ -1,0 +1,218 @@
+"""Benchmark: Kafka (Avro, Schema Registry) → SQL → blackhole, the original Streamling's published scenario.
+
+    .venv/bin/python bench/kafka_avro_sql_blackhole.py [--records N] [--runs K] [--partitions P]
+
+5,000,000 Avro records (a pool of 1,000 distinct ~70-byte payloads cycled) of
+{id, user_id, email, country, device, amount, price decimal(20,4), ts, sel_key}; two SQLs: a projection
+and a 10 % filter. Each run is the real CLI in job mode reading the topic from the start with a fresh
+consumer group and in-memory state (``ending_offsets: latest`` makes it end when the topic is consumed);
+one warm-up and five counted runs per SQL. Starts the broker and registry with infra/services.
+The original's baseline is ~108,000 input records/s on 8 vCPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+import uuid
+from decimal import Decimal
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import measure, record, streamling_cmd, summarize
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = {
+    "type": "record",
+    "name": "Event",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "user_id", "type": "string"},
+        {"name": "email", "type": "string"},
+        {"name": "country", "type": "string"},
+        {"name": "device", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 4}},
+        {"name": "ts", "type": "long"},
+        {"name": "sel_key", "type": "int"},
+    ],
+}
+SQLS = {
+    "projection": "SELECT id, user_id, email, lower(country) AS country, device, amount, "
+    "amount * 1.1 AS amount_with_fee, price, ts FROM events",
+    "filter": "SELECT id, user_id, email, country, ts FROM events WHERE sel_key = 0",
+}
+WRITTEN = re.compile(r"sink 'sink': (\d+) rows written")
+
+
+def services_env() -> dict[str, str]:
+    subprocess.run([sys.executable, str(REPO / "infra" / "services"), "up", "kafka", "registry"], check=True)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "infra" / "services"), "env", "kafka", "registry"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines())
+
+
+def produce(env: dict[str, str], topic: str, records: int, partitions: int) -> float:
+    import fastavro
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    brokers = env["STREAMLING__KAFKA_SOURCE__BROKERS"]
+    admin = AdminClient({"bootstrap.servers": brokers})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(timeout=30)
+    registry = SchemaRegistryClient({"url": env["STREAMLING__KAFKA_SOURCE__SCHEMA_REGISTRY_URL"]})
+    schema_id = registry.register_schema(f"{topic}-value", Schema(json.dumps(SCHEMA), "AVRO"))
+    parsed = fastavro.parse_schema(SCHEMA)
+    countries, devices = ["US", "DE", "FR", "BR", "IN"], ["ios", "android", "web"]
+    pool = []
+    for i in range(1000):
+        out = io.BytesIO()
+        fastavro.schemaless_writer(
+            out,
+            parsed,
+            {
+                "id": 1_000_000 + i,
+                "user_id": f"user_{i:05d}",
+                "email": f"user{i}@example.com",
+                "country": countries[i % 5],
+                "device": devices[i % 3],
+                "amount": round(i * 3.7, 2),
+                "price": Decimal(f"{i}.{(i * 37) % 10000:04d}"),
+                "ts": 1_700_000_000_000 + i,
+                "sel_key": i % 10,
+            },
+        )
+        pool.append(b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue())
+    producer = Producer(
+        {
+            "bootstrap.servers": brokers,
+            "linger.ms": 20,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "lz4",
+        }
+    )
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, pool[i % 1000], partition=i % partitions, headers=[("dbz.op", b"c")])
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 10000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+    return sum(len(p) for p in pool) / len(pool)
+
+
+def main() -> None:
+    args = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    args.add_argument("--records", type=int, default=5_000_000)
+    args.add_argument("--runs", type=int, default=5)
+    args.add_argument("--warmup", type=int, default=1)
+    args.add_argument("--partitions", type=int, default=4)
+    args.add_argument("--master", default="local[2]")
+    args.add_argument("--batch", type=int, default=500_000, help="record_batch_size (rows per epoch)")
+    args.add_argument("--topic", help="reuse an existing topic instead of producing a new one")
+    opts = args.parse_args()
+
+    env = services_env()
+    topic = opts.topic or f"bench_events_{uuid.uuid4().hex[:8]}"
+    payload = None
+    if not opts.topic:
+        print(f"producing {opts.records:,} records to {topic} ...", flush=True)
+        payload = produce(env, topic, opts.records, opts.partitions)
+    work = Path(tempfile.mkdtemp(prefix="streamling-bench-kafka-"))
+    results = {}
+    for name, sql in SQLS.items():
+        pipeline = work / f"{name}.yaml"
+        pipeline.write_text(
+            textwrap.dedent(f"""
+            sources:
+              events: {{type: kafka, topic: {topic}, ending_offsets: latest}}
+            transforms:
+              shaped: {{type: sql, primary_key: id, sql: "{sql}"}}
+            sinks:
+              sink: {{type: blackhole, from: shaped}}
+            """)
+        )
+        runs = []
+        for i in range(opts.warmup + opts.runs):
+            run_env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
+            run_env.update(env)
+            run_env.update(
+                {
+                    "STREAMLING__JOB_MODE": "true",
+                    "STREAMLING__STATE_BACKEND__BACKEND_TYPE": "InMemory",
+                    "STREAMLING__APPLICATION_ID": f"bench_{uuid.uuid4().hex[:8]}",
+                    "STREAMLING__KAFKA_SOURCE__CONSUMER_GROUP_ID": f"bench_{uuid.uuid4().hex[:8]}",
+                    "STREAMLING__SPARK__MASTER": opts.master,
+                    "STREAMLING__RECORD_BATCH_SIZE": str(opts.batch),
+                    "STREAMLING__SPARK__CHECKPOINT_ROOT": str(work / "ckpt"),
+                }
+            )
+            m = measure([*streamling_cmd(), str(pipeline)], run_env, work)
+            if m.returncode != 0:
+                sys.exit(f"run failed ({m.returncode}):\n{m.stderr_tail}")
+            written = int(WRITTEN.search(m.stderr_tail).group(1))
+            m.extra = {
+                "rows_written": written,
+                "input_rec_per_sec": round(opts.records / m.wall_sec),
+                "output_rec_per_sec": round(written / m.wall_sec),
+                "cpu_sec_per_million": round(m.cpu_sec / (opts.records / 1e6), 2),
+            }
+            label = "warm-up" if i < opts.warmup else f"run {i - opts.warmup + 1}"
+            print(
+                f"{name} {label}: {m.wall_sec:.1f}s, {m.extra['input_rec_per_sec']:,} in rec/s, "
+                f"{m.extra['output_rec_per_sec']:,} out rec/s, {m.extra['cpu_sec_per_million']} CPU-s/M, "
+                f"peak RSS {m.peak_rss_mb:,.0f} MB",
+                flush=True,
+            )
+            if i >= opts.warmup:
+                runs.append(m)
+        results[name] = {
+            "sql": sql,
+            "rows_written_per_run": runs[0].extra["rows_written"],
+            "wall_sec": summarize([r.wall_sec for r in runs]),
+            "input_rec_per_sec": summarize([r.extra["input_rec_per_sec"] for r in runs]),
+            "output_rec_per_sec": summarize([r.extra["output_rec_per_sec"] for r in runs]),
+            "cpu_sec_per_million": summarize([r.extra["cpu_sec_per_million"] for r in runs]),
+            "peak_rss_mb": summarize([r.peak_rss_mb for r in runs]),
+            "runs": [{k: v for k, v in vars(r).items() if k != "stderr_tail"} for r in runs],
+        }
+    path = record(
+        "kafka_avro_sql_blackhole",
+        {
+            "records": opts.records,
+            "partitions": opts.partitions,
+            "avg_payload_bytes": payload,
+            "topic": topic,
+            "master": opts.master,
+            "record_batch_size": opts.batch,
+            "baseline_original_rec_per_sec_8vcpu": 108_000,
+            "results": results,
+        },
+    )
+    for name, r in results.items():
+        print(
+            f"{name}: median {r['input_rec_per_sec']['median']:,.0f} input rec/s "
+            f"(min {r['input_rec_per_sec']['min']:,.0f}), {r['cpu_sec_per_million']['median']} CPU-s/M, "
+            f"peak RSS {r['peak_rss_mb']['median']:,.0f} MB"
+        )
+    print(f"recorded {path}")
+
+
+if __name__ == "__main__":
+    main()
