@@ -227,8 +227,8 @@ class AvroDecoder:
             self._writers[schema_id] = writer
         return writer
 
-    def decode(self, payloads: Sequence[bytes | None], offsets: Sequence[int], partition: int) -> pa.RecordBatch:
-        """Decode one partition's payloads; `offsets` only serve error messages."""
+    def decode(self, payloads: Sequence[bytes | None], messages: Sequence[Any], partition: int) -> pa.RecordBatch:
+        """Decode one partition's payloads; `messages` (with ``offset()``) only serve error messages."""
         read = self._fastavro.schemaless_reader
         resolved = self._resolved
         rows = []
@@ -238,7 +238,7 @@ class AvroDecoder:
                 writer, reader = resolved[payload[:5]]  # KeyError: a new schema id, or a malformed frame
                 append(read(io.BytesIO(payload[5:]), writer, reader))
         except Exception:
-            rows = self._decode_checked(payloads, offsets, partition)
+            rows = self._decode_checked(payloads, [m.offset() for m in messages], partition)
         batch = pa.RecordBatch.from_pylist(rows, schema=self.raw_schema)
         if not self.decimals:
             return batch

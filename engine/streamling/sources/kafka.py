@@ -292,21 +292,23 @@ class KafkaStreamReader(DataSourceStreamReader):
                         )
                     continue
                 last_progress = time.monotonic()
-                for message in messages:
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            position = partition.end  # compacted or deleted tail: nothing more to read
-                            break
+                errors = [m.error() for m in messages if m.error() is not None]
+                if errors:
+                    fatal = [e for e in errors if e.code() != KafkaError._PARTITION_EOF]
+                    if fatal:
                         raise StreamlingError.retry(
-                            f"topic '{self.topic}' partition {partition.partition}: {error.str()}"
+                            f"topic '{self.topic}' partition {partition.partition}: {fatal[0].str()}"
                         )
-                    offset = message.offset()
-                    if offset >= partition.end:
+                    messages = [m for m in messages if m.error() is None]
+                    position = partition.end  # end of the log: a compacted or deleted tail, nothing more
+                if messages:
+                    # Offsets only grow within a partition: look at the last one, trim the rare overshoot.
+                    if messages[-1].offset() >= partition.end:
+                        messages = [m for m in messages if m.offset() < partition.end]
                         position = partition.end
-                        break
-                    pending.append(message)
-                    position = offset + 1
+                    if messages:
+                        pending.extend(messages)
+                        position = max(position, messages[-1].offset() + 1)
                 if len(pending) >= self.batch_rows:
                     yield self._to_batch(pending, partition.partition, arrow_schema)
                     pending = []
@@ -322,17 +324,16 @@ class KafkaStreamReader(DataSourceStreamReader):
             raise exc.context(f"kafka source '{self.options['source']}'") from None
 
     def _convert(self, messages: list, partition: int, arrow_schema: pa.Schema) -> pa.RecordBatch:  # type: ignore[type-arg]
-        offsets = [m.offset() for m in messages]
         ops = [_op(m.headers()) for m in messages]
         if None in ops:
-            bad = ops.index(None)
-            value = dict(messages[bad].headers() or []).get("dbz.op") or b""
+            bad = messages[ops.index(None)]
+            value = dict(bad.headers() or []).get("dbz.op") or b""
             raise StreamlingError.user(
-                f"message at topic '{self.topic}' partition {partition} offset {offsets[bad]} has an unknown dbz.op "
+                f"message at topic '{self.topic}' partition {partition} offset {bad.offset()} has an unknown dbz.op "
                 f"header {value.decode('utf-8', 'replace')!r}; expected c, r, u or d"
             )
         if self.options["data_format"] == "avro":
-            values = _decoder(self.options).decode([m.value() for m in messages], offsets, partition)
+            values = _decoder(self.options).decode([m.value() for m in messages], messages, partition)
         else:
             values = _decode_json(messages, f"topic '{self.topic}' partition {partition}", arrow_schema, self.schema)
         columns = list(values.columns)
@@ -340,7 +341,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         if self.options.get("include_metadata") == "true":
             columns += [
                 pa.array([partition] * len(messages), pa.int32()),
-                pa.array(offsets, pa.int64()),
+                pa.array([m.offset() for m in messages], pa.int64()),
                 pa.array([m.timestamp()[1] * 1000 for m in messages], pa.int64()).cast(pa.timestamp("us", "UTC")),
             ]
             names += [f.name for f in METADATA_COLUMNS.fields]
@@ -358,10 +359,14 @@ class KafkaStreamReader(DataSourceStreamReader):
 
 def _op(headers: list | None) -> str | None:  # type: ignore[type-arg]
     """``_gs_op`` from the ``dbz.op`` header; None for an unknown value."""
-    if headers:
-        for key, value in headers:
-            if key == "dbz.op":
-                return DBZ_OPS.get(value or b"")
+    if not headers:
+        return "i"
+    key, value = headers[0]
+    if key == "dbz.op" and len(headers) == 1:  # the common case, without a loop
+        return DBZ_OPS.get(value or b"")
+    for key, value in headers:
+        if key == "dbz.op":
+            return DBZ_OPS.get(value or b"")
     return "i"
 
 
