@@ -63,17 +63,10 @@ def services_env() -> dict[str, str]:
     return dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines())
 
 
-def produce(env: dict[str, str], topic: str, records: int, partitions: int) -> float:
+def payload_pool(schema_id: int) -> list[bytes]:
+    """The 1,000 distinct framed payloads the topic cycles through."""
     import fastavro
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-    brokers = env["STREAMLING__KAFKA_SOURCE__BROKERS"]
-    admin = AdminClient({"bootstrap.servers": brokers})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(timeout=30)
-    registry = SchemaRegistryClient({"url": env["STREAMLING__KAFKA_SOURCE__SCHEMA_REGISTRY_URL"]})
-    schema_id = registry.register_schema(f"{topic}-value", Schema(json.dumps(SCHEMA), "AVRO"))
     parsed = fastavro.parse_schema(SCHEMA)
     countries, devices = ["US", "DE", "FR", "BR", "IN"], ["ios", "android", "web"]
     pool = []
@@ -95,6 +88,19 @@ def produce(env: dict[str, str], topic: str, records: int, partitions: int) -> f
             },
         )
         pool.append(b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue())
+    return pool
+
+
+def produce(env: dict[str, str], topic: str, records: int, partitions: int) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    brokers = env["STREAMLING__KAFKA_SOURCE__BROKERS"]
+    admin = AdminClient({"bootstrap.servers": brokers})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(timeout=30)
+    registry = SchemaRegistryClient({"url": env["STREAMLING__KAFKA_SOURCE__SCHEMA_REGISTRY_URL"]})
+    pool = payload_pool(registry.register_schema(f"{topic}-value", Schema(json.dumps(SCHEMA), "AVRO")))
     producer = Producer(
         {
             "bootstrap.servers": brokers,
@@ -114,7 +120,6 @@ def produce(env: dict[str, str], topic: str, records: int, partitions: int) -> f
         if i % 10000 == 0:
             producer.poll(0)
     producer.flush(120)
-    return sum(len(p) for p in pool) / len(pool)
 
 
 def main() -> None:
@@ -130,10 +135,11 @@ def main() -> None:
 
     env = services_env()
     topic = opts.topic or f"bench_events_{uuid.uuid4().hex[:8]}"
-    payload = None
+    pool = payload_pool(1)
+    payload = round(sum(len(p) for p in pool) / len(pool), 1)
     if not opts.topic:
         print(f"producing {opts.records:,} records to {topic} ...", flush=True)
-        payload = produce(env, topic, opts.records, opts.partitions)
+        produce(env, topic, opts.records, opts.partitions)
     work = Path(tempfile.mkdtemp(prefix="streamling-bench-kafka-"))
     results = {}
     for name, sql in SQLS.items():

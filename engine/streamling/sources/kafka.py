@@ -114,6 +114,7 @@ def _consumer(options: Mapping[str, str], purpose: str):  # type: ignore[no-unty
                 "auto.offset.reset": "earliest",
                 "fetch.max.bytes": 16 * 1024 * 1024,
                 "queued.max.messages.kbytes": 32 * 1024,
+                "queued.min.messages": 20000,
                 "session.timeout.ms": 45000,
             },
         )

@@ -1,0 +1,173 @@
+"""Kafka pieces that need no broker: client configuration, Avro type mapping, decoding, allocation."""
+
+from __future__ import annotations
+
+import io
+import json
+from decimal import Decimal
+
+import fastavro
+import pyarrow as pa
+import pytest
+from pyspark.sql import types as T
+
+from streamling.config import load_settings
+from streamling.errors import StreamlingError
+from streamling.kafka.avro import (
+    AvroDecoder,
+    avro_schema_for,
+    decimal128_from_bytes,
+    spark_schema,
+    wide_decimal_strings,
+)
+from streamling.kafka.clients import connection_options, kafka_config
+from streamling.sources.kafka import _allocate, _op
+
+
+def test_connection_options_put_secrets_under_redacted_keys() -> None:
+    settings = load_settings(
+        config="/nonexistent/x",
+        environ={
+            "STREAMLING__KAFKA_SOURCE__SECURITY_PROTOCOL": "SASL_SSL",
+            "STREAMLING__KAFKA_SOURCE__SASL_MECHANISM": "PLAIN",
+            "STREAMLING__KAFKA_SOURCE__SASL_USERNAME": "svc",
+            "STREAMLING__KAFKA_SOURCE__SASL_PASSWORD": "s3cret-kafka",
+            "STREAMLING__KAFKA_SOURCE__SCHEMA_REGISTRY_PASSWORD": "s3cret-registry",
+            "STREAMLING__KAFKA_SOURCE__CONSUMER_GROUP_ID": "grp",
+        },
+    )
+    options = connection_options(settings.kafka_source)
+    secret_keys = {k for k, v in options.items() if v.startswith("s3cret")}
+    assert secret_keys == {"kafka_sasl_password", "registry_password"}  # both match spark.redaction.regex
+    config = kafka_config(options)
+    assert config["security.protocol"] == "sasl_ssl"
+    assert (config["sasl.mechanism"], config["sasl.username"], config["sasl.password"]) == (
+        "PLAIN",
+        "svc",
+        "s3cret-kafka",
+    )
+    assert options["kafka_group_id"] == "grp"
+    assert "s3cret" not in repr(settings)  # SecretStr keeps them out of reprs and logs
+
+
+def test_plaintext_ignores_sasl_settings() -> None:
+    config = kafka_config({"kafka_brokers": "b:1", "kafka_security_protocol": "plaintext", "kafka_sasl_username": "u"})
+    assert "sasl.username" not in config and config["bootstrap.servers"] == "b:1"
+
+
+def test_avro_to_spark_types() -> None:
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "n", "type": ["null", "int"]},
+            {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 4}},
+            {"name": "big", "type": {"type": "bytes", "logicalType": "decimal", "precision": 78, "scale": 0}},
+            {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "t", "type": {"type": "int", "logicalType": "time-millis"}},
+            {"name": "kind", "type": {"type": "enum", "name": "K", "symbols": ["A", "B"]}},
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+            {"name": "attrs", "type": {"type": "map", "values": ["null", "double"]}},
+            {"name": "addr", "type": {"type": "record", "name": "A", "fields": [{"name": "city", "type": "string"}]}},
+        ],
+    }
+    out = spark_schema(schema, "s-value")
+    assert out.simpleString() == (
+        "struct<id:bigint,n:int,price:decimal(20,4),big:string,ts:timestamp,local:timestamp_ntz,day:date,t:int,"
+        "kind:string,tags:array<string>,attrs:map<string,double>,addr:struct<city:string>>"
+    )
+    assert out["n"].nullable and not out["id"].nullable
+    assert out["big"].metadata == {"streamling.type": "decimal(78,0)"}
+
+
+def test_multi_type_unions_are_rejected_by_name() -> None:
+    schema = {"type": "record", "name": "R", "fields": [{"name": "v", "type": ["null", "int", "string"]}]}
+    with pytest.raises(StreamlingError, match=r"Avro field 'v': unions of \['int', 'string'\] are not supported"):
+        spark_schema(schema, "s-value")
+
+
+def test_decimals_convert_exactly() -> None:
+    def enc(d: Decimal, scale: int) -> bytes:
+        unscaled = int(d.scaleb(scale))
+        return unscaled.to_bytes((unscaled.bit_length() + 8) // 8 or 1, "big", signed=True)
+
+    values = [Decimal("12.3456"), None, Decimal("-0.0001"), Decimal("99999999999999.9999")]
+    raw = pa.array([enc(v, 4) if v is not None else None for v in values], pa.binary())
+    assert decimal128_from_bytes(raw, 20, 4).to_pylist() == [
+        Decimal("12.3456"),
+        None,
+        Decimal("-0.0001"),
+        Decimal("99999999999999.9999"),
+    ]
+    assert decimal128_from_bytes(raw.slice(1), 20, 4).to_pylist() == values[1:]
+    wide = pa.array([(2**255 - 1).to_bytes(32, "big", signed=True), (-5).to_bytes(1, "big", signed=True)])
+    assert wide_decimal_strings(wide, 0).to_pylist() == [str(2**255 - 1), "-5"]
+    assert wide_decimal_strings(wide.slice(1), 3).to_pylist() == ["-0.005"]
+
+
+def test_decoder_reads_older_writer_with_defaults_and_names_bad_frames() -> None:
+    v1 = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}
+    v2 = {
+        "type": "record",
+        "name": "R",
+        "fields": [{"name": "id", "type": "long"}, {"name": "c", "type": "string", "default": "web"}],
+    }
+    writers = {1: (json.dumps(v1), [("t-value", 1)]), 2: (json.dumps(v2), [("t-value", 2)])}
+    decoder = AvroDecoder(v2, 2, "t-value", "t", lambda sid: writers[sid])
+
+    def frame(schema_id: int, schema: dict, record: dict) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+        return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+    class M:
+        def __init__(self, offset: int) -> None:
+            self._offset = offset
+
+        def offset(self) -> int:
+            return self._offset
+
+    payloads = [frame(1, v1, {"id": 1}), frame(2, v2, {"id": 2, "c": "app"})]
+    batch = decoder.decode(payloads, [M(10), M(11)], 0)
+    assert batch.to_pylist() == [{"id": 1, "c": "web"}, {"id": 2, "c": "app"}]
+    with pytest.raises(StreamlingError) as info:
+        decoder.decode([payloads[0], b"\x01junk"], [M(10), M(11)], 3)
+    assert str(info.value) == (
+        "message at topic 't' partition 3 offset 11 is not Confluent-framed Avro (expected magic byte 0 and a 4-byte schema id)"
+    )
+    assert info.value.user_facing
+
+
+def test_avro_schema_for_sink_round_trips_types() -> None:
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("price", T.DecimalType(20, 4)),
+            T.StructField("at", T.TimestampType()),
+            T.StructField("tags", T.ArrayType(T.StringType())),
+            T.StructField("nested", T.StructType([T.StructField("x", T.IntegerType())])),
+        ]
+    )
+    avro = avro_schema_for(schema, "orders.out")
+    assert avro["name"] == "orders_out"
+    parsed = fastavro.parse_schema(avro)  # a valid Avro schema
+    assert spark_schema(avro, "x").simpleString() == (
+        "struct<id:bigint,price:decimal(20,4),at:timestamp,tags:array<string>,nested:struct<x:int>>"
+    )
+    assert parsed["fields"][1]["type"][1]["logicalType"] == "decimal"
+
+
+def test_allocation_is_proportional_and_exact() -> None:
+    shares = {k: s for k, _, s in _allocate({"0": 0, "1": 0, "2": 7}, {"0": 900, "1": 100}, 500)}
+    assert shares == {"0": 450, "1": 50, "2": 0}
+    shares = {k: s for k, _, s in _allocate({"0": 0, "1": 0}, {"0": 1, "1": 2}, 2)}
+    assert sum(shares.values()) == 2 and shares["0"] <= 1 and shares["1"] <= 2
+
+
+def test_dbz_op_header_values() -> None:
+    assert [_op(h) for h in (None, [], [("dbz.op", b"c")], [("x", b"1"), ("dbz.op", b"d")], [("dbz.op", b"?")])] == [
+        "i", "i", "i", "d", None,
+    ]  # fmt: skip
