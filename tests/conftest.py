@@ -89,6 +89,12 @@ def kafka_env() -> Iterator[dict[str, str]]:
     broker = _service_env("kafka")
     env = {**next(registry), **next(broker)}
     yield env
+    # Spark's Python workers keep Kafka clients cached; end them before the broker, or they log reconnects.
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
     for started in (broker, registry):
         next(started, None)
 

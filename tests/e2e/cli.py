@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 STREAMLING = str(Path(sys.executable).with_name("streamling"))
@@ -69,3 +70,15 @@ def sqlite_state(db: Path, app: str = "local_app_v1") -> dict:
     finally:
         conn.close()
     return {k: json.loads(v) for k, v in rows}
+
+
+def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Poll `predicate` until true; fail early, with the engine's stderr, if the engine exits first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"engine exited early with {proc.returncode}: {proc.stderr.read()}")
+        time.sleep(0.1)
+    raise AssertionError("condition not reached in time")

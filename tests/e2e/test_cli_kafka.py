@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import printed_ids, sqlite_state, start_cli, write
+from tests.e2e.cli import printed_ids, sqlite_state, start_cli, wait_for, write
 from tests.integration.test_kafka import TX_SCHEMA, tx
 
 pytestmark = pytest.mark.integration
@@ -18,17 +17,6 @@ pytestmark = pytest.mark.integration
 
 def _committed(db: Path, topic: str) -> int:
     return sum(v["offset"] for k, v in sqlite_state(db).items() if k.startswith(f"src:{topic}:"))
-
-
-def _wait(predicate, proc, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"engine exited early with {proc.returncode}: {proc.stderr.read()}")
-        time.sleep(0.1)
-    raise AssertionError("condition not reached in time")
 
 
 def test_kill_9_mid_stream_then_restart_delivers_every_key(tmp_path: Path, kafka) -> None:
@@ -48,7 +36,7 @@ def test_kill_9_mid_stream_then_restart_delivers_every_key(tmp_path: Path, kafka
     db = tmp_path / "state.db"
     first_out = (tmp_path / "first.txt").open("w")
     proc = start_cli(tmp_path, str(path), env=env, stdout=first_out)
-    _wait(lambda: _committed(db, topic) >= 900, proc)
+    wait_for(lambda: _committed(db, topic) >= 900, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     first_out.close()
@@ -58,7 +46,7 @@ def test_kill_9_mid_stream_then_restart_delivers_every_key(tmp_path: Path, kafka
 
     second_out = (tmp_path / "second.txt").open("w")
     proc = start_cli(tmp_path, str(path), env=env, stdout=second_out)
-    _wait(lambda: _committed(db, topic) == total, proc)
+    wait_for(lambda: _committed(db, topic) == total, proc)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     second_out.close()

@@ -6,14 +6,13 @@ import json
 import math
 import os
 import signal
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import printed_ids, run_cli, sqlite_state, start_cli, write
+from tests.e2e.cli import printed_ids, run_cli, sqlite_state, start_cli, wait_for, write
 
 
 def test_job_mode_bounded_filter_print_exact_count(tmp_path: Path) -> None:
@@ -77,17 +76,6 @@ def test_runtime_failure_exits_1_without_traceback_and_keeps_position(tmp_path: 
     assert sqlite_state(tmp_path / "state.db")["src:generator"]["offset"] == 2000
 
 
-def _wait_for(predicate, timeout: float, proc: subprocess.Popen) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"engine exited early with {proc.returncode}: {proc.stderr.read()}")
-        time.sleep(0.1)
-    raise AssertionError("condition not reached in time")
-
-
 def test_sigterm_finishes_and_commits_the_in_flight_epoch(tmp_path: Path) -> None:
     path = write(
         tmp_path,
@@ -101,7 +89,7 @@ def test_sigterm_finishes_and_commits_the_in_flight_epoch(tmp_path: Path) -> Non
     out = (tmp_path / "out.txt").open("w")
     proc = start_cli(tmp_path, str(path), env={"STREAMLING__CHECKPOINT_INTERVAL_SEC": "300ms"}, stdout=out)
     db = tmp_path / "state.db"
-    _wait_for(lambda: sqlite_state(db).get("live:generator", {}).get("offset", 0) > 3000, 120, proc)
+    wait_for(lambda: sqlite_state(db).get("live:generator", {}).get("offset", 0) > 3000, proc)
     sent = time.time()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
@@ -128,7 +116,7 @@ def _kill_and_resume(tmp_path: Path, env: dict[str, str], read_offset) -> None:
     env = {"STREAMLING__JOB_MODE": "true", "STREAMLING__CHECKPOINT_INTERVAL_SEC": "400ms", **env}
     first_out = (tmp_path / "first.txt").open("w")
     proc = start_cli(tmp_path, str(path), env=env, stdout=first_out)
-    _wait_for(lambda: read_offset() >= 1500, 120, proc)
+    wait_for(lambda: read_offset() >= 1500, proc)
     committed_before_kill = read_offset()
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
