@@ -375,3 +375,30 @@ def test_ending_offsets_latest_makes_a_bounded_job(spark, make_settings, write_p
     assert sorted(r["id"] for r in rows_of(key)) == list(range(50))
     assert summary.sources["src"].epochs == 3  # 20 + 20 + 10
     assert state_offsets(tmp_path, "src", topic) == {0: 25, 1: 25}
+
+
+def test_partitions_added_while_running_are_read_from_starting_offsets(
+    spark, make_settings, write_pipeline, kafka, tmp_path
+):
+    from confluent_kafka.admin import NewPartitions
+
+    topic = kafka.topic("grow", partitions=1)
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(5)], partition_of=lambda i: 0)
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {topic}}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """)
+    run = Background(path, settings_for(make_settings, kafka), spark)
+    run.wait_until(lambda: len(rows_of(key)) >= 5)
+    kafka.admin.create_partitions([NewPartitions(topic, 3)])[topic].result(timeout=30)
+    deadline = time.time() + 30
+    while len(kafka.producer.list_topics(topic, timeout=10).topics[topic].partitions) < 3 and time.time() < deadline:
+        time.sleep(0.2)  # the test's producer learns about the new partitions
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(5, 15)], partition_of=lambda i: 1 + i % 2)
+    run.wait_until(lambda: len(rows_of(key)) >= 15, timeout=60)  # partitions are re-listed every 10 s
+    run.finish()
+    assert sorted(r["id"] for r in rows_of(key)) == list(range(15))
+    assert state_offsets(tmp_path, "src", topic) == {0: 5, 1: 5, 2: 5}
