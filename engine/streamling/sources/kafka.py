@@ -336,23 +336,17 @@ class KafkaStreamReader(DataSourceStreamReader):
         if self.options["data_format"] == "avro":
             values = _decoder(self.options).decode([m.value() for m in messages], messages, partition)
         else:
-            values = _decode_json(messages, f"topic '{self.topic}' partition {partition}", arrow_schema, self.schema)
-        columns = list(values.columns)
-        names = list(values.schema.names)
+            values = _decode_json(messages, f"topic '{self.topic}' partition {partition}", arrow_schema)
+        # A value field named _gs_op is superseded by the header-derived one (the schema drops it too).
+        columns = [c for c, name in zip(values.columns, values.schema.names, strict=True) if name != GS_OP]
         if self.options.get("include_metadata") == "true":
             columns += [
                 pa.array([partition] * len(messages), pa.int32()),
                 pa.array([m.offset() for m in messages], pa.int64()),
                 pa.array([m.timestamp()[1] * 1000 for m in messages], pa.int64()).cast(pa.timestamp("us", "UTC")),
             ]
-            names += [f.name for f in METADATA_COLUMNS.fields]
         columns.append(pa.array(ops, pa.string()))
-        names.append(GS_OP)
-        return (
-            pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
-            if names == arrow_schema.names
-            else (pa.RecordBatch.from_arrays(columns, names=names))
-        )
+        return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
 
     def commit(self, end: dict) -> None:
         """Positions are committed by the runtime after every sink flushed, not here."""
@@ -386,7 +380,7 @@ def _allocate(current: Mapping[str, int], pending: Mapping[str, int], take: int)
         yield k, offset, shares.get(k, 0)
 
 
-def _decode_json(messages: list, where: str, arrow_schema: pa.Schema, spark_schema: T.StructType) -> pa.RecordBatch:  # type: ignore[type-arg]
+def _decode_json(messages: list, where: str, arrow_schema: pa.Schema) -> pa.RecordBatch:  # type: ignore[type-arg]
     import pyarrow.json as pajson
 
     value_fields = [f for f in arrow_schema if f.name != GS_OP and f.name not in METADATA_COLUMNS.fieldNames()]
