@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -95,6 +96,7 @@ def kafka_env() -> Iterator[dict[str, str]]:
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
+    gc.collect()  # and release this process's own clients (admin handles log reconnects too)
     for started in (broker, registry):
         next(started, None)
 

@@ -26,7 +26,7 @@ class KafkaTestbed:
 
     def close(self) -> None:
         self.producer.flush(30)
-        del self.producer
+        del self.producer, self.admin
 
     def topic(self, prefix: str = "t", partitions: int = 4) -> str:
         name = f"{prefix}_{uuid.uuid4().hex[:10]}"
