@@ -68,7 +68,7 @@ class SourceQuery:
         self.position = start
         self.epoch = epoch
         self.sinks = runner.plan.sinks_of(source.name)
-        self.downstream = [runner.plan.operators[n] for n in runner.plan.pipeline.downstream(source.name)]
+        self.downstream = [runner.plan.operators[n] for n in runner.plan.downstream[source.name]]
         self.checkpoint_dir = str(runner.checkpoint_root / _safe(source.name) / f"run-{uuid.uuid4().hex[:12]}")
         self.query: StreamingQuery | None = None
         self.lock = threading.Lock()

@@ -27,6 +27,8 @@ class Plan:
             name: node.optype.operator(name, node.spec, settings) for name, node in pipeline.nodes.items()
         }
         self.schemas: dict[str, StructType] = {}
+        # Per-epoch evaluation walks these; the graph does not change during a run.
+        self.downstream = {n.name: pipeline.downstream(n.name) for n in pipeline.sources}
 
     def source(self, name: str) -> Source:
         op = self.operators[name]
@@ -34,7 +36,7 @@ class Plan:
         return op
 
     def sinks_of(self, source: str) -> list[str]:
-        return [n for n in self.pipeline.downstream(source) if self.pipeline.nodes[n].kind == "sink"]
+        return [n for n in self.downstream[source] if self.pipeline.nodes[n].kind == "sink"]
 
     def primary_key_of(self, name: str) -> list[str]:
         """A node's own primary key, else the nearest upstream one (first input first)."""
@@ -86,7 +88,7 @@ class Plan:
         """The DataFrame each sink downstream of `source` receives for `epoch`."""
         frames: dict[str, DataFrame] = {source: self.source(source).refine(batch)}
         outputs: dict[str, DataFrame] = {}
-        for name in self.pipeline.downstream(source):
+        for name in self.downstream[source]:
             op = self.operators[name]
             parents = self.pipeline.inputs[name]
             inputs = {p: frames[p] if p in frames else empty_frame(spark, self.schemas[p]) for p in parents}

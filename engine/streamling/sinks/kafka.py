@@ -137,6 +137,7 @@ class KafkaSink(Sink[KafkaSinkSpec]):
         self.keys: list[str] = []
         self.value_schema: StructType | None = None
         self.schema_id: int | None = None
+        self._plan: dict[str, Any] = {}
 
     @property
     def label(self) -> str:
@@ -171,6 +172,7 @@ class KafkaSink(Sink[KafkaSinkSpec]):
 
     def initialize(self, ctx: RunContext) -> None:
         self._ensure_topic()
+        schema = ""
         if self.spec.data_format == "avro":
             from confluent_kafka.schema_registry import Schema
 
@@ -184,6 +186,18 @@ class KafkaSink(Sink[KafkaSinkSpec]):
                     f"failed to register the Avro schema under subject '{subject}': {exc}"
                 ) from None
             log.info("%s registered its schema as id %s under '%s'", self.label, self.schema_id, subject)
+        producer = self.producer_config()
+        producer.pop("logger", None)  # not picklable; executors log through their own stderr
+        # Everything the executors need, built once per run rather than per epoch.
+        self._plan = {
+            "producer": producer,
+            "topic": self.spec.topic,
+            "keys": self.keys,
+            "label": self.label,
+            "format": self.spec.data_format,
+            "avro_schema": schema,
+            "schema_id": self.schema_id or 0,
+        }
 
     def _ensure_topic(self) -> None:
         from confluent_kafka import KafkaException
@@ -211,17 +225,6 @@ class KafkaSink(Sink[KafkaSinkSpec]):
             raise StreamlingError.retry(f"failed to create topic '{topic}': {exc}") from None
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
-        plan = {
-            "producer": self.producer_config(),
-            "topic": self.spec.topic,
-            "keys": self.keys,
-            "label": self.label,
-            "format": self.spec.data_format,
-            "avro_schema": json.dumps(avro_schema_for(self.value_schema, self.spec.topic))
-            if self.spec.data_format == "avro" and self.value_schema is not None
-            else "",
-            "schema_id": self.schema_id or 0,
-        }
-        plan["producer"].pop("logger", None)  # not picklable; executors log through their own stderr
+        plan = self._plan
         counts = df.mapInArrow(lambda batches: produce_partition(batches, plan), "sent long")
         return sum(row.sent for row in counts.collect())
