@@ -42,6 +42,15 @@ class Epoch:
     timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
 
+@dataclass(frozen=True)
+class AppliedEpoch:
+    """An epoch as a sink recorded it: replaying exactly this range lets the sink skip it."""
+
+    id: int
+    start: Mapping[str, Any]
+    end: Mapping[str, Any]
+
+
 @dataclass
 class RunContext:
     settings: Settings
@@ -64,6 +73,10 @@ class Operator(Generic[S]):
     def label(self) -> str:
         """How errors and logs name this node: ``print sink 'out'``."""
         return f"{self.spec.type} {self.kind} '{self.name}'"
+
+    def bind(self, operators: Mapping[str, Operator]) -> None:
+        """Called once the plan has built every operator, for nodes that use others (a SQL transform
+        calling a dynamic table)."""
 
     def initialize(self, ctx: RunContext) -> None:
         """Open connections and create external objects; never called by validation."""
@@ -106,8 +119,12 @@ class Source(Operator[SS]):
         """Rows an epoch from `start` to `end` covers, when positions tell; for progress reporting."""
         return None
 
-    def stream(self, spark: SparkSession, start: Mapping[str, Any]) -> DataFrame:
-        """A streaming DataFrame that starts reading at `start`."""
+    def stream(
+        self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
+    ) -> DataFrame:
+        """A streaming DataFrame that starts reading at `start`. With `replay_end`, the first epoch must
+        end exactly there: it replays an epoch some sink already applied, so that sink can recognise and
+        skip it (see `Sink.applied_epoch`)."""
         raise NotImplementedError
 
     def refine(self, df: DataFrame) -> DataFrame:
@@ -144,6 +161,11 @@ class Sink(Operator[KS]):
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         """Write the epoch's rows; return how many rows were written."""
         raise NotImplementedError
+
+    def applied_epoch(self, source: str) -> AppliedEpoch | None:
+        """The last epoch of `source` this sink applied durably, for sinks that record it atomically with
+        their data (effectively-once). Called after `initialize`, before data flows."""
+        return None
 
 
 class ArrowSink(Sink[KS]):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, SecretStr, field_validator, model_validator
 
 from streamling.config.units import Milliseconds, Seconds
 
@@ -38,6 +39,28 @@ class PostgresConnectionSettings(_Section):
             "connect_timeout": self.connect_timeout_sec,
             "application_name": "streamling",
         }
+
+
+class PostgresSinkSettings(PostgresConnectionSettings):
+    """Where Postgres sinks and dynamic tables write. Keys follow the original YAML: ``pass`` and ``db``."""
+
+    password: SecretStr = Field(default=SecretStr(""), alias="pass")
+    database: str = Field(default="postgres", alias="db")
+    retry_timeout_sec: Seconds = 600.0
+    """How long a write keeps retrying transient failures (lost connection, read-only database) before
+    the pipeline fails; the epoch is not acknowledged meanwhile."""
+
+
+def connection_key(node_name: str) -> str:
+    """``Orders-Sink 1`` → ``orders_sink_1``: the key of a node's entry in ``postgres_sink_connections``."""
+    return re.sub(r"[^a-z0-9]+", "_", node_name.lower()).strip("_")
+
+
+class DynamicTableBackendSettings(_Section):
+    max_batch_size: PositiveInt = 1000
+    """Distinct values per lookup query."""
+    cache_ttl_ms: Milliseconds = 0
+    """How long a lookup result may be reused; 0 (the default) asks the table every batch."""
 
 
 BackendType = Literal["InMemory", "Sqlite", "Postgres"]
@@ -115,6 +138,25 @@ class Settings(_Section):
     kafka_source: KafkaSourceSettings = Field(default_factory=KafkaSourceSettings)
     kafka_sink: KafkaConnectionSettings = Field(default_factory=KafkaConnectionSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
+    postgres_sink: PostgresSinkSettings = Field(default_factory=PostgresSinkSettings)
+    postgres_sink_connections: dict[str, PostgresSinkSettings] = Field(default_factory=dict)
+    """Per-node overrides of `postgres_sink`, keyed by `connection_key` of the node name."""
+    dynamic_table_backend: DynamicTableBackendSettings = Field(default_factory=DynamicTableBackendSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _layer_connections(cls, data: Any) -> Any:
+        """Each per-node entry overrides only the fields it names; the rest come from `postgres_sink`."""
+        if not isinstance(data, dict) or not isinstance(data.get("postgres_sink_connections"), dict):
+            return data
+        base = data.get("postgres_sink") if isinstance(data.get("postgres_sink"), dict) else {}
+        layered = {}
+        for name, override in data["postgres_sink_connections"].items():
+            layered[connection_key(str(name))] = {**base, **override} if isinstance(override, dict) else override
+        return {**data, "postgres_sink_connections": layered}
+
+    def postgres_connection(self, node_name: str) -> PostgresSinkSettings:
+        return self.postgres_sink_connections.get(connection_key(node_name), self.postgres_sink)
 
     @field_validator("record_batch_interval_ms", "checkpoint_interval_sec")
     @classmethod

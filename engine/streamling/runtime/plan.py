@@ -26,6 +26,8 @@ class Plan:
         self.operators: dict[str, Operator] = {
             name: node.optype.operator(name, node.spec, settings) for name, node in pipeline.nodes.items()
         }
+        for op in self.operators.values():
+            op.bind(self.operators)
         self.schemas: dict[str, StructType] = {}
         # Per-epoch evaluation walks these; the graph does not change during a run.
         self.downstream = {n.name: pipeline.downstream(n.name) for n in pipeline.sources}

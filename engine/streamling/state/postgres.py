@@ -10,6 +10,7 @@ from psycopg.types.json import Jsonb
 
 from streamling.config.model import PostgresConnectionSettings
 from streamling.errors import StreamlingError
+from streamling.postgres.connection import reason as _reason
 from streamling.state.base import JsonDoc, StateBackend
 
 DDL = (
@@ -96,13 +97,3 @@ class PostgresStateBackend(StateBackend):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-def _reason(exc: psycopg.Error) -> str:
-    """The server's message without connection strings (which could carry a password)."""
-    diag = getattr(exc, "diag", None)
-    primary = getattr(diag, "message_primary", None) if diag else None
-    if primary:
-        return primary.strip()
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
