@@ -162,6 +162,11 @@ class Sink(Operator[KS]):
         """Write the epoch's rows; return how many rows were written."""
         raise NotImplementedError
 
+    @property
+    def flush_interval_sec(self) -> float | None:
+        """The longest this sink wants rows to wait; sources feeding it close epochs at least this often."""
+        return None
+
     def applied_epoch(self, source: str) -> AppliedEpoch | None:
         """The last epoch of `source` this sink applied durably, for sinks that record it atomically with
         their data (effectively-once). Called after `initialize`, before data flows."""

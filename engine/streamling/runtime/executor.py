@@ -12,6 +12,7 @@ backend, which is therefore the only source of truth for positions.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import signal
@@ -30,6 +31,7 @@ from pyspark.sql.streaming import StreamingQuery
 from streamling.config import Settings
 from streamling.errors import StreamlingError, error_context, wrap
 from streamling.operators import Epoch, RunContext, Sink, Source
+from streamling.runtime.faults import crash_point
 from streamling.runtime.offset_log import read_batch_offsets
 from streamling.runtime.plan import Plan
 from streamling.state import StateBackend
@@ -79,9 +81,9 @@ class SourceQuery:
         self._epoch_started = 0.0
         self.progress = runner.summary.sources.setdefault(source.name, SourceProgress(position=dict(start)))
 
-    def start(self, spark: SparkSession) -> None:
+    def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
         settings = self.runner.settings
-        stream = self.source.stream(spark, self.position)
+        stream = self.source.stream(spark, self.position, replay_end)
         self.query = (
             stream.writeStream.queryName(f"{settings.application_id}:{self.source.name}")
             .foreachBatch(self)
@@ -89,7 +91,16 @@ class SourceQuery:
             .trigger(processingTime=f"{settings.record_batch_interval_ms} milliseconds")
             .start()
         )
-        log.info("Started %s from position %s", self.source.label, self.position)
+        if replay_end is not None:
+            log.info(
+                "Started %s from position %s; epoch %d is replayed up to %s, which some sinks already applied",
+                self.source.label,
+                self.position,
+                self.epoch + 1,
+                replay_end,
+            )
+        else:
+            log.info("Started %s from position %s", self.source.label, self.position)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         with self.lock:
@@ -117,6 +128,7 @@ class SourceQuery:
         try:
             with error_context(self.source.label):
                 outputs = self.runner.plan.evaluate(spark, self.source.name, batch, epoch)
+            crash_point("before_write", epoch.id)
             for name in self.sinks:
                 sink = self.runner.plan.operators[name]
                 assert isinstance(sink, Sink)
@@ -126,7 +138,9 @@ class SourceQuery:
             for op in self.downstream:
                 with error_context(op.label):
                     op.prepare_checkpoint(epoch)
+            crash_point("after_write", epoch.id)
             self._commit(epoch)
+            crash_point("after_commit", epoch.id)
             for op in [self.source, *self.downstream]:
                 with error_context(op.label):
                     op.commit_checkpoint(epoch)
@@ -228,7 +242,7 @@ class PipelineRunner:
                 if query.exhausted:
                     log.info("%s has nothing after position %s; not started", source.label, start)
                     continue
-                query.start(self.spark)
+                query.start(self.spark, self._replay_end(source, start, query.epoch))
             self._supervise(queries)
             self.summary.stopped_by_signal = self._stop.is_set()
             return self.summary
@@ -273,6 +287,36 @@ class PipelineRunner:
                 return
             time.sleep(0.05)
 
+    def _replay_end(self, source: Source, start: dict[str, Any], committed: int) -> dict[str, Any] | None:
+        """Where the first epoch must end so that sinks which applied the next epoch before a crash (but
+        whose positions never reached the state backend) see exactly that epoch again and skip it."""
+        ends: list[dict[str, Any]] = []
+        for name in self.plan.sinks_of(source.name):
+            sink = self.plan.operators[name]
+            assert isinstance(sink, Sink)
+            with error_context(sink.label):
+                applied = sink.applied_epoch(source.name)
+            if applied is None or applied.id <= committed:
+                continue
+            if applied.id == committed + 1 and _same(applied.start, start):
+                ends.append(dict(applied.end))
+                continue
+            log.warning(
+                "%s: recorded epoch %d of %s (from %s) does not follow the state backend's epoch %d at %s; "
+                "the state was reset or belongs to another run, so replayed rows are applied again",
+                sink.label,
+                applied.id,
+                source.label,
+                applied.start,
+                committed,
+                start,
+            )
+        if not ends:
+            return None
+        if any(not _same(end, ends[0]) for end in ends[1:]):
+            log.warning("%s: sinks recorded different ends for epoch %d: %s", source.label, committed + 1, ends)
+        return ends[0]
+
     def _register(self, source: Source) -> None:
         data_source = getattr(source, "data_source", None)
         if data_source is not None:
@@ -288,6 +332,10 @@ def _as_streamling_error(error: BaseException, where: str) -> StreamlingError:
     if isinstance(error, StreamlingError):
         return error
     return wrap(error, where)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
 def _safe(name: str) -> str:

@@ -26,11 +26,24 @@ class Plan:
         self.operators: dict[str, Operator] = {
             name: node.optype.operator(name, node.spec, settings) for name, node in pipeline.nodes.items()
         }
-        for op in self.operators.values():
-            op.bind(self.operators)
         self.schemas: dict[str, StructType] = {}
         # Per-epoch evaluation walks these; the graph does not change during a run.
         self.downstream = {n.name: pipeline.downstream(n.name) for n in pipeline.sources}
+        for node in pipeline.sources:
+            self._pace_for_sinks(node)
+        for op in self.operators.values():
+            op.bind(self.operators)
+
+    def _pace_for_sinks(self, node: Node) -> None:
+        """A sink's `batch_flush_interval` shortens the epoch interval of the sources feeding it."""
+        wanted = [
+            interval
+            for name in self.sinks_of(node.name)
+            if (interval := self.operators[name].flush_interval_sec) is not None  # type: ignore[attr-defined]
+        ]
+        if wanted and min(wanted) < self.settings.checkpoint_interval_sec:
+            paced = self.settings.model_copy(update={"checkpoint_interval_sec": min(wanted)})
+            self.operators[node.name] = node.optype.operator(node.name, node.spec, paced)
 
     def source(self, name: str) -> Source:
         op = self.operators[name]

@@ -167,6 +167,7 @@ class GeneratorStreamReader(DataSourceStreamReader):
         self.rate = self.config.get("rows_per_second")
         self.batch_rows = int(self.config["batch_rows"])
         self.started = time.monotonic()
+        self.replay_end = json.loads(options.get("replay_end") or "null")
 
     def initialOffset(self) -> dict:
         return {"offset": self.start}
@@ -178,6 +179,9 @@ class GeneratorStreamReader(DataSourceStreamReader):
         return produced if self.total is None else min(self.total, produced)
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
+        if self.replay_end is not None:  # the first epoch repeats one a sink already applied
+            end, self.replay_end = self.replay_end, None
+            return {"offset": int(end["offset"])}
         first = int(start["offset"])
         available = self._available()
         max_rows = getattr(limit, "max_rows", None)
@@ -251,7 +255,9 @@ class GeneratorSource(Source[GeneratorSourceSpec]):
             "batch_rows": min(spec.record_batch_size or self.settings.record_batch_size, 65_536),
         }
 
-    def stream(self, spark: SparkSession, start: Mapping[str, Any]) -> DataFrame:
+    def stream(
+        self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
+    ) -> DataFrame:
         parallelism = self.spec.partitions or spark.sparkContext.defaultParallelism
         max_rows = self.spec.record_batch_size or self.settings.record_batch_size
         return (
@@ -259,6 +265,7 @@ class GeneratorSource(Source[GeneratorSourceSpec]):
             .option("config", json.dumps(self.reader_config()))
             .option("start", str(int(start["offset"])))
             .option("parallelism", str(parallelism))
+            .option("replay_end", json.dumps(dict(replay_end) if replay_end is not None else None))
             .options(**Pacer.options(max_rows, self.settings.checkpoint_interval_sec))
             .load()
         )

@@ -225,6 +225,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._consumer = None
         self._partitions: list[int] = []
         self._partitions_at = 0.0
+        self.replay_end = json.loads(options.get("replay_end") or "null")
 
     # Driver side (the streaming source runner): offsets and planning.
     def _admin(self):  # type: ignore[no-untyped-def]
@@ -237,6 +238,10 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
         from confluent_kafka import TopicPartition
+
+        if self.replay_end is not None:  # the first epoch repeats one a sink already applied
+            end, self.replay_end = self.replay_end, None
+            return {k: int(v) for k, v in end.items()}
 
         consumer = self._admin()
         now = time.monotonic()
@@ -559,10 +564,13 @@ class KafkaSource(Source[KafkaSourceSpec]):
             self._driver_consumer().commit(offsets=changed, asynchronous=False)
             log.debug("%s committed group offsets %s", self.label, {tp.partition: tp.offset for tp in changed})
 
-    def stream(self, spark: SparkSession, start: Mapping[str, Any]) -> DataFrame:
+    def stream(
+        self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
+    ) -> DataFrame:
         options = {
             **self._options(),
             "start": json.dumps({k: int(v) for k, v in start.items()}),
+            "replay_end": json.dumps({k: int(v) for k, v in replay_end.items()} if replay_end is not None else None),
             "ending": json.dumps(self._ending or {}),
             "starting_offsets": self.spec.starting_offsets,
             "data_format": self.spec.data_format,

@@ -58,6 +58,8 @@ class Pipeline:
     inputs: dict[str, list[str]]
     path: Path | None = None
     text: str = ""
+    after: dict[str, list[str]] = field(default_factory=dict)
+    """Ordering-only parents (`NodeSpec.after_names`): evaluated first in an epoch, never read as input."""
 
     def of_kind(self, kind: str) -> list[Node]:
         return [n for n in self.nodes.values() if n.kind == kind]
@@ -77,6 +79,10 @@ class Pipeline:
     def consumers(self, name: str) -> list[str]:
         return [n for n, ins in self.inputs.items() if name in ins]
 
+    def parents(self, name: str) -> list[str]:
+        """Inputs first, then ordering-only parents."""
+        return [*self.inputs.get(name, []), *self.after.get(name, [])]
+
     def topological_order(self) -> list[str]:
         order: list[str] = []
         done: set[str] = set()
@@ -85,7 +91,7 @@ class Pipeline:
             if name in done:
                 return
             done.add(name)
-            for parent in self.inputs.get(name, []):
+            for parent in self.parents(name):
                 visit(parent)
             order.append(name)
 
@@ -121,7 +127,8 @@ def load_pipeline(
     nodes = _build_nodes(raw, report)
     declared = {str(name) for section in SECTIONS for name in raw[section]}
     inputs = _resolve_inputs(nodes, declared, report)
-    pipeline = Pipeline(name=name, nodes=nodes, inputs=inputs, path=path, text=text)
+    after = _resolve_after(nodes, report)
+    pipeline = Pipeline(name=name, nodes=nodes, inputs=inputs, path=path, text=text, after=after)
     if report.errors:
         return None, report
     _check_cycles(pipeline, report)
@@ -215,7 +222,7 @@ def _resolve_inputs(nodes: Mapping[str, Node], declared: set[str], report: Valid
         if node.kind == "source":
             inputs[node.name] = []
             continue
-        if not names:
+        if not names and not node.spec.side_output:
             report.errors.append(f"{node.label}: has no input; set 'from'")
         via = "SQL" if node.spec.type == "sql" and not getattr(node.spec, "from_", None) else "'from'"
         for parent in names:
@@ -227,8 +234,26 @@ def _resolve_inputs(nodes: Mapping[str, Node], declared: set[str], report: Valid
                 report.errors.append(
                     f"{node.label}: {via} references sink '{parent}'; only sources and transforms produce data"
                 )
+            elif nodes[parent].spec.side_output:
+                report.errors.append(
+                    f"{node.label}: {via} references {nodes[parent].spec.type} '{parent}', which produces no rows; "
+                    f"look values up with dynamic_table_check('{parent}', value) instead"
+                )
         inputs[node.name] = names
     return inputs
+
+
+def _resolve_after(nodes: Mapping[str, Node], report: ValidationReport) -> dict[str, list[str]]:
+    """Each node's ordering-only parents, after the node-specific graph checks (`NodeSpec.graph_errors`)."""
+    specs = {name: node.spec for name, node in nodes.items()}
+    after: dict[str, list[str]] = {}
+    for node in nodes.values():
+        try:
+            report.errors += [f"{node.label}: {problem}" for problem in node.spec.graph_errors(specs)]
+            after[node.name] = [name for name in node.spec.after_names() if name in nodes]
+        except StreamlingError:
+            continue  # the node's own definition is broken; _resolve_inputs already said why
+    return after
 
 
 def _check_cycles(pipeline: Pipeline, report: ValidationReport) -> None:
@@ -238,7 +263,7 @@ def _check_cycles(pipeline: Pipeline, report: ValidationReport) -> None:
     def visit(name: str) -> bool:
         state[name] = 1
         path.append(name)
-        for parent in pipeline.inputs.get(name, []):
+        for parent in pipeline.parents(name):
             if state.get(parent) == 1:
                 cycle = [*path[path.index(parent) :], parent]
                 report.errors.append(f"pipeline has a cycle: {' -> '.join(reversed(cycle))}")
@@ -255,7 +280,11 @@ def _check_cycles(pipeline: Pipeline, report: ValidationReport) -> None:
 
 
 def _check_orphans(pipeline: Pipeline, report: ValidationReport) -> None:
-    orphans = [n.name for n in pipeline.nodes.values() if n.kind != "sink" and not pipeline.consumers(n.name)]
+    orphans = [
+        n.name
+        for n in pipeline.nodes.values()
+        if n.kind != "sink" and not n.spec.side_output and not pipeline.consumers(n.name)
+    ]
     if orphans:
         report.errors.append(
             f"Source(s) and/or transform(s) have no consumers: {', '.join(orphans)}. "

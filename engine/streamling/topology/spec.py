@@ -6,6 +6,7 @@ which other nodes it reads (`input_names`), which is all the graph needs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -22,11 +23,23 @@ class NodeSpec(BaseModel):
     kind: ClassVar[str] = "node"
     identity_labels: ClassVar[tuple[str, ...]] = ()
     """Label keys that identify the node in metrics (e.g. ``topic``); users may not override them."""
+    side_output: ClassVar[bool] = False
+    """The node's effect is outside the graph (a dynamic table): it needs no consumer, may have no
+    input, and no node may read it with ``from``."""
 
     type: str
     telemetry: TelemetrySpec | None = None
 
     def input_names(self) -> list[str]:
+        return []
+
+    def after_names(self) -> list[str]:
+        """Nodes that must be evaluated before this one in the same epoch although it does not read them
+        (a SQL transform that looks values up in a dynamic table another node fills)."""
+        return []
+
+    def graph_errors(self, nodes: Mapping[str, NodeSpec]) -> list[str]:
+        """Structural problems that involve other nodes' specs (`nodes`: every valid node by name)."""
         return []
 
     def labels(self) -> dict[str, Any]:

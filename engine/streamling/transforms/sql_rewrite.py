@@ -2,8 +2,9 @@
 fallback), find the nodes it reads, and render Spark SQL for an epoch.
 
 Rendering maps node names — dotted ones included, as in ``FROM raw.transactions`` — to the epoch's
-temporary views, makes sure every SELECT carries ``_gs_op`` exactly once, and pins ``now()`` to the
-epoch's timestamp so every sink of an epoch sees the same value.
+temporary views, makes sure every SELECT carries ``_gs_op`` exactly once, pins ``now()`` to the
+epoch's timestamp so every sink of an epoch sees the same value, and turns
+``dynamic_table_check('t', value)`` into a call of the Spark UDF registered for dynamic table ``t``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ from streamling.types import GS_OP
 
 DIALECTS = ("postgres", "spark")
 _RENAMED_FUNCTIONS = {"make_array": exp.Array}
+DYNAMIC_TABLE_CHECK = "dynamic_table_check"
+
+
+def undefined_dynamic_table(name: str) -> str:
+    return f"dynamic table '{name}' is used in SQL transform but not defined in pipeline topology"
 
 
 def table_name(table: exp.Table) -> str:
@@ -32,6 +38,8 @@ class SqlProgram:
         self.tree = self._parse(sql)
         self._cte_names = {cte.alias_or_name for cte in self.tree.find_all(exp.CTE)}
         self.references = sorted({table_name(t) for t in self.tree.find_all(exp.Table) if self._is_input(t)})
+        self.dynamic_tables = sorted({self._checked_table(call) for call in self._checks(self.tree)})
+        """Dynamic tables the SQL looks values up in with ``dynamic_table_check``."""
 
     def _parse(self, sql: str) -> exp.Query:
         last: Exception | None = None
@@ -51,9 +59,33 @@ class SqlProgram:
         name = table_name(table)
         return bool(name) and not (len(table.parts) == 1 and name in self._cte_names)
 
-    def render(self, views: Mapping[str, str], epoch_ms: int | None = None) -> str:
-        """Spark SQL reading `views` (node name → view name) with ``now()`` fixed to `epoch_ms`."""
+    @staticmethod
+    def _checks(tree: exp.Expression) -> list[exp.Anonymous]:
+        return [call for call in tree.find_all(exp.Anonymous) if call.name.lower() == DYNAMIC_TABLE_CHECK]
+
+    def _checked_table(self, call: exp.Anonymous) -> str:
+        args = call.expressions
+        if len(args) != 2 or not (isinstance(args[0], exp.Literal) and args[0].is_string):
+            raise StreamlingError.user(
+                f"{self.where}: dynamic_table_check takes a dynamic table name as a string literal and a value, "
+                f"as in dynamic_table_check('watchlist', address); got {call.sql(dialect='spark')}"
+            )
+        return args[0].name
+
+    def render(
+        self, views: Mapping[str, str], epoch_ms: int | None = None, checks: Mapping[str, str] | None = None
+    ) -> str:
+        """Spark SQL reading `views` (node name → view name) with ``now()`` fixed to `epoch_ms`, and each
+        ``dynamic_table_check('t', v)`` calling the UDF `checks` names for ``t`` (as ``udf(v)``)."""
         tree = self.tree.copy()
+        for call in self._checks(tree):
+            table = self._checked_table(call)
+            if checks is None:
+                raise StreamlingError.user(f"{self.where}: dynamic_table_check is only available in SQL transforms")
+            function = checks.get(table)
+            if function is None:
+                raise StreamlingError.user(f"{self.where}: {undefined_dynamic_table(table)}")
+            call.replace(exp.Anonymous(this=function, expressions=[call.expressions[1]]))
         for table in list(tree.find_all(exp.Table)):
             if not self._is_input(table):
                 continue

@@ -1,0 +1,180 @@
+"""The Postgres backend: a table ``(value TEXT PRIMARY KEY)`` that the pipeline fills and anyone else may
+fill too; lookups read it on every batch, so external inserts show up without a restart.
+
+The driver creates the table and inserts a populating node's values. The executors look values up
+through `PostgresLookup`, which keeps one autocommit connection per Python worker (module-level, so it
+outlives batches and tasks) and, with ``cache_ttl_ms``, reuses answers for that long.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import psycopg
+from psycopg import sql
+
+from streamling.config.model import PostgresSinkSettings
+from streamling.postgres.connection import connect, with_retries
+
+T = TypeVar("T")
+MAX_CACHED_ANSWERS = 200_000
+"""Per table and worker; past this, expired answers are dropped (and all of them, if none expired)."""
+
+
+@dataclass(frozen=True)
+class PostgresTable:
+    """Where a dynamic table lives and how to reach it; picklable, so it travels inside the UDF."""
+
+    node: str
+    connection: PostgresSinkSettings
+    schema: str
+    table: str
+    max_batch_size: int = 1000
+    cache_ttl_ms: float = 0
+
+    @property
+    def where(self) -> str:
+        return f"dynamic table '{self.node}'"
+
+    @property
+    def qualified(self) -> sql.Composed:
+        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(self.table))
+
+    @property
+    def key(self) -> Hashable:
+        """Identifies the table and the connection in a worker's caches (kept in memory only)."""
+        return (self.node, self.schema, self.table, tuple(sorted(self.connection.conninfo().items())))
+
+    def retrying(self, attempt: Callable[[], T], on_retry: Callable[[], None]) -> T:
+        """Transient failures retry for ``retry_timeout_sec``; others fail at once, naming the node."""
+        return with_retries(attempt, self.where, self.connection.retry_timeout_sec, on_retry)
+
+
+class PostgresWriter:
+    """Driver side: creates the table on start and adds values (idempotently, so replays are harmless)."""
+
+    def __init__(self, target: PostgresTable) -> None:
+        self.target = target
+        self._conn: psycopg.Connection | None = None
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.target.connection, self.target.where)
+        return self._conn
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+
+    def create(self) -> None:
+        target = self.target
+
+        def attempt() -> None:
+            conn = self._connection()
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (target.schema,))
+                if cur.fetchone() is None:  # CREATE SCHEMA IF NOT EXISTS needs CREATE even when it exists
+                    cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(target.schema)))
+                cur.execute(
+                    sql.SQL("CREATE TABLE IF NOT EXISTS {} (value TEXT PRIMARY KEY)").format(target.qualified)
+                )
+
+        target.retrying(attempt, self._drop)
+
+    def add(self, values: Sequence[str]) -> None:
+        """Insert `values` in one transaction, `max_batch_size` per statement; existing ones are skipped."""
+        statement = sql.SQL("INSERT INTO {} (value) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING").format(
+            self.target.qualified
+        )
+
+        def attempt() -> None:
+            conn = self._connection()
+            with conn.transaction(), conn.cursor() as cur:
+                for chunk in _chunks(values, self.target.max_batch_size):
+                    cur.execute(statement, (chunk,))
+
+        if values:
+            self.target.retrying(attempt, self._drop)
+
+    def close(self) -> None:
+        self._drop()
+
+
+@dataclass(frozen=True)
+class PostgresLookup:
+    """Executor side: the `udf.Lookup` of a Postgres dynamic table."""
+
+    target: PostgresTable
+
+    def contains(self, values: list[str]) -> set[str]:
+        ttl = self.target.cache_ttl_ms / 1000
+        if ttl <= 0:
+            return _query(self.target, values)
+        now = time.monotonic()
+        answers = _ANSWERS.setdefault(self.target.key, {})
+        found = {v for v in values if (a := answers.get(v)) is not None and a[1] > now and a[0]}
+        missing = [v for v in values if (a := answers.get(v)) is None or a[1] <= now]
+        if missing:
+            present = _query(self.target, missing)
+            _forget_expired(answers, now)
+            expires = now + ttl
+            answers.update({v: (v in present, expires) for v in missing})
+            found |= present
+        return found
+
+
+_CONNECTIONS: dict[Hashable, psycopg.Connection] = {}
+"""One connection per table per Python worker; Spark reuses workers, so this lives across batches."""
+_ANSWERS: dict[Hashable, dict[str, tuple[bool, float]]] = {}
+"""value → (present, expires at) per table, used only when ``cache_ttl_ms`` > 0."""
+_LOCK = threading.Lock()
+
+
+def _query(target: PostgresTable, values: list[str]) -> set[str]:
+    """One SELECT per `max_batch_size` distinct values."""
+    statement = sql.SQL("SELECT value FROM {} WHERE value = ANY(%s)").format(target.qualified)
+
+    def attempt() -> set[str]:
+        conn = _connection(target)
+        found: set[str] = set()
+        with conn.cursor() as cur:
+            for chunk in _chunks(values, target.max_batch_size):
+                cur.execute(statement, (chunk,))
+                found.update(row[0] for row in cur.fetchall())
+        return found
+
+    with _LOCK:
+        return target.retrying(attempt, lambda: _close(target))
+
+
+def _connection(target: PostgresTable) -> psycopg.Connection:
+    conn = _CONNECTIONS.get(target.key)
+    if conn is None or conn.closed:
+        # Autocommit: every lookup reads the latest committed rows, and no transaction stays open.
+        conn = _CONNECTIONS[target.key] = connect(target.connection, target.where, autocommit=True)
+    return conn
+
+
+def _close(target: PostgresTable) -> None:
+    conn = _CONNECTIONS.pop(target.key, None)
+    if conn is not None:
+        conn.close()
+
+
+def _forget_expired(answers: dict[str, tuple[bool, float]], now: float) -> None:
+    if len(answers) < MAX_CACHED_ANSWERS:
+        return
+    for value in [v for v, (_, expires) in answers.items() if expires <= now]:
+        del answers[value]
+    if len(answers) >= MAX_CACHED_ANSWERS:
+        answers.clear()
+
+
+def _chunks(values: Sequence[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(values), size):
+        yield list(values[start : start + size])

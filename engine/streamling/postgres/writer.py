@@ -1,0 +1,297 @@
+"""Applying one epoch's rows for one write stream: dedupe, COPY into a staging table, one merge per round.
+
+Everything for a stream and epoch happens in one transaction together with its progress row, so the
+epoch is either fully applied and recorded or not at all; a retry after a lost connection (or a
+replay after a crash) finds the progress row and skips. Runs wherever the rows are: on the driver
+for a single stream, inside ``mapInArrow`` tasks for key-hashed parallel streams.
+
+Rows are sent as CSV produced by Arrow's vectorised writer (no per-row Python for scalar columns);
+within a batch a key appears at most once per merge round, so ``ON CONFLICT`` never meets the same
+row twice ("cannot affect row a second time").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+from psycopg import sql
+
+from streamling.config.model import PostgresSinkSettings
+from streamling.errors import StreamlingError
+from streamling.postgres.connection import connect, with_retries
+from streamling.postgres.progress import EpochRef, ProgressKey, already_applied, record
+from streamling.postgres.types import Column
+from streamling.types import GS_OP, json_default
+
+log = logging.getLogger("streamling.postgres")
+EPOCH_COLUMN = "_gs_checkpoint_epoch"
+ORDER_COLUMN = "__sl_order"
+_ORDER = ORDER_COLUMN
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Everything a writer needs, built once per run on the driver and shipped to executors."""
+
+    label: str
+    connection: PostgresSinkSettings
+    schema: str
+    table: str
+    columns: tuple[Column, ...]
+    staging_types: tuple[str, ...]
+    keys: tuple[str, ...]
+    mode: Literal["upsert", "landing"]
+    on_conflict: Literal["update", "nothing"]
+    update_where: tuple[tuple[str, str], ...]
+    deduplicate: bool
+    batch_size: int | None
+    progress: ProgressKey
+
+    @property
+    def target(self) -> sql.Composed:
+        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(self.table))
+
+    @property
+    def staging(self) -> sql.Identifier:
+        digest = hashlib.sha1(f"{self.schema}.{self.table}".encode()).hexdigest()[:16]
+        return sql.Identifier(f"_sl_stage_{digest}")
+
+    @property
+    def conflict_keys(self) -> tuple[str, ...]:
+        return (*self.keys, GS_OP) if self.mode == "landing" else self.keys
+
+
+# ---------------------------------------------------------------- preparing rows (pure Arrow)
+
+
+def merge_rounds(table: pa.Table, keys: tuple[str, ...], deduplicate: bool) -> list[pa.Table]:
+    """Split the batch into rounds in which each key occurs once, keeping input order per key.
+
+    With `deduplicate` only the last row per key survives (one round). Without it, round r holds every
+    key's r-th occurrence, so applying the rounds in order replays each key's history faithfully."""
+    if table.num_rows == 0:
+        return []
+    order = pa.array(np.arange(table.num_rows, dtype=np.int64))
+    indexed = table.select(list(keys)).append_column(_ORDER, order)
+    if deduplicate:
+        last = indexed.group_by(list(keys), use_threads=False).aggregate([(_ORDER, "max")])
+        picks = pc.sort_indices(last.column(f"{_ORDER}_max"))
+        return [table.take(pc.take(last.column(f"{_ORDER}_max"), picks))]
+    grouped = indexed.group_by(list(keys), use_threads=False).aggregate([(_ORDER, "list")])
+    lists = grouped.column(f"{_ORDER}_list").combine_chunks()
+    flat = lists.flatten().to_numpy()
+    offsets = lists.offsets.to_numpy()
+    parents = pc.list_parent_indices(lists).to_numpy()
+    rank = np.arange(len(flat)) - offsets[parents]
+    rounds = []
+    for r in range(int(rank.max()) + 1):
+        rows = np.sort(flat[rank == r])
+        rounds.append(table.take(pa.array(rows)))
+    return rounds
+
+
+def check_keys(table: pa.Table, keys: tuple[str, ...], label: str) -> None:
+    for key in keys:
+        nulls = table.column(key).null_count
+        if nulls:
+            raise StreamlingError.user(f"{label}: primary key column '{key}' is NULL in {nulls} row(s)")
+
+
+def to_csv(table: pa.Table, columns: tuple[Column, ...]) -> bytes:
+    """The rows as Postgres CSV: unquoted empty = NULL, quoted empty = ''."""
+    arrays = []
+    names = []
+    for column in columns:
+        array = table.column(column.name)
+        arrays.append(_csv_ready(array, column))
+        names.append(column.name)
+    arrays.append(table.column(GS_OP).cast(pa.string()))
+    names.append(GS_OP)
+    out = io.BytesIO()
+    pacsv.write_csv(pa.table(arrays, names=names), out, pacsv.WriteOptions(include_header=False))
+    return out.getvalue()
+
+
+def _csv_ready(array: pa.ChunkedArray, column: Column) -> pa.ChunkedArray | pa.Array:
+    if column.is_json:
+        values = array.to_pylist()
+        return pa.array(
+            [None if v is None else json.dumps(_plain(v, column.arrow), default=json_default) for v in values],
+            pa.string(),
+        )
+    if column.pg == "bytea":
+        return pa.array([None if v is None else "\\x" + v.hex() for v in array.to_pylist()], pa.string())
+    return array
+
+
+def _plain(value: Any, arrow: pa.DataType) -> Any:
+    """Arrow's Python values → JSON-shaped values (maps become objects)."""
+    if value is None:
+        return None
+    if pa.types.is_map(arrow):
+        return {str(k): _plain(v, arrow.item_type) for k, v in value}
+    if pa.types.is_struct(arrow):
+        return {f.name: _plain(value.get(f.name), f.type) for f in arrow}
+    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
+        return [_plain(v, arrow.value_type) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------- SQL
+
+
+def staging_ddl(plan: WritePlan) -> sql.Composed:
+    cols = [
+        sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(t))
+        for c, t in zip(plan.columns, plan.staging_types, strict=True)
+    ]
+    cols.append(sql.SQL("{} TEXT").format(sql.Identifier(GS_OP)))
+    return sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} ({}) ON COMMIT DELETE ROWS").format(
+        plan.staging, sql.SQL(", ").join(cols)
+    )
+
+
+def copy_statement(plan: WritePlan) -> sql.Composed:
+    names = [c.name for c in plan.columns] + [GS_OP]
+    return sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv)").format(
+        plan.staging, sql.SQL(", ").join(map(sql.Identifier, names))
+    )
+
+
+def merge_statements(plan: WritePlan, epoch_id: int) -> list[tuple[sql.Composable, tuple[Any, ...]]]:
+    ident = sql.Identifier
+    names = [c.name for c in plan.columns]
+    cols = sql.SQL(", ").join(map(ident, names))
+    conflict = sql.SQL(", ").join(map(ident, plan.conflict_keys))
+    settable = [n for n in names if n not in plan.conflict_keys]
+    if plan.mode == "landing":
+        insert = sql.SQL(
+            "INSERT INTO {t} ({cols}, {op}, {ep}) SELECT {cols}, COALESCE({op}, 'i'), %s FROM {s} "
+            "ON CONFLICT ({conflict}) DO UPDATE SET {sets}"
+        ).format(
+            t=plan.target,
+            cols=cols,
+            op=ident(GS_OP),
+            ep=ident(EPOCH_COLUMN),
+            s=plan.staging,
+            conflict=conflict,
+            sets=sql.SQL(", ").join(
+                sql.SQL("{c} = EXCLUDED.{c}").format(c=ident(n)) for n in [*settable, EPOCH_COLUMN]
+            ),
+        )
+        return [(insert, (epoch_id,))]
+    matches = sql.SQL(" AND ").join(sql.SQL("t.{k} = s.{k}").format(k=ident(k)) for k in plan.keys)
+    delete = sql.SQL("DELETE FROM {t} AS t USING {s} AS s WHERE s.{op} = 'd' AND {m}").format(
+        t=plan.target, s=plan.staging, op=ident(GS_OP), m=matches
+    )
+    if plan.on_conflict == "nothing" or not settable:
+        action = sql.SQL("DO NOTHING")
+    else:
+        action = sql.SQL("DO UPDATE SET {}").format(
+            sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=ident(n)) for n in settable)
+        )
+        if plan.update_where:
+            conditions = sql.SQL(" AND ").join(
+                sql.SQL("EXCLUDED.{c} {op} t.{c}").format(c=ident(c), op=sql.SQL(op)) for c, op in plan.update_where
+            )
+            action = sql.SQL("{} WHERE {}").format(action, conditions)
+    upsert = sql.SQL(
+        "INSERT INTO {t} AS t ({cols}) SELECT {cols} FROM {s} WHERE {op} IS DISTINCT FROM 'd' ON CONFLICT ({c}) {a}"
+    ).format(t=plan.target, cols=cols, s=plan.staging, op=ident(GS_OP), c=conflict, a=action)
+    return [(delete, ()), (upsert, ())]
+
+
+# ---------------------------------------------------------------- writing
+
+
+_CONNECTIONS: dict[str, psycopg.Connection] = {}
+_CONNECTIONS_LOCK = threading.Lock()
+
+
+def _connection(plan: WritePlan) -> psycopg.Connection:
+    """One connection per process and destination, reused across epochs (executors keep theirs)."""
+    key = plan.connection.model_dump_json() + plan.connection.password.get_secret_value()
+    with _CONNECTIONS_LOCK:
+        conn = _CONNECTIONS.get(key)
+        if conn is None or conn.closed or conn.broken:
+            conn = connect(plan.connection, plan.label)
+            with conn.cursor() as cur:
+                cur.execute("SET TIME ZONE 'UTC'")
+            conn.commit()
+            _CONNECTIONS[key] = conn
+        return conn
+
+
+def _drop_connection(plan: WritePlan) -> None:
+    key = plan.connection.model_dump_json() + plan.connection.password.get_secret_value()
+    with _CONNECTIONS_LOCK:
+        conn = _CONNECTIONS.pop(key, None)
+    if conn is not None:
+        try:
+            conn.close()
+        except psycopg.Error:
+            pass
+
+
+def write_stream(table: pa.Table, plan: WritePlan, epoch: EpochRef, stream: int = 0, streams: int = 1) -> int:
+    """Apply `table` (the stream's rows of the epoch, in input order) and record the epoch; returns the
+    rows applied, 0 when this stream had already applied the epoch."""
+    if table.num_rows == 0:
+        return 0
+    check_keys(table, plan.keys, plan.label)
+    chunks = []
+    for round_rows in merge_rounds(table, plan.conflict_keys, plan.deduplicate):
+        size = plan.batch_size or round_rows.num_rows
+        chunks += [to_csv(round_rows.slice(i, size), plan.columns) for i in range(0, round_rows.num_rows, size)]
+    statements = merge_statements(plan, epoch.id)
+
+    def attempt() -> int:
+        conn = _connection(plan)
+        with conn.transaction(), conn.cursor() as cur:
+            if already_applied(cur, plan.progress, epoch, stream, streams):
+                log.info(
+                    "%s: epoch %d of '%s' already applied (stream %d); skipped",
+                    plan.label,
+                    epoch.id,
+                    epoch.source,
+                    stream,
+                )
+                return 0
+            cur.execute(staging_ddl(plan))
+            for payload in chunks:
+                cur.execute(sql.SQL("TRUNCATE {}").format(plan.staging))
+                with cur.copy(copy_statement(plan)) as copy:
+                    copy.write(payload)
+                for statement, params in statements:
+                    cur.execute(statement, params)
+            record(cur, plan.progress, epoch, stream, streams, table.num_rows)
+        return table.num_rows
+
+    return with_retries(attempt, plan.label, plan.connection.retry_timeout_sec, on_retry=lambda: _drop_connection(plan))
+
+
+def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan, epoch: EpochRef, streams: int):  # type: ignore[no-untyped-def]
+    """mapInArrow body for parallel streams: this task's partition is stream number `partitionId`."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    stream = context.partitionId() if context is not None else 0
+    collected = list(batches)
+    if collected:
+        table = pa.Table.from_batches(collected).sort_by(_ORDER).drop_columns([_ORDER])
+        rows = write_stream(table, plan, epoch, stream, streams)
+    else:
+        rows = 0
+    yield pa.RecordBatch.from_pydict({"rows": [rows]})

@@ -1,0 +1,200 @@
+"""The Postgres upsert sink: ``_gs_op = 'd'`` deletes by key, ``i``/``u`` upsert, effectively-once.
+
+Each epoch is applied per write stream in one transaction that also records the epoch in the
+progress table (`streamling.postgres.progress`); see `streamling.postgres.writer` for the write path.
+With ``parallelism: 1`` the epoch's rows come to the driver as Arrow and one stream writes them; with
+more, rows are hash-partitioned by key and each Spark task writes its own stream.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar, Literal
+
+import psycopg
+from pydantic import Field, PositiveInt, field_validator
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from streamling.config.units import Milliseconds
+from streamling.operators import AppliedEpoch, Epoch, RunContext, Sink
+from streamling.plugins.registry import operator
+from streamling.postgres import catalog, progress
+from streamling.postgres.connection import connect, with_retries
+from streamling.postgres.progress import EpochRef, ProgressKey
+from streamling.postgres.types import Column, columns_of
+from streamling.postgres.writer import ORDER_COLUMN, WritePlan, write_partition, write_stream
+from streamling.topology.spec import SinkSpec
+from streamling.types import GS_OP
+
+log = logging.getLogger("streamling.postgres")
+COMPARISONS = ("=", ">", ">=", "<", "<=", "!=", "<>")
+
+
+class PostgresSinkSpec(SinkSpec):
+    type: Literal["postgres"]
+    identity_labels: ClassVar[tuple[str, ...]] = ("schema", "table")
+    schema_: str = Field(default="public", alias="schema", min_length=1)
+    table: str = Field(min_length=1)
+    on_conflict: Literal["update", "nothing"] = "update"
+    update_where: dict[str, str] | None = None
+    batch_size: PositiveInt | None = None
+    batch_flush_interval: Milliseconds | None = None
+    parallelism: PositiveInt = 1
+    deduplicate: bool = True
+
+    @field_validator("on_conflict", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("update_where")
+    @classmethod
+    def _operators(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for column, op in (value or {}).items():
+            if str(op).strip() not in COMPARISONS:
+                raise ValueError(f"operator {op!r} for column '{column}' is not one of {' '.join(COMPARISONS)}")
+        return {c: str(op).strip() for c, op in value.items()} if value else value
+
+
+class PostgresWriterSink(Sink[Any]):
+    """What the upsert and aggregation sinks share: connection, table checks, progress, the write path."""
+
+    mode: ClassVar[Literal["upsert", "landing"]] = "upsert"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connection = self.settings.postgres_connection(self.name)
+        self.keys: list[str] = []
+        self.columns: list[Column] = []
+        self.plan: WritePlan | None = None
+        self._conn: psycopg.Connection | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.type} sink '{self.name}'"
+
+    @property
+    def flush_interval_sec(self) -> float | None:
+        interval = getattr(self.spec, "batch_flush_interval", None)
+        return interval / 1000 if interval else None
+
+    def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
+        if not primary_key:
+            return [f"{self.label} requires a primary key"]
+        available = schema.fieldNames()
+        missing = [k for k in primary_key if k not in available]
+        if missing:
+            return [f"{self.label}: primary key columns {missing} are not in the input"]
+        try:
+            self.columns = columns_of(schema, skip=(GS_OP,))
+        except TypeError as exc:
+            return [f"{self.label}: {exc}"]
+        self.keys = list(primary_key)
+        return []
+
+    def _driver_connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = connect(self.connection, self.label, autocommit=True)
+        return self._conn
+
+    def _with_connection(self, fn):  # type: ignore[no-untyped-def]
+        def attempt():  # type: ignore[no-untyped-def]
+            conn = self._driver_connection()
+            with conn.transaction(), conn.cursor() as cur:
+                return fn(cur)
+
+        def reset() -> None:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+
+        return with_retries(attempt, self.label, self.connection.retry_timeout_sec, on_retry=reset)
+
+    def write_plan(self, ctx: RunContext, table: str, staging_types: list[str], conflict_keys: list[str]) -> WritePlan:
+        spec = self.spec
+        return WritePlan(
+            label=self.label,
+            connection=self.connection,
+            schema=spec.schema_,
+            table=table,
+            columns=tuple(self.columns),
+            staging_types=tuple(staging_types),
+            keys=tuple(self.keys),
+            mode=self.mode,
+            on_conflict=getattr(spec, "on_conflict", "update"),
+            update_where=tuple((getattr(spec, "update_where", None) or {}).items()),
+            deduplicate=getattr(spec, "deduplicate", True),
+            batch_size=spec.batch_size,
+            progress=ProgressKey(spec.schema_, ctx.settings.application_id, self.name),
+        )
+
+    @property
+    def streams(self) -> int:
+        return getattr(self.spec, "parallelism", 1)
+
+    def applied_epoch(self, source: str) -> AppliedEpoch | None:
+        assert self.plan is not None
+        key = self.plan.progress
+        return with_retries(
+            lambda: progress.latest_applied(self._driver_connection(), key, source, self.streams),
+            self.label,
+            self.connection.retry_timeout_sec,
+        )
+
+    def write(self, df: DataFrame, epoch: Epoch) -> int:
+        assert self.plan is not None, "initialize() builds the write plan"
+        plan = self.plan
+        ref = EpochRef(epoch.source, epoch.id, dict(epoch.start), dict(epoch.end))
+        columns = [c.name for c in plan.columns] + [GS_OP]
+        if self.streams == 1:
+            return write_stream(df.select(*columns).toArrow(), plan, ref)
+        streams = self.streams
+        parted = (
+            df.select(*columns)
+            .withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
+            .repartition(streams, *plan.keys)
+            .sortWithinPartitions(ORDER_COLUMN)
+        )
+        counts = parted.mapInArrow(lambda batches: write_partition(batches, plan, ref, streams), "rows long")
+        return sum(row.rows for row in counts.collect())
+
+    def terminate(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+@operator("postgres", PostgresSinkSpec)
+class PostgresSink(PostgresWriterSink):
+    spec: PostgresSinkSpec
+
+    def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
+        errors = super().check(schema, primary_key)
+        if errors:
+            return errors
+        where = self.spec.update_where or {}
+        if where and self.spec.on_conflict == "nothing":
+            return [f"{self.label}: update_where applies only with on_conflict: update"]
+        available = [c.name for c in self.columns]
+        for column in where:
+            if column not in available:
+                return [
+                    f"{self.label}: update_where column '{column}' is not in the input; "
+                    f"available columns: {', '.join(available)}"
+                ]
+        return []
+
+    def initialize(self, ctx: RunContext) -> None:
+        spec = self.spec
+
+        def prepare(cur: psycopg.Cursor) -> list[str]:
+            catalog.lock_ddl(cur, spec.schema_, spec.table)
+            catalog.create_table(cur, spec.schema_, spec.table, [(c.name, c.pg) for c in self.columns], self.keys)
+            cur.execute(progress.ddl(spec.schema_))
+            return catalog.verify_table(cur, self.label, spec.schema_, spec.table, self.columns, self.keys)
+
+        staging_types = self._with_connection(prepare)
+        self.plan = self.write_plan(ctx, spec.table, staging_types, self.keys)
+        log.info("%s writes to %s.%s (key %s)", self.label, spec.schema_, spec.table, ", ".join(self.keys))
