@@ -99,6 +99,8 @@ def error_context(what: str) -> Iterator[None]:
     try:
         yield
     except StreamlingError as exc:
+        if exc.message.startswith((f"{what}:", f"{what} ")):
+            raise  # already names this node
         raise exc.context(what) from exc.__cause__
     except Exception as exc:
         raise wrap(exc, what) from exc

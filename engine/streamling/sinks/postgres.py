@@ -125,7 +125,8 @@ class PostgresWriterSink(Sink[Any]):
             mode=self.mode,
             on_conflict=getattr(spec, "on_conflict", "update"),
             update_where=tuple((getattr(spec, "update_where", None) or {}).items()),
-            deduplicate=getattr(spec, "deduplicate", True),
+            # With DO NOTHING the first row per key must win, so rows are applied in order, never deduplicated.
+            deduplicate=getattr(spec, "deduplicate", True) and getattr(spec, "on_conflict", "update") == "update",
             batch_size=spec.batch_size,
             progress=ProgressKey(spec.schema_, ctx.settings.application_id, self.name),
         )

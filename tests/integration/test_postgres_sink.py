@@ -1,0 +1,342 @@
+"""The Postgres sinks against a real Postgres 15: DDL, types, upsert semantics, parallel streams, failures."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pyspark.sql import types as T
+
+from streamling import run_pipeline
+from streamling.api import validate_pipeline
+from streamling.errors import StreamlingError
+from streamling.kafka.avro import WIDE_DECIMAL_KEY
+from streamling.operators import Epoch, RunContext
+from streamling.sinks.postgres import PostgresSink, PostgresSinkSpec
+from streamling.sources.generator import GeneratorSource, GeneratorSourceSpec, generate
+from streamling.state.memory import InMemoryStateBackend
+
+
+@pytest.fixture
+def schema(pg_connect) -> Iterator[str]:
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    yield name
+    with pg_connect() as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def pg_settings(make_settings, postgres_env):
+    def build(**overrides: Any):
+        return make_settings(environ=postgres_env, **{"job_mode": True, **overrides})
+
+    return build
+
+
+def generated(spec: dict[str, Any], settings) -> list[dict[str, Any]]:
+    """The rows a generator source with `spec` produces, computed without Spark."""
+    source = GeneratorSource("src", GeneratorSourceSpec.model_validate({"type": "generator", **spec}), settings)
+    config = source.reader_config()
+    return [row for batch in generate(config, 0, spec["rows"], 10_000) for row in batch.to_pylist()]
+
+
+def final_state(rows: list[dict[str, Any]], key) -> dict[Any, dict[str, Any]]:
+    state: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        k = key(row)
+        if row["_gs_op"] == "d":
+            state.pop(k, None)
+        else:
+            state[k] = row
+    return state
+
+
+def fetch(pg_connect, query: str, params: tuple = ()) -> list[tuple]:
+    with pg_connect() as conn:
+        return conn.execute(query, params).fetchall()
+
+
+def test_auto_create_maps_every_type_and_round_trips_values(spark, pg_settings, write_pipeline, pg_connect, schema):
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 20}}
+        transforms:
+          typed:
+            type: sql
+            primary_key: id
+            sql: >
+              SELECT id, CAST(id AS TINYINT) AS i8, CAST(id AS SMALLINT) AS i16, CAST(id AS INT) AS i32,
+                     CAST(amount AS REAL) AS f32, amount AS f64, id % 2 = 0 AS flag, name,
+                     CAST(name AS BINARY) AS raw, CAST(created_at AS DATE) AS day, created_at,
+                     CAST(created_at AS TIMESTAMP_NTZ) AS local_time,
+                     CAST('12345678901234567890.123456789012345678' AS DECIMAL(38, 18)) AS precise,
+                     named_struct('n', name, 'ids', array(id, id + 1)) AS doc, array(name, 'x') AS tags,
+                     map_from_arrays(array('k'), array(id)) AS attrs
+              FROM src
+        sinks:
+          out: {{type: postgres, from: typed, schema: {schema}, table: typed}}
+        """)
+    run_pipeline(path, pg_settings(), spark)
+    types = dict(
+        fetch(
+            pg_connect,
+            "SELECT column_name, format_type(atttypid, atttypmod) FROM information_schema.columns c "
+            "JOIN pg_attribute a ON a.attrelid = (quote_ident(c.table_schema) || '.' || c.table_name)::regclass "
+            "AND a.attname = c.column_name WHERE table_schema = %s AND table_name = 'typed'",
+            (schema,),
+        )
+    )
+    assert types == {
+        "id": "bigint",
+        "i8": "smallint",
+        "i16": "smallint",
+        "i32": "integer",
+        "f32": "real",
+        "f64": "double precision",
+        "flag": "boolean",
+        "name": "text",
+        "raw": "bytea",
+        "day": "date",
+        "created_at": "timestamp with time zone",
+        "local_time": "timestamp without time zone",
+        "precise": "numeric(38,18)",
+        "doc": "jsonb",
+        "tags": "jsonb",
+        "attrs": "jsonb",
+    }
+    assert "_gs_op" not in types
+    (row,) = fetch(
+        pg_connect,
+        f'SELECT id, name, raw, precise::text, doc, tags, attrs, created_at::text, local_time::text FROM "{schema}".typed '
+        "WHERE id = 3",
+    )
+    assert row[0] == 3 and row[2] == row[1].encode()
+    assert row[3] == "12345678901234567890.123456789012345678"
+    assert row[4] == {"n": row[1], "ids": [3, 4]} and row[5] == [row[1], "x"] and row[6] == {"k": 3}
+    assert row[7] == "2025-01-01 00:00:00.002+00" and row[8] == "2025-01-01 00:00:00.002"
+    primary = fetch(
+        pg_connect,
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+        "WHERE i.indrelid = %s::regclass AND i.indisprimary",
+        (f'"{schema}".typed',),
+    )
+    assert primary == [("id",)]
+
+
+def test_256_bit_integers_are_written_exactly_as_numeric_78(spark, pg_settings, pg_connect, schema):
+    """Drives the sink directly: a wide decimal arrives as a string column marked by the Avro decoder."""
+    settings = pg_settings()
+    values = [
+        "115792089237316195423570985008687907853269984665640564039457584007913129639935",
+        "-57896044618658097711785492504343953926634992332820282019728792003956564819968",
+        "1000000000000000000000000000000",
+    ]
+    fields = [
+        T.StructField("id", T.LongType(), False),
+        T.StructField("wei", T.StringType(), metadata={WIDE_DECIMAL_KEY: "decimal(78,0)"}),
+        T.StructField("_gs_op", T.StringType()),
+    ]
+    df = spark.createDataFrame([(i, v, "i") for i, v in enumerate(values)], T.StructType(fields))
+    spec = PostgresSinkSpec.model_validate({"type": "postgres", "from": "x", "schema": schema, "table": "wide"})
+    sink = PostgresSink("wide", spec, settings)
+    assert sink.check(df.schema, ["id"]) == []
+    sink.initialize(RunContext(settings, InMemoryStateBackend("app"), spark))
+    try:
+        assert sink.write(df, Epoch("src", 1, {"offset": 0}, {"offset": 3})) == 3
+    finally:
+        sink.terminate()
+    rows = fetch(pg_connect, f'SELECT wei::text, format_type(pg_typeof(wei), NULL) FROM "{schema}".wide ORDER BY id')
+    assert [r[0] for r in rows] == values
+    (kind,) = fetch(
+        pg_connect,
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'wei'",
+        (f'"{schema}".wide',),
+    )
+    assert kind == ("numeric(78,0)",)
+
+
+def test_insert_update_delete_sequences_land_as_the_final_state(
+    spark, pg_settings, write_pipeline, pg_connect, schema
+) -> None:
+    """Keys recur within and across epochs (key_space 40, 700-row epochs) with every 7th row a delete;
+    composite keys, deduplicated and not, single and parallel streams must all end in the same state."""
+    source = {"rows": 5000, "key_space": 40, "delete_every": 7, "record_batch_size": 700}
+    settings = pg_settings()
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 5000, key_space: 40, delete_every: 7, record_batch_size: 700}}
+        transforms:
+          keyed:
+            type: sql
+            primary_key: region, id
+            sql: SELECT CAST(id % 3 AS INT) AS region, id, amount, name FROM src
+        sinks:
+          dedup: {{type: postgres, from: keyed, schema: {schema}, table: dedup}}
+          history: {{type: postgres, from: keyed, schema: {schema}, table: history, deduplicate: false, batch_size: 7}}
+          parallel: {{type: postgres, from: keyed, schema: {schema}, table: parallel, parallelism: 3}}
+        """)
+    summary = run_pipeline(path, settings, spark)
+    assert summary.sources["src"].epochs == 8
+    expected = final_state(generated(source, settings), key=lambda r: (r["id"] % 3, r["id"]))
+    want = sorted((k[0], k[1], r["amount"], r["name"]) for k, r in expected.items())
+    assert 0 < len(want) < 40
+    for table in ("dedup", "history", "parallel"):
+        got = fetch(pg_connect, f'SELECT region, id, amount, name FROM "{schema}".{table} ORDER BY region, id')
+        assert got == want, table
+    streams = fetch(
+        pg_connect,
+        f'SELECT stream, streams, epoch FROM "{schema}"._streamling_progress WHERE sink = %s ORDER BY stream',
+        ("parallel",),
+    )
+    assert streams == [(0, 3, 8), (1, 3, 8), (2, 3, 8)]
+
+
+def test_on_conflict_nothing_keeps_the_first_row(spark, pg_settings, write_pipeline, pg_connect, schema) -> None:
+    settings = pg_settings()
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 300, key_space: 10, record_batch_size: 70}}
+        sinks:
+          out: {{type: postgres, from: src, primary_key: id, schema: {schema}, table: firsts, on_conflict: NOTHING}}
+        """)
+    run_pipeline(path, settings, spark)
+    rows = generated({"rows": 300, "key_space": 10, "record_batch_size": 70}, settings)
+    first = {}
+    for row in rows:
+        first.setdefault(row["id"], row["amount"])
+    assert fetch(pg_connect, f'SELECT id, amount FROM "{schema}".firsts ORDER BY id') == sorted(first.items())
+
+
+def test_update_where_with_a_strict_comparison(spark, pg_settings, write_pipeline, pg_connect, schema) -> None:
+    """`version: '>'` only lets a strictly newer version replace a row: equal versions do not update."""
+    settings = pg_settings()
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 200, key_space: 10, record_batch_size: 30}}
+        transforms:
+          versioned:
+            type: sql
+            primary_key: id
+            sql: SELECT id, name, created_at AS version, 1 AS constant FROM src
+        sinks:
+          newest:
+            type: postgres
+            from: versioned
+            schema: {schema}
+            table: newest
+            deduplicate: false
+            update_where: {{version: '>'}}
+          same_version:
+            type: postgres
+            from: versioned
+            schema: {schema}
+            table: same_version
+            deduplicate: false
+            update_where: {{constant: '>'}}
+        """)
+    run_pipeline(path, settings, spark)
+    rows = generated({"rows": 200, "key_space": 10, "record_batch_size": 30}, settings)
+    last = {r["id"]: r["name"] for r in rows}
+    first: dict[int, str] = {}
+    for r in rows:
+        first.setdefault(r["id"], r["name"])
+    assert fetch(pg_connect, f'SELECT id, name FROM "{schema}".newest ORDER BY id') == sorted(last.items())
+    assert fetch(pg_connect, f'SELECT id, name FROM "{schema}".same_version ORDER BY id') == sorted(first.items())
+    assert sorted(first.items()) != sorted(last.items())
+
+
+def test_existing_table_that_cannot_hold_the_data_fails_fast(
+    spark, pg_settings, write_pipeline, pg_connect, schema
+) -> None:
+    with pg_connect() as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".narrow (id bigint PRIMARY KEY, amount integer, name text)')
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 10}}
+        sinks:
+          out: {{type: postgres, from: src, primary_key: id, schema: {schema}, table: narrow}}
+        """)
+    with pytest.raises(StreamlingError) as caught:
+        run_pipeline(path, pg_settings(), spark)
+    assert caught.value.user_facing
+    assert str(caught.value) == (
+        f"postgres sink 'out': table {schema}.narrow column 'amount' has type integer, which cannot hold the "
+        "input's double precision"
+    )
+    assert fetch(pg_connect, f'SELECT count(*) FROM "{schema}".narrow') == [(0,)]
+
+
+def test_value_too_long_for_an_existing_column_fails_without_retrying(
+    spark, pg_settings, write_pipeline, pg_connect, schema
+) -> None:
+    with pg_connect() as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".short (id bigint PRIMARY KEY, name varchar(3))')
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 10, schema: {{id: bigint, name: string}}}}
+        sinks:
+          out: {{type: postgres, from: src, primary_key: id, schema: {schema}, table: short}}
+        """)
+    with pytest.raises(StreamlingError) as caught:
+        run_pipeline(path, pg_settings(), spark)
+    message = str(caught.value)
+    assert message.startswith("postgres sink 'out': value too long for type character varying(3)")
+    assert "column name" in message
+    assert fetch(pg_connect, f'SELECT count(*) FROM "{schema}".short') == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("sink", "message"),
+    [
+        (
+            "{type: postgres, from: src, table: t, primary_key: id, update_where: {amount: '=>'}}",
+            "sink 'out' (type 'postgres'): field 'update_where': operator '=>' for column 'amount' is not one of "
+            "= > >= < <= != <> (got {'amount': '=>'})",
+        ),
+        (
+            "{type: postgres, from: src, table: t, primary_key: id, update_where: {version: '>'}}",
+            "postgres sink 'out': update_where column 'version' is not in the input; available columns: "
+            "id, amount, name, created_at",
+        ),
+        (
+            "{type: postgres, from: src, table: t, primary_key: id, on_conflict: nothing, update_where: {id: '>'}}",
+            "postgres sink 'out': update_where applies only with on_conflict: update",
+        ),
+        (
+            "{type: postgres, from: src, table: t, primary_key: id, on_conflict: replace}",
+            "sink 'out' (type 'postgres'): field 'on_conflict': Input should be 'update' or 'nothing' (got 'replace')",
+        ),
+        ("{type: postgres, from: src, table: t}", "postgres sink 'out' requires a primary key"),
+        (
+            "{type: postgres_aggregate, from: src, primary_key: id, landing_table: l, agg_table: a, "
+            "aggregate: {total: {fn: sum}}}",
+            "sink 'out' (type 'postgres_aggregate'): field 'aggregate.total': 'sum' needs 'from': the input column "
+            "it aggregates (got {'fn': 'sum'})",
+        ),
+        (
+            "{type: postgres_aggregate, from: src, primary_key: id, landing_table: l, agg_table: a, aggregate: {}}",
+            "sink 'out' (type 'postgres_aggregate'): field 'aggregate': Dictionary should have at least 1 item after "
+            "validation, not 0 (got {})",
+        ),
+        (
+            "{type: postgres_aggregate, from: src, primary_key: id, landing_table: l, agg_table: a, "
+            "group_by: {who: {from: nobody}}, aggregate: {n: {fn: count}}}",
+            "postgres_aggregate sink 'out': group_by 'who' reads column 'nobody', which is not in the input",
+        ),
+    ],
+)
+def test_validation_errors(spark, make_settings, write_pipeline, pg_connect, sink: str, message: str) -> None:
+    """Validation names node, field and value — and never touches the database (no table appears)."""
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 10}}
+        sinks:
+          out: {sink}
+        """)
+    report = validate_pipeline(path, make_settings(), spark)
+    assert report.errors == [message]
+    assert fetch(pg_connect, "SELECT count(*) FROM pg_tables WHERE tablename IN ('t', 'l', 'a')") == [(0,)]
