@@ -60,21 +60,22 @@ def write_pipeline(tmp_path: Path) -> Callable[[str, str], Path]:
     return write
 
 
-def _services(*args: str) -> str:
+def services(*args: str) -> str:
+    """Run ``infra/services`` (up/down/status/env); tests use it to restart a service mid-run."""
     return subprocess.run([sys.executable, str(SERVICES), *args], check=True, capture_output=True, text=True).stdout
 
 
 def _service_env(name: str) -> Iterator[dict[str, str]]:
     """Start `name` once; yield its STREAMLING__ variables; stop it afterwards if this session started it."""
-    was_running = "ready" in _services("status", name)
-    _services("up", name)
+    was_running = "ready" in services("status", name)
+    services("up", name)
     env = {}
-    for line in _services("env", name).splitlines():
+    for line in services("env", name).splitlines():
         key, _, value = line.removeprefix("export ").partition("=")
         env[key] = value
     yield env
     if not was_running:
-        _services("down", name)
+        services("down", name)
 
 
 @pytest.fixture(scope="session")

@@ -340,3 +340,76 @@ def test_validation_errors(spark, make_settings, write_pipeline, pg_connect, sin
     report = validate_pipeline(path, make_settings(), spark)
     assert report.errors == [message]
     assert fetch(pg_connect, "SELECT count(*) FROM pg_tables WHERE tablename IN ('t', 'l', 'a')") == [(0,)]
+
+
+def test_aggregate_sink_totals_with_deletes_and_duplicates(
+    spark, pg_settings, write_pipeline, pg_connect, schema
+) -> None:
+    """Keys are inserted, then updated or (every third) deleted; every fifth record arrives twice.
+    Each distinct (key, op) counts once: count +1/0/-1, sum +/+/-, avg from both, min/max over i/u."""
+    source = {"rows": 400, "key_space": 200, "record_batch_size": 90}
+    settings = pg_settings()
+    cdc = "CASE WHEN _gs_op = 'u' AND id % 3 = 0 THEN 'd' ELSE _gs_op END AS _gs_op"
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 400, key_space: 200, record_batch_size: 90}}
+        transforms:
+          changes:
+            type: sql
+            primary_key: id
+            sql: >
+              SELECT id, name, amount, {cdc} FROM src
+              UNION ALL SELECT id, name, amount, {cdc} FROM src WHERE id % 5 = 0
+        sinks:
+          by_name:
+            type: postgres_aggregate
+            from: changes
+            schema: {schema}
+            landing_table: landing
+            agg_table: by_name
+            group_by: {{who: {{from: name}}}}
+            aggregate:
+              n: {{fn: count}}
+              total: {{from: amount, fn: sum}}
+              mean: {{from: amount, fn: AVG}}
+              low: {{from: amount, fn: min}}
+              high: {{from: amount, fn: max}}
+          overall:
+            type: postgres_aggregate
+            from: changes
+            schema: {schema}
+            landing_table: landing_all
+            agg_table: overall
+            aggregate:
+              n: {{fn: count, type: integer}}
+        """)
+    run_pipeline(path, settings, spark)
+    events = {}
+    for row in generated(source, settings):
+        op = "d" if row["_gs_op"] == "u" and row["id"] % 3 == 0 else row["_gs_op"]
+        events[(row["id"], op)] = {**row, "_gs_op": op}
+    expected: dict[str, dict[str, Any]] = {}
+    for row in events.values():
+        group = expected.setdefault(row["name"], {"n": 0, "total": 0.0, "kept": []})
+        sign = {"i": 1, "u": 0, "d": -1}[row["_gs_op"]]
+        group["n"] += sign
+        group["total"] += -row["amount"] if row["_gs_op"] == "d" else row["amount"]
+        if row["_gs_op"] != "d":
+            group["kept"].append(row["amount"])
+    got = fetch(
+        pg_connect,
+        f'SELECT who, n, total, mean_sum, mean_count, mean, low, high FROM "{schema}".by_name ORDER BY who',
+    )
+    assert [g[0] for g in got] == sorted(expected)
+    for who, n, total, mean_sum, mean_count, mean, low, high in got:
+        want = expected[who]
+        assert n == mean_count == want["n"], who
+        assert total == pytest.approx(want["total"]) and mean_sum == pytest.approx(want["total"])
+        assert mean == (pytest.approx(want["total"] / want["n"]) if want["n"] else None)
+        assert (low, high) == (min(want["kept"]), max(want["kept"]))
+    assert fetch(pg_connect, f'SELECT _gs_group, n FROM "{schema}".overall') == [
+        ("all", sum(g["n"] for g in expected.values()))
+    ]
+    assert sum(g["n"] for g in expected.values()) == 200 - 66  # inserts minus the deleted third
+    # Once epoch 5 (the last) is finalized, landing rows of epochs <= 4 are pruned.
+    assert fetch(pg_connect, f'SELECT DISTINCT _gs_checkpoint_epoch FROM "{schema}".landing') == [(5,)]

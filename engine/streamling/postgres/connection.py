@@ -84,7 +84,7 @@ def with_retries(
                 raise StreamlingError.user(f"{where}: {reason(exc)}") from None
             problem = exc
         failures += 1
-        text = problem.message if isinstance(problem, StreamlingError) else reason(problem)
+        text = problem.message.removeprefix(f"{where}: ") if isinstance(problem, StreamlingError) else reason(problem)
         if time.monotonic() + delay > deadline:
             raise StreamlingError.retry(f"{where}: still failing after {failures} attempts: {text}") from None
         log.warning("%s: %s; retrying in %.1fs (attempt %d)", where, text, delay, failures)
