@@ -1,10 +1,8 @@
 """Importing this module registers every built-in operator type."""
 
-from streamling.sinks import blackhole, print_sink  # noqa: F401
+from streamling.sinks import blackhole, postgres_aggregate, print_sink  # noqa: F401
 from streamling.sinks import kafka as kafka_sink  # noqa: F401
 from streamling.sinks import postgres as postgres_sink  # noqa: F401
-from streamling.sinks import postgres_aggregate  # noqa: F401
 from streamling.sources import generator  # noqa: F401
 from streamling.sources import kafka as kafka_source  # noqa: F401
-from streamling.transforms import sql  # noqa: F401
-from streamling.transforms import dynamic_table  # noqa: F401
+from streamling.transforms import dynamic_table, sql  # noqa: F401
