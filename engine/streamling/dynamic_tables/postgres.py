@@ -63,7 +63,7 @@ class PostgresWriter:
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = connect(self.target.connection, self.target.where)
+            self._conn = connect(self.target.connection, "Postgres")
         return self._conn
 
     def _drop(self) -> None:
@@ -80,9 +80,7 @@ class PostgresWriter:
                 cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (target.schema,))
                 if cur.fetchone() is None:  # CREATE SCHEMA IF NOT EXISTS needs CREATE even when it exists
                     cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(target.schema)))
-                cur.execute(
-                    sql.SQL("CREATE TABLE IF NOT EXISTS {} (value TEXT PRIMARY KEY)").format(target.qualified)
-                )
+                cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (value TEXT PRIMARY KEY)").format(target.qualified))
 
         target.retrying(attempt, self._drop)
 
@@ -156,7 +154,7 @@ def _connection(target: PostgresTable) -> psycopg.Connection:
     conn = _CONNECTIONS.get(target.key)
     if conn is None or conn.closed:
         # Autocommit: every lookup reads the latest committed rows, and no transaction stays open.
-        conn = _CONNECTIONS[target.key] = connect(target.connection, target.where, autocommit=True)
+        conn = _CONNECTIONS[target.key] = connect(target.connection, "Postgres", autocommit=True)
     return conn
 
 

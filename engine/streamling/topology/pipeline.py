@@ -127,7 +127,7 @@ def load_pipeline(
     nodes = _build_nodes(raw, report)
     declared = {str(name) for section in SECTIONS for name in raw[section]}
     inputs = _resolve_inputs(nodes, declared, report)
-    after = _resolve_after(nodes, report)
+    after = _resolve_after(nodes, report) if report.is_valid else {}  # an invalid node would be reported twice
     pipeline = Pipeline(name=name, nodes=nodes, inputs=inputs, path=path, text=text, after=after)
     if report.errors:
         return None, report
@@ -202,11 +202,13 @@ def _build_nodes(raw: Mapping[str, Any], report: ValidationReport) -> dict[str, 
 
 def _field_problem(err: Mapping[str, Any]) -> str:
     where = ".".join(str(p) for p in err["loc"])
+    reason = str(err["msg"]).removeprefix("Value error, ")
+    if not where:  # a check across fields
+        return reason
     if err["type"] == "missing":
         return f"missing required field '{where}'"
     if err["type"] == "extra_forbidden":
         return f"unknown field '{where}'"
-    reason = str(err["msg"]).removeprefix("Value error, ")
     return f"field '{where}': {reason} (got {err.get('input')!r})"
 
 

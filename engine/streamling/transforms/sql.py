@@ -11,10 +11,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamling.errors import StreamlingError
-from streamling.operators import Epoch, Transform
+from streamling.operators import Epoch, Operator, Transform
 from streamling.plugins.registry import operator
-from streamling.topology.spec import TransformSpec
-from streamling.transforms.sql_rewrite import SqlProgram
+from streamling.topology.spec import NodeSpec, TransformSpec
+from streamling.transforms.dynamic_table import DynamicTable, DynamicTableSpec
+from streamling.transforms.sql_rewrite import SqlProgram, undefined_dynamic_table
 from streamling.transforms.stateless import forbidden_operations
 from streamling.types import GS_OP
 
@@ -27,6 +28,25 @@ class SqlTransformSpec(TransformSpec):
     def input_names(self) -> list[str]:
         explicit = super().input_names()
         return explicit or SqlProgram(self.sql, "sql").references
+
+    def after_names(self) -> list[str]:
+        """Dynamic tables it checks: filled earlier in the epoch, so lookups see this epoch's values."""
+        return SqlProgram(self.sql, "sql").dynamic_tables
+
+    def graph_errors(self, nodes: Mapping[str, NodeSpec]) -> list[str]:
+        errors = []
+        reads = sorted(self.input_names())
+        for name in self.after_names():
+            table = nodes.get(name)
+            if not isinstance(table, DynamicTableSpec):
+                errors.append(undefined_dynamic_table(name))
+            elif table.sql is not None and sorted(table.input_names()) != reads:
+                errors.append(
+                    f"dynamic table '{name}' uses source '{', '.join(table.input_names())}' but SQL transform uses "
+                    f"source '{', '.join(reads)}'; a SQL transform that checks a dynamic table populated by 'sql' "
+                    "must read the same input, so lookups see this epoch's values"
+                )
+        return errors
 
 
 @operator("sql", SqlTransformSpec)
@@ -42,13 +62,27 @@ class SqlTransform(Transform[SqlTransformSpec]):
     def inputs(self) -> list[str]:
         return self.program.references
 
+    _tables: dict[str, DynamicTable] | None = None
+
+    def bind(self, operators: Mapping[str, Operator]) -> None:
+        tables = {}
+        for name in self.program.dynamic_tables:
+            table = operators.get(name)
+            if not isinstance(table, DynamicTable):
+                raise StreamlingError.user(f"{self.label}: {undefined_dynamic_table(name)}")
+            tables[name] = table
+        self._tables = tables
+
     def apply(self, spark: SparkSession, inputs: Mapping[str, DataFrame], epoch: Epoch | None) -> DataFrame:
+        if self._tables is None and self.program.dynamic_tables:
+            raise StreamlingError(f"{self.label}: dynamic tables used before the plan bound them")
+        checks = {name: table.check_function(spark) for name, table in (self._tables or {}).items()}
         views = {}
         for index, (node, frame) in enumerate(sorted(inputs.items())):
             view = f"__sl_{_ident(self.name)}_{index}"
             frame.createOrReplaceTempView(view)
             views[node] = view
-        sql = self.program.render(views, epoch.timestamp_ms if epoch else None)
+        sql = self.program.render(views, epoch.timestamp_ms if epoch else None, checks)
         try:
             df = spark.sql(sql)
         except Exception as exc:  # AnalysisException, ParseException: the user's SQL is wrong

@@ -1,0 +1,195 @@
+"""The ``dynamic_table`` transform: a set of strings that SQL transforms test values against with
+``dynamic_table_check('<node>', value)``.
+
+It is filled from its input as a side output (by one string column, or by a one-column SQL
+projection), before the epoch flows on, so lookups in the same epoch already see the new values; or
+only from outside, when it has neither. Its output rows are the values it added in the epoch, which
+no node reads (`NodeSpec.side_output`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from functools import cached_property
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from streamling.dynamic_tables import udf
+from streamling.dynamic_tables.memory import MemorySet
+from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, PostgresWriter
+from streamling.errors import StreamlingError
+from streamling.operators import Epoch, RunContext, Transform
+from streamling.plugins.registry import operator
+from streamling.topology.spec import TransformSpec, split_columns
+from streamling.transforms.sql_rewrite import SqlProgram
+from streamling.transforms.stateless import forbidden_operations
+from streamling.types import GS_OP
+
+BackendType = Literal["Postgres", "InMemory"]
+_BACKENDS: dict[str, BackendType] = {"postgres": "Postgres", "inmemory": "InMemory"}
+VALUE_SCHEMA = StructType([StructField("value", StringType(), False)])
+MAX_IDENTIFIER_BYTES = 63
+"""Postgres silently truncates longer identifiers, so two long names could meet in one table."""
+
+
+class DynamicTableSpec(TransformSpec):
+    type: Literal["dynamic_table"]
+    side_output: ClassVar[bool] = True
+    backend_type: BackendType
+    backend_entity_name: str = Field(min_length=1)
+    """The table's name (Postgres) or the set's name (InMemory)."""
+    schema_: str = Field(default="public", min_length=1, alias="schema")
+    """Postgres schema; created on start when missing."""
+    column: str | None = Field(default=None, min_length=1)
+    sql: str | None = Field(default=None, min_length=1)
+
+    @field_validator("backend_type", mode="before")
+    @classmethod
+    def _case_insensitive(cls, value: object) -> object:
+        backend = _BACKENDS.get(re.sub(r"[-_\s]", "", value).lower()) if isinstance(value, str) else None
+        if backend is None:
+            raise ValueError("must be one of Postgres, InMemory (case-insensitive)")
+        return backend
+
+    @field_validator("backend_entity_name", "schema_")
+    @classmethod
+    def _fits_postgres(cls, value: str) -> str:
+        if len(value.encode()) > MAX_IDENTIFIER_BYTES:
+            raise ValueError(f"must be at most {MAX_IDENTIFIER_BYTES} bytes (a Postgres identifier)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_filler(self) -> DynamicTableSpec:
+        if self.column is not None and self.sql is not None:
+            raise ValueError("set either 'column' or 'sql', not both")
+        if self.column is not None and not split_columns(self.from_):
+            raise ValueError("'column' needs 'from', the node whose column fills the table")
+        if self.from_ is not None and self.column is None and self.sql is None:
+            raise ValueError("'from' needs 'column' or 'sql' to say what fills the table")
+        return self
+
+    def input_names(self) -> list[str]:
+        names = super().input_names() or (SqlProgram(self.sql, "sql").references if self.sql else [])
+        if len(names) > 1:
+            raise StreamlingError.user(f"sql: a dynamic table is filled from one node, got {', '.join(names)}")
+        return names
+
+
+@operator("dynamic_table", DynamicTableSpec)
+class DynamicTable(Transform[DynamicTableSpec]):
+    @property
+    def label(self) -> str:
+        return f"dynamic table '{self.name}'"
+
+    @cached_property
+    def program(self) -> SqlProgram | None:
+        return SqlProgram(self.spec.sql, self.label) if self.spec.sql else None
+
+    @cached_property
+    def postgres(self) -> PostgresTable:
+        backend = self.settings.dynamic_table_backend
+        return PostgresTable(
+            node=self.name,
+            connection=self.settings.postgres_connection(self.name),
+            schema=self.spec.schema_,
+            table=self.spec.backend_entity_name,
+            max_batch_size=backend.max_batch_size,
+            cache_ttl_ms=backend.cache_ttl_ms,
+        )
+
+    @cached_property
+    def _memory(self) -> MemorySet:
+        return MemorySet()
+
+    _writer: PostgresWriter | None = None
+
+    def initialize(self, ctx: RunContext) -> None:
+        if self.spec.backend_type == "Postgres":
+            self._writer = PostgresWriter(self.postgres)
+            self._writer.create()
+
+    def terminate(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if "_memory" in self.__dict__:
+            self._memory.release()
+
+    def check_function(self, spark: SparkSession) -> str:
+        """Register this table's membership UDF in `spark` and return its SQL name. An InMemory table
+        gets one name per version of its set, so a plan keeps the version it was built with."""
+        base = "__sl_dt_" + "".join(ch if ch.isalnum() else "_" for ch in self.name)
+        lookup: udf.Lookup
+        if self.spec.backend_type == "Postgres":
+            name, lookup = base, PostgresLookup(self.postgres)
+        else:
+            version, lookup = self._memory.snapshot(spark)
+            name = f"{base}_v{version}"
+        udf.register(spark, name, lookup)
+        return name
+
+    def apply(self, spark: SparkSession, inputs: Mapping[str, DataFrame], epoch: Epoch | None) -> DataFrame:
+        values = self._values(spark, inputs)
+        if epoch is not None and inputs:
+            self._add(values)
+        return values
+
+    def _values(self, spark: SparkSession, inputs: Mapping[str, DataFrame]) -> DataFrame:
+        """This epoch's candidate values as one string column ``value``; checks the shape at validation."""
+        if not inputs:
+            return spark.createDataFrame([], VALUE_SCHEMA)
+        (node, frame), *_ = inputs.items()
+        if self.program is not None:
+            view = "__sl_dt_" + "".join(ch if ch.isalnum() else "_" for ch in self.name) + "_input"
+            frame.createOrReplaceTempView(view)
+            rendered = self.program.render({node: view})
+            try:
+                df = spark.sql(rendered)
+            except Exception as exc:  # AnalysisException, ParseException: the user's SQL is wrong
+                raise StreamlingError.user(f"{self.label}: {_first_line(exc)}") from None
+            bad = forbidden_operations(df)
+            if bad:
+                raise StreamlingError.user(
+                    f"{self.label}: {', '.join(bad)} is not allowed; a dynamic table's sql is a projection of one "
+                    "string expression with an optional filter"
+                )
+            df = df.drop(GS_OP)
+            what = "sql"
+        else:
+            if self.spec.column not in frame.columns:
+                raise StreamlingError.user(
+                    f"{self.label}: column '{self.spec.column}' not found in '{node}'. "
+                    f"Available columns: {', '.join(c for c in frame.columns if c != GS_OP)}"
+                )
+            df = frame.select(F.col(f"`{self.spec.column}`"))
+            what = f"column '{self.spec.column}'"
+        fields = df.schema.fields
+        if len(fields) != 1 or not isinstance(fields[0].dataType, StringType):
+            got = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in fields) or "no columns"
+            raise StreamlingError.user(
+                f"{self.label}: {what} must yield exactly one string column, got {got}; cast it with "
+                "CAST(... AS STRING) or lower(...)"
+            )
+        return df.toDF("value").where(F.col("value").isNotNull())
+
+    def _add(self, values: DataFrame) -> None:
+        """Store this epoch's distinct values before the epoch flows on (idempotent, so replays are safe)."""
+        distinct = values.distinct().toArrow().column("value").to_pylist()
+        if not distinct:
+            return
+        if self.spec.backend_type == "Postgres":
+            if self._writer is None:
+                raise StreamlingError(f"{self.label}: used before initialize")
+            self._writer.add(sorted(distinct))
+        else:
+            self._memory.add(distinct)
+
+
+def _first_line(exc: Exception) -> str:
+    text = getattr(exc, "getMessage", lambda: str(exc))() or str(exc)
+    return text.strip().splitlines()[0]
