@@ -122,7 +122,9 @@ class SourceQuery:
         offsets = read_batch_offsets(spark, self.checkpoint_dir, batch_id)
         epoch = Epoch(self.source.name, self.epoch + 1, self.position, offsets.end, offsets.timestamp_ms)
         log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
-        shared = len(self.sinks) > 1
+        # Persist when the batch is read more than once: by several sinks, or also by side outputs.
+        side_outputs = sum(1 for op in self.downstream if op.spec.side_output)
+        shared = len(self.sinks) + side_outputs > 1
         if shared:
             batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
         try:
