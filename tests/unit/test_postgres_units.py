@@ -127,10 +127,10 @@ def test_csv_keeps_null_apart_from_empty_and_encodes_json_and_bytes() -> None:
         Column("t", pa.timestamp("us", "UTC"), "timestamp with time zone"),
     )
     lines = to_csv(table, columns).decode().split("\n")
-    assert lines[0] == '"","{""a"": 1, ""m"": {""k"": 2}}","\\x00ff",1.50,2025-01-02 03:04:05.000000Z,"i"'
-    assert lines[1] == ',,,,2025-01-02 03:04:05.000000Z,"u"'
+    assert lines[0] == '"","{""a"": 1, ""m"": {""k"": 2}}","\\x00ff",1.50,1735787045000000,"i"'
+    assert lines[1] == ',,,,1735787045000000,"u"'
     assert lines[2] == '"say ""hi"",'
-    assert lines[3] == 'there","{""a"": null, ""m"": null}","\\x",-0.01,2025-01-02 03:04:05.000000Z,"d"'
+    assert lines[3] == 'there","{""a"": null, ""m"": null}","\\x",-0.01,1735787045000000,"d"'
 
 
 def test_sink_connection_names_are_normalised() -> None:
