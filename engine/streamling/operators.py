@@ -15,7 +15,7 @@ written in Python consume or produce ``pyarrow.RecordBatch`` (``ArrowSink.write_
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -162,6 +162,16 @@ class Sink(Operator[KS]):
         """Write the epoch's rows; return how many rows were written."""
         raise NotImplementedError
 
+    def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], int]:
+        """Do the part of the write that needs Spark now, inside the micro-batch, and return the rest.
+
+        The runtime calls the returned function later on the committer thread — while Spark already
+        computes the next epoch — strictly in epoch order and before the epoch commits; it returns the
+        rows written. It must not use `df`, which is released by then. By default everything happens
+        now (`write`)."""
+        rows = self.write(df, epoch)
+        return lambda: rows
+
     @property
     def flush_interval_sec(self) -> float | None:
         """The longest this sink wants rows to wait; sources feeding it close epochs at least this often."""
@@ -178,12 +188,19 @@ class ArrowSink(Sink[KS]):
     partition order. Suits sinks that need ordering or a single writer (print, HTTP)."""
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
+        return self.stage(df, epoch)()
+
+    def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], int]:
         table = df.toArrow()
-        rows = 0
-        for batch in _batches(table):
-            self.write_batch(batch, epoch)
-            rows += batch.num_rows
-        return rows
+
+        def deliver() -> int:
+            rows = 0
+            for batch in _batches(table):
+                self.write_batch(batch, epoch)
+                rows += batch.num_rows
+            return rows
+
+        return deliver
 
     def write_batch(self, batch: pa.RecordBatch, epoch: Epoch) -> None:
         raise NotImplementedError

@@ -61,20 +61,22 @@ def _one(pg_connect, query: str) -> tuple:
 @pytest.mark.parametrize(
     ("crash_at", "applied_rows", "committed_epoch"),
     [
-        ("before_write:2", 1000, 1),  # nothing of epoch 2 written
-        ("after_write:3", 3000, 2),  # epoch 3 in Postgres, its position not committed: the dangerous window
-        ("after_commit:4", 4000, 4),  # committed, finalizer (landing pruning) not run
+        # Nothing of epoch 2 written; epoch 1 may still be finishing on the committer thread (pipelining).
+        ("before_write:2", (0, 1000), (0, 1)),
+        ("after_write:3", (3000,), (2,)),  # epoch 3 in Postgres, its position not committed: the dangerous window
+        ("after_commit:4", (4000,), (4,)),  # committed, finalizer (landing pruning) not run
     ],
 )
 def test_sigkill_at_any_point_then_restart_applies_every_row_once(
-    tmp_path, postgres_env, pg_connect, schema, crash_at: str, applied_rows: int, committed_epoch: int
+    tmp_path, postgres_env, pg_connect, schema, crash_at: str, applied_rows: tuple, committed_epoch: tuple
 ) -> None:
     path = write(tmp_path, PIPELINE.format(schema=schema))
     env = {**postgres_env, "STREAMLING__JOB_MODE": "true"}
     crashed = run_cli(tmp_path, str(path), env={**env, "STREAMLING_CRASH_AT": crash_at})
     assert crashed.returncode == -9, crashed.stderr
-    assert _one(pg_connect, f'SELECT count(*) FROM "{schema}".events') == (applied_rows,)
-    assert sqlite_state(tmp_path / "state.db")["src:__epoch__"]["epoch"] == committed_epoch
+    assert _one(pg_connect, f'SELECT count(*) FROM "{schema}".events')[0] in applied_rows
+    state = sqlite_state(tmp_path / "state.db")
+    assert state.get("src:__epoch__", {}).get("epoch", 0) in committed_epoch
 
     finished = run_cli(tmp_path, str(path), env=env)
     assert finished.returncode == 0, finished.stderr

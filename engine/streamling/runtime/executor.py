@@ -31,6 +31,7 @@ from pyspark.sql.streaming import StreamingQuery
 from streamling.config import Settings
 from streamling.errors import StreamlingError, error_context, wrap
 from streamling.operators import Epoch, RunContext, Sink, Source
+from streamling.runtime.committer import Committer
 from streamling.runtime.faults import crash_point
 from streamling.runtime.offset_log import read_batch_offsets
 from streamling.runtime.plan import Plan
@@ -78,7 +79,10 @@ class SourceQuery:
         self.stopping = False
         self.exhausted = source.is_exhausted(start)
         self.error: BaseException | None = None
-        self._epoch_started = 0.0
+        # The last epoch handed to the committer; it may not be committed yet.
+        self.planned_epoch = epoch
+        self.planned_end = dict(start)
+        self.committer = Committer(source.name)
         self.progress = runner.summary.sources.setdefault(source.name, SourceProgress(position=dict(start)))
 
     def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
@@ -104,7 +108,7 @@ class SourceQuery:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         with self.lock:
-            if self.stopping or self.error is not None:
+            if self.stopping or self.error is not None or self.committer.error is not None:
                 return  # not committed: the rows are read again by the next run
             self.in_flight = True
         try:
@@ -117,10 +121,10 @@ class SourceQuery:
                 self.in_flight = False
 
     def _run_epoch(self, batch: DataFrame, batch_id: int) -> None:
-        self._epoch_started = time.monotonic()
+        started = time.monotonic()
         spark = batch.sparkSession
         offsets = read_batch_offsets(spark, self.checkpoint_dir, batch_id)
-        epoch = Epoch(self.source.name, self.epoch + 1, self.position, offsets.end, offsets.timestamp_ms)
+        epoch = Epoch(self.source.name, self.planned_epoch + 1, self.planned_end, offsets.end, offsets.timestamp_ms)
         log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
         # Persist when the batch is read more than once: by several sinks, or also by side outputs.
         side_outputs = sum(1 for op in self.downstream if op.spec.side_output)
@@ -131,26 +135,35 @@ class SourceQuery:
             with error_context(self.source.label):
                 outputs = self.runner.plan.evaluate(spark, self.source.name, batch, epoch)
             crash_point("before_write", epoch.id)
+            staged = []
             for name in self.sinks:
                 sink = self.runner.plan.operators[name]
                 assert isinstance(sink, Sink)
                 with error_context(sink.label):
-                    written = sink.write(outputs[name], epoch)
-                self.runner.count_sink_rows(name, written)
-            for op in self.downstream:
-                with error_context(op.label):
-                    op.prepare_checkpoint(epoch)
-            crash_point("after_write", epoch.id)
-            self._commit(epoch)
-            crash_point("after_commit", epoch.id)
-            for op in [self.source, *self.downstream]:
-                with error_context(op.label):
-                    op.commit_checkpoint(epoch)
+                    staged.append((name, sink.label, sink.stage(outputs[name], epoch)))
         finally:
             if shared:
                 batch.unpersist()
+        self.planned_epoch, self.planned_end = epoch.id, dict(epoch.end)
+        self.committer.submit(lambda: self._finish(epoch, staged, started))
 
-    def _commit(self, epoch: Epoch) -> None:
+    def _finish(self, epoch: Epoch, staged: list[tuple[str, str, Callable[[], int]]], started: float) -> None:
+        """On the committer thread: deferred writes, flush, commit, finalize — in epoch order."""
+        for name, label, deferred in staged:
+            with error_context(label):
+                written = deferred()
+            self.runner.count_sink_rows(name, written)
+        for op in self.downstream:
+            with error_context(op.label):
+                op.prepare_checkpoint(epoch)
+        crash_point("after_write", epoch.id)
+        self._commit(epoch, started)
+        crash_point("after_commit", epoch.id)
+        for op in [self.source, *self.downstream]:
+            with error_context(op.label):
+                op.commit_checkpoint(epoch)
+
+    def _commit(self, epoch: Epoch, started: float) -> None:
         now_ms = int(time.time() * 1000)
         entries = dict(self.source.position_entries(epoch.start, epoch.end, now_ms))
         entries[epoch_key(self.source.name)] = {"epoch": epoch.id, "updated_at": now_ms}
@@ -168,7 +181,7 @@ class SourceQuery:
             self.source.label,
             epoch.end,
             "?" if rows is None else rows,
-            time.monotonic() - self._epoch_started,
+            time.monotonic() - started,
         )
         if self.source.is_exhausted(epoch.end):
             self.exhausted = True
@@ -180,15 +193,21 @@ class SourceQuery:
 
     def idle(self) -> bool:
         with self.lock:
-            return not self.in_flight
+            return not self.in_flight and self.committer.idle()
 
     def stop(self) -> None:
         if self.query is not None and self.query.isActive:
             self.query.stop()
 
+    def close(self) -> None:
+        """After the query stopped: let the committer finish what was handed off, or drop it after a failure."""
+        self.committer.close(timeout=SHUTDOWN_GRACE_SEC)
+
     def failure(self) -> BaseException | None:
         if self.error is not None:
             return self.error
+        if self.committer.error is not None:
+            return self.committer.error
         if self.query is not None and not self.query.isActive:
             exc = self.query.exception()
             if exc is not None:
@@ -251,6 +270,8 @@ class PipelineRunner:
         finally:
             for query in queries:
                 query.stop()
+            for query in queries:
+                query.close()
             for op in reversed(initialized):
                 try:
                     op.terminate()

@@ -9,6 +9,7 @@ more, rows are hash-partitioned by key and each Spark task writes its own stream
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import psycopg
@@ -145,16 +146,26 @@ class PostgresWriterSink(Sink[Any]):
         )
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
+        return self.stage(df, epoch)()
+
+    def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], int]:
+        """One stream: collect the rows as Arrow now, apply them on the committer thread (overlapping the
+        next epoch's Spark work). Several streams: the Spark tasks write, so all of it happens now."""
         assert self.plan is not None, "initialize() builds the write plan"
         plan = self.plan
         ref = EpochRef(epoch.source, epoch.id, dict(epoch.start), dict(epoch.end))
         columns = [c.name for c in plan.columns] + [GS_OP]
         if self.streams == 1:
-            return write_stream(df.select(*columns).toArrow(), plan, ref)
+            table = df.select(*columns).toArrow()
+            return lambda: write_stream(table, plan, ref)
+        rows = self._write_streams(df.select(*columns), ref)
+        return lambda: rows
+
+    def _write_streams(self, df: DataFrame, ref: EpochRef) -> int:
+        plan = self.plan
         streams = self.streams
         parted = (
-            df.select(*columns)
-            .withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
+            df.withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
             .repartition(streams, *plan.keys)
             .sortWithinPartitions(ORDER_COLUMN)
         )
