@@ -29,6 +29,15 @@ def test_valid_pipeline_moves_no_data_and_touches_no_state(tmp_path: Path) -> No
     assert not (tmp_path / "checkpoints").exists()
 
 
+def test_postgres_example_validates_without_a_database(tmp_path: Path) -> None:
+    """The example's Postgres host does not exist: validation must not try to reach it."""
+    unreachable = {"STREAMLING__POSTGRES_SINK__HOST": "postgres.invalid", "STREAMLING__POSTGRES_SINK__PASS": "s3cret"}
+    result = run_cli(tmp_path, str(REPO / "pipelines" / "postgres_cdc.yaml"), "--validate", env=unreachable)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["is_valid"] is True
+    assert "s3cret" not in result.stdout + result.stderr
+
+
 def test_pipeline_location_from_environment(tmp_path: Path) -> None:
     path = write(tmp_path, "sources: {a: {type: generator}}\nsinks: {b: {type: nope, from: a}}\n")
     result = run_cli(tmp_path, "--validate", env={"STREAMLING__PIPELINE_DEFINITION_LOCATION": str(path)})
