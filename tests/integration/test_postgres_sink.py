@@ -413,3 +413,52 @@ def test_aggregate_sink_totals_with_deletes_and_duplicates(
     assert sum(g["n"] for g in expected.values()) == 200 - 66  # inserts minus the deleted third
     # Once epoch 5 (the last) is finalized, landing rows of epochs <= 4 are pruned.
     assert fetch(pg_connect, f'SELECT DISTINCT _gs_checkpoint_epoch FROM "{schema}".landing') == [(5,)]
+
+
+def test_u256_and_i256_sql_functions_land_as_exact_numeric_78(
+    spark, pg_settings, write_pipeline, pg_connect, schema
+) -> None:
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 5}}
+        transforms:
+          amounts:
+            type: sql
+            primary_key: id
+            sql: >
+              SELECT id, U256(concat(CAST(id AS STRING), repeat('0', 70))) AS wei, I256(-id) AS debt,
+                     U256(concat('0x', repeat('f', 64))) AS top
+              FROM src
+        sinks:
+          out: {{type: postgres, from: amounts, schema: {schema}, table: amounts}}
+        """)
+    run_pipeline(path, pg_settings(), spark)
+    kinds = fetch(
+        pg_connect,
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
+        "AND attname IN ('wei', 'debt', 'top') ORDER BY attname",
+        (f'"{schema}".amounts',),
+    )
+    assert kinds == [("debt", "numeric(78,0)"), ("top", "numeric(78,0)"), ("wei", "numeric(78,0)")]
+    rows = fetch(pg_connect, f'SELECT id, wei::text, debt::text, top::text FROM "{schema}".amounts ORDER BY id')
+    assert rows == [(i, f"{i}{'0' * 70}", str(-i), str(2**256 - 1)) for i in range(1, 6)]
+
+
+def test_out_of_range_u256_stops_the_pipeline_naming_the_value(
+    spark, pg_settings, write_pipeline, pg_connect, schema
+) -> None:
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 5}}
+        transforms:
+          amounts:
+            type: sql
+            primary_key: id
+            sql: SELECT id, U256(CAST(-id AS STRING)) AS wei FROM src
+        sinks:
+          out: {{type: postgres, from: amounts, schema: {schema}, table: amounts}}
+        """)
+    with pytest.raises(StreamlingError) as caught:
+        run_pipeline(path, pg_settings(), spark)
+    assert "SQL function U256: '-1' is out of range for a U256" in str(caught.value)
+    assert fetch(pg_connect, f'SELECT count(*) FROM "{schema}".amounts') == [(0,)]

@@ -14,6 +14,7 @@ from streamling.errors import StreamlingError
 from streamling.operators import Epoch, Operator, Transform
 from streamling.plugins.registry import operator
 from streamling.topology.spec import NodeSpec, TransformSpec
+from streamling.transforms import wide_integers
 from streamling.transforms.dynamic_table import DynamicTable, DynamicTableSpec
 from streamling.transforms.sql_rewrite import SqlProgram, undefined_dynamic_table
 from streamling.transforms.stateless import forbidden_operations
@@ -83,10 +84,13 @@ class SqlTransform(Transform[SqlTransformSpec]):
             frame.createOrReplaceTempView(view)
             views[node] = view
         sql = self.program.render(views, epoch.timestamp_ms if epoch else None, checks)
+        if self.program.uses_wide_integers:
+            wide_integers.register(spark)
         try:
             df = spark.sql(sql)
         except Exception as exc:  # AnalysisException, ParseException: the user's SQL is wrong
             raise StreamlingError.user(f"{self.label}: {_first_line(exc)}") from None
+        df = wide_integers.mark(df, self.program.wide_integer_columns)
         if epoch is None:
             bad = forbidden_operations(df)
             if bad:

@@ -20,6 +20,7 @@ from streamling.errors import StreamlingError
 from streamling.types import GS_OP
 
 DIALECTS = ("postgres", "spark")
+WIDE_INTEGER_FUNCTIONS = ("u256", "i256")
 _RENAMED_FUNCTIONS = {"make_array": exp.Array}
 DYNAMIC_TABLE_CHECK = "dynamic_table_check"
 
@@ -39,6 +40,16 @@ class SqlProgram:
         self._cte_names = {cte.alias_or_name for cte in self.tree.find_all(exp.CTE)}
         self.references = sorted({table_name(t) for t in self.tree.find_all(exp.Table) if self._is_input(t)})
         self.dynamic_tables = sorted({self._checked_table(call) for call in self._checks(self.tree)})
+        # Output columns computed as `U256(…) AS name` / `I256(…) AS name` are marked as 256-bit integers.
+        wide = [c for c in self.tree.find_all(exp.Anonymous) if c.name.lower() in WIDE_INTEGER_FUNCTIONS]
+        self.uses_wide_integers = bool(wide)
+        self.wide_integer_columns = [
+            p.alias
+            for p in _outermost_select(self.tree).expressions
+            if isinstance(p, exp.Alias)
+            and isinstance(p.this, exp.Anonymous)
+            and p.this.name.lower() in WIDE_INTEGER_FUNCTIONS
+        ]
         """Dynamic tables the SQL looks values up in with ``dynamic_table_check``."""
 
     def _parse(self, sql: str) -> exp.Query:
@@ -109,6 +120,13 @@ class SqlProgram:
                 node.replace(exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d")), "DATE"))
         _ensure_gs_op(tree)
         return tree.sql(dialect="spark")
+
+
+def _outermost_select(query: exp.Expression) -> exp.Expression:
+    """The SELECT whose projections name the output columns (a set operation's leftmost branch)."""
+    while isinstance(query, exp.SetOperation | exp.Subquery | exp.Paren):
+        query = query.this
+    return query
 
 
 def _stateful(select: exp.Select) -> bool:

@@ -1,0 +1,54 @@
+"""U256/I256 conversion rules (the SQL functions' per-value logic)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from streamling.errors import StreamlingError
+from streamling.transforms.sql_rewrite import SqlProgram
+from streamling.transforms.wide_integers import I256_MIN, U256_MAX, to_int
+
+
+@pytest.mark.parametrize(
+    ("value", "signed", "expected"),
+    [
+        ("115792089237316195423570985008687907853269984665640564039457584007913129639935", False, U256_MAX),
+        ("0x" + "ff" * 32, False, U256_MAX),
+        (b"\xff" * 32, False, U256_MAX),
+        (b"\xff" * 32, True, -1),
+        (b"\x01\x00", True, 256),
+        (Decimal("12345678901234567890123456789012345678"), False, 12345678901234567890123456789012345678),
+        (9_007_199_254_740_993, False, 9_007_199_254_740_993),
+        ("-" + str(2**255), True, I256_MIN),
+        (" 1_000 ", False, 1000),
+        ("1e3", False, 1000),
+    ],
+)
+def test_accepted_inputs(value, signed: bool, expected: int) -> None:
+    assert to_int(value, signed) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "signed", "message"),
+    [
+        ("-1", False, "SQL function U256: '-1' is out of range for a U256 (0 to 2**256-1)"),
+        (str(2**255), True, "SQL function I256: '" + str(2**255) + "' is out of range for a I256"),
+        ("1.5", False, "SQL function U256: '1.5' is not an integer"),
+        ("abc", True, "SQL function I256: 'abc' is not an integer"),
+        (True, False, "SQL function U256: True is not an integer"),
+    ],
+)
+def test_rejected_inputs_name_the_value(value, signed: bool, message: str) -> None:
+    with pytest.raises(StreamlingError) as caught:
+        to_int(value, signed)
+    expected = message.replace("2**256-1", str(U256_MAX))
+    assert str(caught.value).startswith(expected)
+
+
+def test_aliased_calls_mark_output_columns() -> None:
+    program = SqlProgram("SELECT id, U256(raw) AS wei, i256(delta) AS change, U256(raw) FROM t", "sql")
+    assert program.uses_wide_integers
+    assert program.wide_integer_columns == ["wei", "change"]
+    assert not SqlProgram("SELECT id FROM t", "sql").uses_wide_integers
