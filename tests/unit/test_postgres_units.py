@@ -13,6 +13,7 @@ from streamling.config import load_settings
 from streamling.config.model import connection_key
 from streamling.errors import StreamlingError
 from streamling.kafka.avro import WIDE_DECIMAL_KEY
+from streamling.postgres.connection import is_transient
 from streamling.postgres.types import Column, can_hold, columns_of, pg_type
 from streamling.postgres.writer import check_keys, merge_rounds, to_csv
 
@@ -169,3 +170,49 @@ def test_bad_sink_connection_value_names_setting_and_hides_secret(tmp_path) -> N
         caught.value
     )
     assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        ("25006", True),  # read_only_sql_transaction: the database was switched to read-only
+        ("57P01", True),  # admin_shutdown: server restart
+        ("08006", True),  # connection_failure
+        ("40001", True),  # serialization_failure
+        ("53300", True),  # too_many_connections
+        ("22003", False),  # numeric_value_out_of_range
+        ("22001", False),  # string_data_right_truncation (value too long)
+        ("42703", False),  # undefined_column
+        ("23502", False),  # not_null_violation
+    ],
+)
+def test_which_postgres_errors_are_retried(error: str, transient: bool) -> None:
+    import psycopg.errors
+
+    assert is_transient(psycopg.errors.lookup(error)()) is transient
+
+
+def test_lost_connection_without_sqlstate_is_retried() -> None:
+    import psycopg
+
+    assert is_transient(psycopg.OperationalError("server closed the connection unexpectedly"))
+
+
+def test_batch_flush_interval_shortens_the_epoch_interval_of_sources_feeding_the_sink(tmp_path) -> None:
+    from streamling.runtime.plan import Plan
+    from streamling.topology.pipeline import load_pipeline
+
+    text = """
+        sources:
+          fast: {type: generator}
+          slow: {type: generator}
+        sinks:
+          pg: {type: postgres, from: fast, table: t, primary_key: id, batch_flush_interval: 250ms}
+          out: {type: blackhole, from: slow}
+    """
+    pipeline, report = load_pipeline(text)
+    assert report.is_valid, report.errors
+    settings = load_settings(config=str(tmp_path / "none"), environ={"STREAMLING__CHECKPOINT_INTERVAL_SEC": "5"})
+    plan = Plan(pipeline, settings)
+    assert plan.source("fast").settings.checkpoint_interval_sec == 0.25
+    assert plan.source("slow").settings.checkpoint_interval_sec == 5.0
