@@ -88,7 +88,7 @@ def main() -> None:
         "input_rows_per_sec_run": summarize([r.extra["input_rows_per_sec_run"] for r in runs]),
         "cpu_sec_per_million": summarize([r.extra["cpu_sec_per_million"] for r in runs]),
         "peak_rss_mb": summarize([r.peak_rss_mb for r in runs]),
-        "runs": [{k: v for k, v in vars(r).items() if k != "stderr_tail"} for r in runs],
+        "runs": [r.recorded() for r in runs],
     }
     path = record("generator_filter_blackhole", result)
     print(

@@ -46,6 +46,25 @@ sinks:
   sink: {{type: postgres, from: kept, schema: {schema}, table: upserts, parallelism: {parallelism}}}
 """
 FINISHED = re.compile(r"Finished in ([0-9.]+)s")
+EPOCH = re.compile(r"^(\S+) DEBUG streamling\.runtime: Epoch finalized: \d+ \(.*?, (\d+) rows", re.MULTILINE)
+BATCH_DONE = re.compile(r"^batch done at ([0-9.]+)s: (\d+) rows$", re.MULTILINE)
+
+
+def steady_rate(finished: list[tuple[float, int]]) -> float | None:
+    """Rows/s between the first and the last finished epoch (or batch): throughput once running,
+    without start-up and the first epoch's warm-up."""
+    if len(finished) < 3:
+        return None
+    rows = sum(n for _, n in finished[1:])
+    return rows / (finished[-1][0] - finished[0][0])
+
+
+def epochs_of(stderr: str) -> list[tuple[float, int]]:
+    from datetime import datetime
+
+    return [(datetime.fromisoformat(t).timestamp(), int(n)) for t, n in EPOCH.findall(stderr)]
+
+
 BATCH = 250_000
 
 
@@ -121,6 +140,7 @@ def hand_written(rows: int, key_space: int, schema: str) -> None:
             )
         conn.commit()
         written += table.num_rows
+        print(f"batch done at {time.perf_counter() - started:.3f}s: {batch.num_rows} rows", file=sys.stderr)
     print(json.dumps({"written": written, "run_sec": round(time.perf_counter() - started, 3)}))
     print(f"Finished in {time.perf_counter() - started:.1f}s", file=sys.stderr)
 
@@ -150,6 +170,7 @@ def main() -> None:
             "STREAMLING__SPARK__MASTER": opts.master,
             "STREAMLING__SPARK__CHECKPOINT_ROOT": str(work / "ckpt"),
             "STREAMLING__APPLICATION_ID": "bench",
+            "STREAMLING__LOG_LEVEL": "debug",  # per-epoch lines for the steady-state figure
         }
     )
     results: dict[str, list] = {"streamling": [], "hand-written": []}
@@ -181,7 +202,13 @@ def main() -> None:
             stored = admin.execute(f'SELECT count(*) FROM "{schema}".upserts').fetchone()[0]
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
             run_sec = float(FINISHED.search(m.stderr_tail).group(1))
+            if contender == "streamling":
+                finished = epochs_of(m.stderr)
+            else:
+                finished = [(float(t), int(n)) for t, n in BATCH_DONE.findall(m.stderr)]
+            steady = steady_rate(finished)
             m.extra = {
+                "rows_per_sec_steady": round(steady) if steady else None,
                 "run_sec": run_sec,
                 "rows_in_table": stored,
                 "rows_per_sec_wall": round(opts.rows / m.wall_sec),
@@ -192,6 +219,7 @@ def main() -> None:
             print(
                 f"{label} {contender:>12}: {m.wall_sec:5.1f}s wall ({m.extra['rows_per_sec_wall']:>9,} rows/s), "
                 f"{run_sec:5.1f}s run ({m.extra['rows_per_sec_run']:>9,} rows/s), "
+                f"steady {m.extra['rows_per_sec_steady'] or 0:>9,} rows/s, "
                 f"{m.extra['cpu_sec_per_million']:5.2f} CPU-s/M, peak RSS {m.peak_rss_mb:,.0f} MB, "
                 f"{stored:,} rows in table"
             )
@@ -204,9 +232,10 @@ def main() -> None:
         name: {
             "rows_per_sec_wall": summarize([r.extra["rows_per_sec_wall"] for r in runs]),
             "rows_per_sec_run": summarize([r.extra["rows_per_sec_run"] for r in runs]),
+            "rows_per_sec_steady": summarize([r.extra["rows_per_sec_steady"] or 0 for r in runs]),
             "cpu_sec_per_million": summarize([r.extra["cpu_sec_per_million"] for r in runs]),
             "peak_rss_mb": summarize([r.peak_rss_mb for r in runs]),
-            "runs": [{k: v for k, v in vars(r).items() if k != "stderr_tail"} for r in runs],
+            "runs": [r.recorded() for r in runs],
         }
         for name, runs in results.items()
     }
@@ -216,6 +245,8 @@ def main() -> None:
     ratio_run = (
         summary["streamling"]["rows_per_sec_run"]["median"] / summary["hand-written"]["rows_per_sec_run"]["median"]
     )
+    steady = {name: summary[name]["rows_per_sec_steady"]["median"] for name in summary}
+    ratio_steady = steady["streamling"] / steady["hand-written"]
     path = record(
         "generator_sql_postgres",
         {
@@ -226,6 +257,7 @@ def main() -> None:
             "rows_in_table": counts.pop(),
             "ratio_wall": round(ratio_wall, 2),
             "ratio_run": round(ratio_run, 2),
+            "ratio_steady": round(ratio_steady, 2),
             **summary,
         },
     )
@@ -233,10 +265,13 @@ def main() -> None:
         s = summary[name]
         print(
             f"{name:>12}: {s['rows_per_sec_wall']['median']:>9,.0f} rows/s wall, "
-            f"{s['rows_per_sec_run']['median']:>9,.0f} rows/s run, {s['cpu_sec_per_million']['median']} CPU-s/M, "
+            f"{s['rows_per_sec_run']['median']:>9,.0f} rows/s run, "
+            f"{s['rows_per_sec_steady']['median']:>9,.0f} rows/s steady, {s['cpu_sec_per_million']['median']} CPU-s/M, "
             f"peak RSS {s['peak_rss_mb']['median']:,.0f} MB"
         )
-    print(f"streamling / hand-written: {ratio_wall:.2f}x wall, {ratio_run:.2f}x run -> {path}")
+    print(
+        f"streamling / hand-written: {ratio_wall:.2f}x wall, {ratio_run:.2f}x run, {ratio_steady:.2f}x steady -> {path}"
+    )
 
 
 if __name__ == "__main__":

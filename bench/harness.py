@@ -30,6 +30,11 @@ class Measurement:
     returncode: int
     stderr_tail: str = ""
     extra: dict = field(default_factory=dict)
+    stderr: str = field(default="", repr=False)
+
+    def recorded(self) -> dict:
+        """What goes into the results JSON (no logs)."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("stderr")}
 
 
 def measure(cmd: list[str], env: dict[str, str], cwd: Path, interval: float = 0.1) -> Measurement:
@@ -64,6 +69,7 @@ def measure(cmd: list[str], env: dict[str, str], cwd: Path, interval: float = 0.
         peak_rss_mb=round(peak / 2**20, 1),
         returncode=proc.returncode,
         stderr_tail="".join(stderr_chunks)[-2000:],
+        stderr="".join(stderr_chunks),
     )
 
 

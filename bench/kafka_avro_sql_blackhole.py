@@ -196,7 +196,7 @@ def main() -> None:
             "output_rec_per_sec": summarize([r.extra["output_rec_per_sec"] for r in runs]),
             "cpu_sec_per_million": summarize([r.extra["cpu_sec_per_million"] for r in runs]),
             "peak_rss_mb": summarize([r.peak_rss_mb for r in runs]),
-            "runs": [{k: v for k, v in vars(r).items() if k != "stderr_tail"} for r in runs],
+            "runs": [r.recorded() for r in runs],
         }
     path = record(
         "kafka_avro_sql_blackhole",
