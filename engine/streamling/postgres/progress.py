@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from streamling.operators import AppliedEpoch
+from streamling.operators import AppliedEpoch, Epoch
 
 TABLE = "_streamling_progress"
 
@@ -56,17 +56,7 @@ def canonical(position: Mapping[str, Any]) -> str:
     return json.dumps({str(k): position[k] for k in sorted(position)}, sort_keys=True)
 
 
-@dataclass(frozen=True)
-class EpochRef:
-    """What an executor needs to know about the epoch it writes (picklable)."""
-
-    source: str
-    id: int
-    start: Mapping[str, Any]
-    end: Mapping[str, Any]
-
-
-def already_applied(cur: psycopg.Cursor, key: ProgressKey, epoch: EpochRef, stream: int, streams: int) -> bool:
+def already_applied(cur: psycopg.Cursor, key: ProgressKey, epoch: Epoch, stream: int, streams: int) -> bool:
     """True when this stream already applied exactly this epoch; locks the row until the transaction ends."""
     cur.execute(
         sql.SQL(
@@ -87,7 +77,7 @@ def already_applied(cur: psycopg.Cursor, key: ProgressKey, epoch: EpochRef, stre
     )
 
 
-def record(cur: psycopg.Cursor, key: ProgressKey, epoch: EpochRef, stream: int, streams: int, rows: int) -> None:
+def record(cur: psycopg.Cursor, key: ProgressKey, epoch: Epoch, stream: int, streams: int, rows: int) -> None:
     cur.execute(
         sql.SQL(
             "INSERT INTO {} AS p (application_id, sink, source, stream, streams, epoch, start_position, "

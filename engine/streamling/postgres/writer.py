@@ -31,8 +31,9 @@ from psycopg import sql
 
 from streamling.config.model import PostgresSinkSettings
 from streamling.errors import StreamlingError
+from streamling.operators import Epoch
 from streamling.postgres.connection import connect, with_retries
-from streamling.postgres.progress import EpochRef, ProgressKey, already_applied, record
+from streamling.postgres.progress import ProgressKey, already_applied, record
 from streamling.postgres.types import Column
 from streamling.types import GS_OP, json_default
 
@@ -276,7 +277,7 @@ def _drop_connection(plan: WritePlan) -> None:
             pass
 
 
-def write_stream(table: pa.Table, plan: WritePlan, epoch: EpochRef, stream: int = 0, streams: int = 1) -> int:
+def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0, streams: int = 1) -> int:
     """Apply `table` (the stream's rows of the epoch, in input order) and record the epoch; returns the
     rows applied, 0 when this stream had already applied the epoch."""
     if table.num_rows == 0:
@@ -330,7 +331,7 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: EpochRef, stream: int 
     return applied
 
 
-def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan, epoch: EpochRef, streams: int):  # type: ignore[no-untyped-def]
+def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan, epoch: Epoch, streams: int):  # type: ignore[no-untyped-def]
     """mapInArrow body for parallel streams: this task's partition is stream number `partitionId`."""
     from pyspark import TaskContext
 

@@ -23,7 +23,7 @@ from streamling.operators import AppliedEpoch, Epoch, RunContext, Sink
 from streamling.plugins.registry import operator
 from streamling.postgres import catalog, progress
 from streamling.postgres.connection import connect, with_retries
-from streamling.postgres.progress import EpochRef, ProgressKey
+from streamling.postgres.progress import ProgressKey
 from streamling.postgres.types import Column, columns_of
 from streamling.postgres.writer import ORDER_COLUMN, WritePlan, write_partition, write_stream
 from streamling.topology.spec import SinkSpec
@@ -153,15 +153,14 @@ class PostgresWriterSink(Sink[Any]):
         next epoch's Spark work). Several streams: the Spark tasks write, so all of it happens now."""
         assert self.plan is not None, "initialize() builds the write plan"
         plan = self.plan
-        ref = EpochRef(epoch.source, epoch.id, dict(epoch.start), dict(epoch.end))
         columns = [c.name for c in plan.columns] + [GS_OP]
         if self.streams == 1:
             table = df.select(*columns).toArrow()
-            return lambda: write_stream(table, plan, ref)
-        rows = self._write_streams(df.select(*columns), ref)
+            return lambda: write_stream(table, plan, epoch)
+        rows = self._write_streams(df.select(*columns), epoch)
         return lambda: rows
 
-    def _write_streams(self, df: DataFrame, ref: EpochRef) -> int:
+    def _write_streams(self, df: DataFrame, epoch: Epoch) -> int:
         plan = self.plan
         streams = self.streams
         parted = (
@@ -169,7 +168,7 @@ class PostgresWriterSink(Sink[Any]):
             .repartition(streams, *plan.keys)
             .sortWithinPartitions(ORDER_COLUMN)
         )
-        counts = parted.mapInArrow(lambda batches: write_partition(batches, plan, ref, streams), "rows long")
+        counts = parted.mapInArrow(lambda batches: write_partition(batches, plan, epoch, streams), "rows long")
         return sum(row.rows for row in counts.collect())
 
     def terminate(self) -> None:
