@@ -1,10 +1,12 @@
 """The micro-batch executor: one Structured Streaming query per source, one epoch per micro-batch.
 
 For each micro-batch of a source (``foreachBatch``): read the batch's end position from Spark's offset
-log, evaluate the whole downstream DAG on the batch (persisted when several sinks read it), let every
-sink write and then flush (`prepare_checkpoint`), commit the source position to the state backend, and
-only then call `commit_checkpoint`. A failure anywhere fails the pipeline before the commit, so the
-epoch is replayed on restart: at-least-once.
+log, evaluate the whole downstream DAG on the batch (persisted when it is read more than once) and let
+every sink `stage` its write. The source's committer thread then finishes the epoch — deferred writes,
+flush (`prepare_checkpoint`), the position commit to the state backend, and only then
+`commit_checkpoint` — while Spark computes the next epoch. A failure anywhere fails the pipeline before
+the commit, so the epoch is replayed on restart: at-least-once. Sinks that report their last applied
+epoch (`Sink.applied_epoch`) get that epoch replayed with identical bounds so they can skip it.
 
 Spark's checkpoint directory is per run and deleted afterwards; restarts resume from the state
 backend, which is therefore the only source of truth for positions.
