@@ -56,6 +56,25 @@ def connection_key(node_name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", node_name.lower()).strip("_")
 
 
+class ClickHouseConnectionSettings(_Section):
+    """A ClickHouse server over HTTP(S) when `url` is set, else the embedded engine (chdb) at `path`."""
+
+    url: str | None = None
+    path: str = "./.streamling/clickhouse"
+    """Data directory of the embedded engine; chdb allows one per process."""
+    user: str = "default"
+    password: SecretStr = SecretStr("")
+    database: str = "default"
+    connect_timeout_sec: PositiveInt = 10
+
+
+class ClickHouseSourceSettings(ClickHouseConnectionSettings):
+    page_size: PositiveInt = 100_000
+    """Rows per page (and per epoch) a ClickHouse source reads."""
+    sort_key_range: PositiveInt = 1_000_000
+    """Initial width of a first-sort-key range (numbers: units; dates: days; date-times: seconds)."""
+
+
 class DynamicTableBackendSettings(_Section):
     max_batch_size: PositiveInt = 1000
     """Distinct values per lookup query."""
@@ -142,6 +161,8 @@ class Settings(_Section):
     postgres_sink_connections: dict[str, PostgresSinkSettings] = Field(default_factory=dict)
     """Per-node overrides of `postgres_sink`, keyed by `connection_key` of the node name."""
     dynamic_table_backend: DynamicTableBackendSettings = Field(default_factory=DynamicTableBackendSettings)
+    clickhouse_source: ClickHouseSourceSettings = Field(default_factory=ClickHouseSourceSettings)
+    clickhouse_sink: ClickHouseConnectionSettings = Field(default_factory=ClickHouseConnectionSettings)
 
     @model_validator(mode="before")
     @classmethod

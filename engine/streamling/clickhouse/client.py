@@ -1,0 +1,84 @@
+"""ClickHouse clients: HTTP(S) to a server, or the in-process engine (chdb) for embedded use.
+
+chdb keeps one data directory per process, so every embedded client of a process shares one
+connection to it, and asking for a second path is an error rather than a silent switch. The embedded
+engine lives in the driver process; Spark's executors never open it.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from streamling.config.model import ClickHouseConnectionSettings
+from streamling.errors import StreamlingError
+
+_EMBEDDED: dict[str, Any] = {}
+_LOCK = threading.RLock()
+
+
+def quote(identifier: str) -> str:
+    """A ClickHouse identifier in backquotes."""
+    return "`" + identifier.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+def qualified(database: str, table: str) -> str:
+    return f"{quote(database)}.{quote(table)}"
+
+
+def describe(settings: ClickHouseConnectionSettings) -> str:
+    """Where a client points, without credentials."""
+    if settings.url:
+        return settings.url.split("@")[-1]
+    return f"embedded ClickHouse at {settings.path}"
+
+
+def get_client(settings: ClickHouseConnectionSettings, where: str, *, compress: str | bool = False) -> Any:
+    """A client for `settings`; the configured database exists afterwards."""
+    import clickhouse_connect
+
+    try:
+        if settings.url:
+            client = clickhouse_connect.get_client(
+                dsn=settings.url,
+                username=settings.user,
+                password=settings.password.get_secret_value(),
+                database=settings.database,
+                connect_timeout=settings.connect_timeout_sec,
+                compress=compress,
+            )
+        else:
+            client = _embedded(settings.path)
+        if settings.database != "default":
+            client.command(f"CREATE DATABASE IF NOT EXISTS {quote(settings.database)}")
+        return client
+    except StreamlingError:
+        raise
+    except Exception as exc:
+        raise StreamlingError.retry(f"{where}: cannot connect to {describe(settings)}: {first_line(exc)}") from None
+
+
+def _embedded(path: str) -> Any:
+    import clickhouse_connect
+
+    resolved = str(Path(path).resolve())
+    with _LOCK:
+        if resolved in _EMBEDDED:
+            return _EMBEDDED[resolved]
+        if _EMBEDDED:
+            (other,) = _EMBEDDED
+            raise StreamlingError.user(
+                f"the embedded ClickHouse engine is already open at {other}; chdb allows one data path per "
+                f"process, so '{path}' cannot be used as well (point clickhouse_source.path and "
+                "clickhouse_sink.path at the same directory, or use a server url)"
+            )
+        Path(resolved).mkdir(parents=True, exist_ok=True)
+        client = clickhouse_connect.get_client(dsn=f"chdb://{resolved}")
+        _EMBEDDED[resolved] = client
+        return client
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
