@@ -96,6 +96,8 @@ SS = TypeVar("SS", bound=SourceSpec)
 
 class Source(Operator[SS]):
     kind: ClassVar[str] = "source"
+    reads_on_driver: ClassVar[bool] = False
+    """True for sources the driver reads itself (`next_epoch`) instead of a Spark streaming query."""
 
     def schema(self) -> StructType:
         """Output schema, including ``_gs_op``; known without reading data."""
@@ -125,6 +127,13 @@ class Source(Operator[SS]):
         """A streaming DataFrame that starts reading at `start`. With `replay_end`, the first epoch must
         end exactly there: it replays an epoch some sink already applied, so that sink can recognise and
         skip it (see `Sink.applied_epoch`)."""
+        raise NotImplementedError
+
+    def next_epoch(
+        self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
+    ) -> tuple[DataFrame, dict[str, Any]] | None:
+        """For `reads_on_driver` sources: the next epoch's rows after `start` and its end position, None
+        when the source has nothing more. With `replay_end`, exactly the rows up to that end."""
         raise NotImplementedError
 
     def refine(self, df: DataFrame) -> DataFrame:

@@ -114,7 +114,8 @@ class SourceQuery:
                 return  # not committed: the rows are read again by the next run
             self.in_flight = True
         try:
-            self._run_epoch(batch, batch_id)
+            offsets = read_batch_offsets(batch.sparkSession, self.checkpoint_dir, batch_id)
+            self._run_epoch(batch, offsets.end, offsets.timestamp_ms)
         except BaseException as exc:
             self.error = exc
             raise
@@ -122,11 +123,13 @@ class SourceQuery:
             with self.lock:
                 self.in_flight = False
 
-    def _run_epoch(self, batch: DataFrame, batch_id: int) -> None:
+    def active(self) -> bool:
+        return self.query is not None and self.query.isActive
+
+    def _run_epoch(self, batch: DataFrame, end: dict[str, Any], timestamp_ms: int) -> None:
         started = time.monotonic()
         spark = batch.sparkSession
-        offsets = read_batch_offsets(spark, self.checkpoint_dir, batch_id)
-        epoch = Epoch(self.source.name, self.planned_epoch + 1, self.planned_end, offsets.end, offsets.timestamp_ms)
+        epoch = Epoch(self.source.name, self.planned_epoch + 1, self.planned_end, end, timestamp_ms)
         log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
         # Persist when the batch is read more than once: by several sinks, or also by side outputs.
         side_outputs = sum(1 for op in self.downstream if op.spec.side_output)
@@ -217,6 +220,56 @@ class SourceQuery:
         return None
 
 
+class DriverSourceQuery(SourceQuery):
+    """A source read by the driver itself (`Source.reads_on_driver`), e.g. the embedded ClickHouse engine,
+    which exists only in this process: a thread asks the source for one epoch after another and runs each
+    as a Spark DataFrame through the same evaluation, staging and committer as a streaming query."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._thread: threading.Thread | None = None
+
+    def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
+        self._thread = threading.Thread(
+            target=self._loop, args=(spark, replay_end), name=f"streamling-read-{self.source.name}", daemon=True
+        )
+        self._thread.start()
+        log.info("Started %s from position %s", self.source.label, self.position)
+
+    def _loop(self, spark: SparkSession, replay_end: dict[str, Any] | None) -> None:
+        try:
+            while True:
+                with self.lock:
+                    if self.stopping or self.error is not None or self.committer.error is not None:
+                        return
+                    self.in_flight = True
+                try:
+                    with error_context(self.source.label):
+                        batch = self.source.next_epoch(spark, self.planned_end, replay_end)
+                    replay_end = None
+                    if batch is None:
+                        return
+                    frame, end = batch
+                    self._run_epoch(frame, end, int(time.time() * 1000))
+                finally:
+                    with self.lock:
+                        self.in_flight = False
+        except BaseException as exc:
+            self.error = exc
+
+    def active(self) -> bool:
+        reading = self._thread is not None and self._thread.is_alive()
+        return reading or not self.committer.idle()
+
+    def stop(self) -> None:
+        self.request_stop()
+        if self._thread is not None:
+            self._thread.join(SHUTDOWN_GRACE_SEC)
+
+    def failure(self) -> BaseException | None:
+        return self.error or self.committer.error
+
+
 class PipelineRunner:
     def __init__(
         self,
@@ -260,7 +313,8 @@ class PipelineRunner:
                 self._register(source)
                 start = source.load_position(self.state)
                 saved_epoch = self.state.get(epoch_key(source.name)) or {}
-                query = SourceQuery(self, source, start, int(saved_epoch.get("epoch", 0)))
+                kind = DriverSourceQuery if source.reads_on_driver else SourceQuery
+                query = kind(self, source, start, int(saved_epoch.get("epoch", 0)))
                 queries.append(query)
                 if query.exhausted:
                     log.info("%s has nothing after position %s; not started", source.label, start)
@@ -304,7 +358,7 @@ class PipelineRunner:
                 for query in queries:
                     if query.idle() or time.monotonic() > grace_deadline:
                         query.stop()
-            if not any(q.query is not None and q.query.isActive for q in queries):
+            if not any(q.active() for q in queries):
                 for query in queries:
                     error = query.failure()
                     if error is not None:

@@ -1,0 +1,208 @@
+"""Reading a ClickHouse table page by page in sorting-key order: every row once, bounded memory, no OFFSET.
+
+When the first sorting key is a number, date or date-time, pages are ranges of it: a range is counted
+first and halved while it holds more than `page_size` rows (and widened after sparse ones); a single
+key value holding more than a page — a hot key — is paged on the remaining sort keys with a full-tuple
+cursor. Other first keys are paged by full-tuple cursor from the start. ``LIMIT … WITH TIES`` keeps
+rows with equal sort tuples on one page.
+
+Positions (JSON, committed to the state backend):
+- range mode: ``{"from": n}`` — next rows have key ≥ n; ``{"from": n, "key": [...]}`` — inside hot key n,
+  after that full sort-key tuple;
+- tuple mode: ``{"key": [...] | null, "min": start_at | null}``.
+
+ReplacingMergeTree tables are read with FINAL semantics per page: the latest version per sort key, a
+delete winning a version tie, deleted keys dropped — whether or not the version column is selected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from streamling.clickhouse.client import qualified, quote
+from streamling.clickhouse.tables import ColumnInfo, TableInfo, select_expression
+from streamling.types import GS_OP
+
+RANGE_TYPES = ("Int", "UInt", "Date", "DateTime")
+_KEY = "__sl_key_"
+_NUM = "__sl_key_num"
+
+
+def literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass
+class Pager:
+    client: Any
+    info: TableInfo
+    columns: list[ColumnInfo]
+    filter: str | None
+    page_size: int
+    width: int
+    start_at: str | None = None
+    max_num: int | None = field(default=None)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.info.sorting_key
+
+    @property
+    def range_mode(self) -> bool:
+        return self.info.column(self.keys[0]).base.startswith(RANGE_TYPES)
+
+    def _num(self) -> str:
+        return f"toInt64({quote(self.keys[0])})"
+
+    def _key_type(self, name: str) -> str:
+        return self.info.column(name).type
+
+    # ------------------------------------------------------------ positions
+
+    def initial(self) -> dict[str, Any]:
+        if not self.range_mode:
+            return {"key": None, "min": self.start_at}
+        if self.start_at is None:
+            low = self.client.query(f"SELECT min({self._num()}) FROM {self._table}").result_rows[0][0]
+            return {"from": int(low or 0)}
+        cast = f"CAST({literal(self.start_at)} AS {self._key_type(self.keys[0])})"
+        return {"from": int(self.client.query(f"SELECT toInt64({cast})").result_rows[0][0])}
+
+    def snapshot(self) -> None:
+        """The end of a bounded read: the largest first key now (rows added later past it are not read)."""
+        if self.range_mode:
+            value = self.client.query(f"SELECT max({self._num()}), count() FROM {self._table}").result_rows[0]
+            self.max_num = int(value[0]) if value[1] else None
+
+    def exhausted(self, position: Mapping[str, Any]) -> bool:
+        if not self.range_mode:
+            return bool(position.get("done"))
+        return self.max_num is None or (int(position["from"]) > self.max_num and position.get("key") is None)
+
+    # ------------------------------------------------------------ reading
+
+    @property
+    def _table(self) -> str:
+        return qualified(self.info.database, self.info.table)
+
+    def next_page(self, start: Mapping[str, Any]) -> tuple[pa.Table, dict[str, Any]] | None:
+        """The next page after `start` and the position at its end; None when nothing is left."""
+        if not self.range_mode:
+            table = self._read(self._lower(start), None, limit=self.page_size)
+            if table.num_rows == 0:
+                return None
+            return self._output(table), {"key": self._last_key(table), "min": start.get("min")}
+        if start.get("key") is not None:  # inside a hot key
+            low = int(start["from"])
+            table = self._read(self._lower(start), f"{self._num()} = {low}", limit=self.page_size)
+            if table.num_rows >= self.page_size:
+                return self._output(table), {"from": low, "key": self._last_key(table)}
+            if table.num_rows:
+                return self._output(table), {"from": low + 1}
+            start = {"from": low + 1}
+        low = int(start["from"])
+        if self.max_num is None or low > self.max_num:
+            return None
+        width = self.width
+        while low <= self.max_num:
+            high = min(low + width, self.max_num + 1)
+            count = self._count(low, high)
+            if count == 0:
+                low, width = high, width * 2
+                continue
+            if count <= self.page_size:
+                table = self._read(f"{self._num()} >= {low}", f"{self._num()} < {high}")
+                self.width = width * 2 if count < self.page_size // 2 else width
+                return self._output(table), {"from": high}
+            if high - low > 1:
+                width = max(1, (high - low) * self.page_size // count)
+                continue
+            # one key value holds more than a page: page through it on the remaining sort keys
+            table = self._read(f"{self._num()} = {low}", None, limit=self.page_size)
+            if table.num_rows >= self.page_size:
+                return self._output(table), {"from": low, "key": self._last_key(table)}
+            return self._output(table), {"from": low + 1}
+        return None
+
+    def read_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> pa.Table:
+        """Exactly the rows of an epoch that ran from `start` to `end` (a replay after a crash)."""
+        return self._output(self._read(self._lower(start), self._upper(end)))
+
+    def _lower(self, start: Mapping[str, Any]) -> str | None:
+        key = start.get("key")
+        if not self.range_mode:
+            if key is not None:
+                return self._tuple_after(list(self.keys), key)
+            if start.get("min") is not None:
+                first = self.keys[0]
+                return f"{quote(first)} >= CAST({literal(start['min'])} AS {self._key_type(first)})"
+            return None
+        low = int(start["from"])
+        if key is None:
+            return f"{self._num()} >= {low}"
+        inside = f"{self._num()} = {low} AND {self._tuple_after(list(self.keys), key)}"
+        return f"(({inside}) OR {self._num()} > {low})"
+
+    def _upper(self, end: Mapping[str, Any]) -> str | None:
+        key = end.get("key")
+        if not self.range_mode:
+            return None if key is None else f"NOT ({self._tuple_after(list(self.keys), key)})"
+        high = int(end["from"])
+        if key is None:
+            return f"{self._num()} < {high}"
+        inside = f"{self._num()} = {high} AND NOT ({self._tuple_after(list(self.keys), key)})"
+        return f"(({inside}) OR {self._num()} < {high})"
+
+    def _tuple_after(self, names: list[str], values: list[str]) -> str:
+        cols = ", ".join(quote(n) for n in names)
+        vals = ", ".join(f"CAST({literal(v)} AS {self._key_type(n)})" for n, v in zip(names, values, strict=True))
+        return f"tuple({cols}) > tuple({vals})"
+
+    def _count(self, low: int, high: int) -> int:
+        sql = f"SELECT count() FROM {self._table} WHERE {self._num()} >= {low} AND {self._num()} < {high}"
+        return int(self.client.query(sql).result_rows[0][0])
+
+    def _read(self, lower: str | None, upper: str | None, limit: int | None = None) -> pa.Table:
+        where = " AND ".join(c for c in (lower, upper) if c) or "1"
+        keys = ", ".join(quote(k) for k in self.keys)
+        inner = self._final_rows(where)
+        cursor = [f"toString({quote(k)}) AS {_KEY}{i}" for i, k in enumerate(self.keys)]
+        outputs = [select_expression(c) for c in self.columns]
+        deleted = "__sl_deleted" if self.info.is_deleted else "0"
+        sql = (
+            f"SELECT {', '.join(outputs)}, if({deleted} = 1, 'd', 'i') AS {GS_OP}, {', '.join(cursor)} "
+            f"FROM ({inner}) WHERE {deleted} = 0"
+            + (f" AND ({self.filter})" if self.filter else "")
+            + f" ORDER BY {keys}"
+            + (f" LIMIT {limit} WITH TIES" if limit else "")
+        )
+        return self.client.query_arrow(sql)
+
+    def _final_rows(self, where: str) -> str:
+        """Rows of the range with ReplacingMergeTree FINAL semantics, all columns available to the filter."""
+        keys = ", ".join(quote(k) for k in self.keys)
+        if not self.info.replacing:
+            return f"SELECT * FROM {self._table} WHERE {where}"
+        if self.info.version is None:
+            return f"SELECT * FROM {self._table} FINAL WHERE {where}"
+        # Arguments name the table's columns (`__sl_t.x`), not the aggregates aliased with the same names.
+        deleted = f"__sl_t.{quote(self.info.is_deleted)}" if self.info.is_deleted else "0"
+        order = f"(__sl_t.{quote(self.info.version)}, {deleted})"
+        values = [
+            f"argMax(__sl_t.{quote(c.name)}, {order}) AS {quote(c.name)}"
+            for c in self.info.columns
+            if c.name not in self.keys
+        ]
+        if self.info.is_deleted:
+            values.append(f"argMax({deleted}, {order}) AS __sl_deleted")
+        return f"SELECT {keys}, {', '.join(values)} FROM {self._table} AS __sl_t WHERE {where} GROUP BY {keys}"
+
+    def _last_key(self, table: pa.Table) -> list[str]:
+        return [table.column(f"{_KEY}{i}")[-1].as_py() for i in range(len(self.keys))]
+
+    def _output(self, table: pa.Table) -> pa.Table:
+        return table.drop_columns([f"{_KEY}{i}" for i in range(len(self.keys))])

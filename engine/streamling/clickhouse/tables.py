@@ -1,0 +1,193 @@
+"""What a ClickHouse table looks like to a reader: columns, sorting key, ReplacingMergeTree parameters,
+and how each column is selected so that it arrives as the Arrow type Spark expects."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import types as T
+
+from streamling.clickhouse.client import quote
+from streamling.errors import StreamlingError
+from streamling.kafka.avro import WIDE_DECIMAL_KEY
+
+_DECIMAL = re.compile(r"^Decimal(?:32|64|128|256)?\((\d+),\s*(\d+)\)$")
+_WRAPPERS = re.compile(r"^(Nullable|LowCardinality)\((.*)\)$")
+_INTS = {
+    "Int8": T.ByteType(),
+    "Int16": T.ShortType(),
+    "Int32": T.IntegerType(),
+    "Int64": T.LongType(),
+    "UInt8": T.ShortType(),
+    "UInt16": T.IntegerType(),
+    "UInt32": T.LongType(),
+}
+_WIDE = {"Int128": 39, "UInt128": 39, "Int256": 78, "UInt256": 78}
+_TEXT = ("String", "FixedString", "UUID", "Enum8", "Enum16", "IPv4", "IPv6")
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    name: str
+    type: str
+
+    @property
+    def nullable(self) -> bool:
+        return "Nullable(" in self.type
+
+    @property
+    def base(self) -> str:
+        kind = self.type
+        while match := _WRAPPERS.match(kind):
+            kind = match.group(2)
+        return kind
+
+
+def spark_field(column: ColumnInfo) -> T.StructField:
+    kind = column.base
+    metadata: dict[str, Any] = {}
+    if kind in _INTS:
+        data: T.DataType = _INTS[kind]
+    elif kind == "UInt64":
+        data = T.DecimalType(20, 0)
+    elif kind in _WIDE:
+        data = T.StringType()
+        metadata[WIDE_DECIMAL_KEY] = f"decimal({_WIDE[kind]},0)"
+    elif kind in ("Float32",):
+        data = T.FloatType()
+    elif kind == "Float64":
+        data = T.DoubleType()
+    elif kind == "Bool":
+        data = T.BooleanType()
+    elif kind.startswith(_TEXT):
+        data = T.StringType()
+    elif kind in ("Date", "Date32"):
+        data = T.DateType()
+    elif kind.startswith("DateTime"):
+        data = T.TimestampType()
+    elif match := _DECIMAL.match(kind):
+        precision, scale = int(match.group(1)), int(match.group(2))
+        if precision <= 38:
+            data = T.DecimalType(precision, scale)
+        else:
+            data = T.StringType()
+            metadata[WIDE_DECIMAL_KEY] = f"decimal({precision},{scale})"
+    else:
+        raise StreamlingError.user(
+            f"column '{column.name}' has type {column.type}, which the ClickHouse source cannot read; "
+            "leave it out with 'columns'"
+        )
+    return T.StructField(column.name, data, True, metadata)
+
+
+def select_expression(column: ColumnInfo) -> str:
+    """The column converted in ClickHouse to the Arrow type of its Spark field (no per-row Python)."""
+    name = quote(column.name)
+    kind = column.base
+    if kind in ("UInt8", "UInt16", "UInt32"):
+        target = {"UInt8": "Int16", "UInt16": "Int32", "UInt32": "Int64"}[kind]
+        expr = f"CAST({name} AS Nullable({target}))"
+    elif kind == "UInt64":
+        expr = f"CAST({name} AS Nullable(Decimal(20, 0)))"
+    elif kind in _WIDE or kind.startswith(_TEXT) or column.type.startswith("LowCardinality"):
+        expr = f"toString({name})" if not column.nullable else f"CAST({name} AS Nullable(String))"
+    elif kind in ("Date", "Date32"):
+        expr = f"toDate32({name})"
+    elif kind.startswith("DateTime"):
+        expr = f"toDateTime64({name}, 6, 'UTC')"
+    elif (match := _DECIMAL.match(kind)) and int(match.group(1)) > 38:
+        expr = f"toString({name})"
+    else:
+        return name
+    return f"{expr} AS {name}"
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    database: str
+    table: str
+    columns: tuple[ColumnInfo, ...]
+    sorting_key: tuple[str, ...]
+    engine: str
+    version: str | None
+    is_deleted: str | None
+
+    @property
+    def replacing(self) -> bool:
+        return "ReplacingMergeTree" in self.engine
+
+    def column(self, name: str) -> ColumnInfo:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(name)
+
+
+def inspect(client: Any, database: str, table: str, where: str) -> TableInfo:
+    rows = client.query(
+        "SELECT engine, engine_full, sorting_key FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+        parameters={"db": database, "t": table},
+    ).result_rows
+    if not rows:
+        raise StreamlingError.user(f"{where}: table {database}.{table} does not exist")
+    engine, engine_full, sorting_key = rows[0]
+    columns = client.query(
+        "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = {t:String} ORDER BY position",
+        parameters={"db": database, "t": table},
+    ).result_rows
+    keys = tuple(k.strip().strip("`") for k in _split(sorting_key)) if sorting_key else ()
+    names = {name for name, _ in columns}
+    odd = [k for k in keys if k not in names]
+    if odd:
+        raise StreamlingError.user(
+            f"{where}: table {database}.{table} sorts by expression {odd[0]!r}; only plain columns are supported"
+        )
+    if not keys:
+        raise StreamlingError.user(f"{where}: table {database}.{table} has no sorting key to page by")
+    version, is_deleted = _replacing_parameters(engine, engine_full)
+    return TableInfo(
+        database,
+        table,
+        tuple(ColumnInfo(n, t) for n, t in columns),
+        keys,
+        engine,
+        version,
+        is_deleted,
+    )
+
+
+def _replacing_parameters(engine: str, engine_full: str) -> tuple[str | None, str | None]:
+    """``ReplacingMergeTree(ver, is_deleted)`` (or the Replicated form with its path and replica first)."""
+    if "ReplacingMergeTree" not in engine:
+        return None, None
+    match = re.search(r"ReplacingMergeTree\((.*?)\)(?:\s|$)", engine_full)
+    args = [a.strip().strip("`") for a in _split(match.group(1))] if match and match.group(1).strip() else []
+    args = [a for a in args if not a.startswith("'")]
+    return (args[0] if args else None), (args[1] if len(args) > 1 else None)
+
+
+def _split(text: str) -> list[str]:
+    """Top-level comma split (commas inside parentheses or quotes stay)."""
+    parts, depth, quote_char, current = [], 0, "", []
+    for ch in text:
+        if quote_char:
+            current.append(ch)
+            if ch == quote_char:
+                quote_char = ""
+            continue
+        if ch in "'`":
+            quote_char = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
+    if current:
+        parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
