@@ -134,3 +134,28 @@ def pg_connect(postgres_env: dict[str, str]):
         )
 
     return connect
+
+
+@pytest.fixture(scope="session")
+def clickhouse_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The real ClickHouse engine, embedded (chdb): one data path for the whole session, because chdb allows
+    one per process — tests isolate themselves by database instead. Source and sink share it."""
+    path = str(tmp_path_factory.mktemp("clickhouse") / "data")
+    return {"STREAMLING__CLICKHOUSE_SOURCE__PATH": path, "STREAMLING__CLICKHOUSE_SINK__PATH": path}
+
+
+@pytest.fixture
+def clickhouse(clickhouse_env: dict[str, str]):
+    """A client on the session's embedded engine and a fresh database name for this test."""
+    import uuid
+
+    from streamling.clickhouse.client import get_client
+    from streamling.config.model import ClickHouseConnectionSettings
+
+    client = get_client(
+        ClickHouseConnectionSettings(path=clickhouse_env["STREAMLING__CLICKHOUSE_SOURCE__PATH"]), "test"
+    )
+    database = f"db_{uuid.uuid4().hex[:10]}"
+    client.command(f"CREATE DATABASE {database}")
+    yield client, database
+    client.command(f"DROP DATABASE IF EXISTS {database}")
