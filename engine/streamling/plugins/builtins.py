@@ -1,6 +1,7 @@
 """Importing this module registers every built-in operator type."""
 
 from streamling.sinks import blackhole, postgres_aggregate, print_sink  # noqa: F401
+from streamling.sinks import clickhouse as clickhouse_sink  # noqa: F401
 from streamling.sinks import kafka as kafka_sink  # noqa: F401
 from streamling.sinks import postgres as postgres_sink  # noqa: F401
 from streamling.sources import clickhouse as clickhouse_source  # noqa: F401
