@@ -129,6 +129,11 @@ class Source(Operator[SS]):
         skip it (see `Sink.applied_epoch`)."""
         raise NotImplementedError
 
+    def phases(self) -> list[Source[Any]] | None:
+        """For sources that run in phases (hybrid): the sources to run one after another, under this
+        source's name; None for an ordinary source."""
+        return None
+
     def next_epoch(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
     ) -> tuple[DataFrame, dict[str, Any]] | None:

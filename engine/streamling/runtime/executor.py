@@ -208,6 +208,12 @@ class SourceQuery:
         """After the query stopped: let the committer finish what was handed off, or drop it after a failure."""
         self.committer.close(timeout=SHUTDOWN_GRACE_SEC)
 
+    def poll(self) -> None:
+        """Called by the supervisor loop; phased queries advance here."""
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
+
     def failure(self) -> BaseException | None:
         if self.error is not None:
             return self.error
@@ -270,6 +276,100 @@ class DriverSourceQuery(SourceQuery):
         return self.error or self.committer.error
 
 
+class PhasedQuery:
+    """Runs a phased source's phases one after another (hybrid: ClickHouse backfills, then Kafka).
+
+    Each phase is an ordinary query under the source's name, so epochs number on and the same sinks
+    follow. When a phase ends on its own (not by a stop or a failure), ``<source>:__phase__`` moves to the
+    next one in the state backend, so a restart resumes in the right phase at that phase's position."""
+
+    def __init__(self, runner: PipelineRunner, source: Source, phases: list[Source]) -> None:
+        self.runner = runner
+        self.source = source
+        self.phases = phases
+        self.phase_key = f"{source.name}:__phase__"
+        self.index = int((runner.state.get(self.phase_key) or {}).get("phase", 0))
+        self.current: SourceQuery | None = None
+        self.done: list[SourceQuery] = []
+        self.stopping = False
+        self.spark: SparkSession | None = None
+
+    @property
+    def exhausted(self) -> bool:
+        return self.index >= len(self.phases)
+
+    def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
+        self.spark = spark
+        self._start_phase()
+
+    def _start_phase(self) -> None:
+        state = self.runner.state
+        while self.index < len(self.phases):
+            phase = self.phases[self.index]
+            start = phase.load_position(state)
+            epoch = int((state.get(epoch_key(self.source.name)) or {}).get("epoch", 0))
+            kind = DriverSourceQuery if phase.reads_on_driver else SourceQuery
+            query = kind(self.runner, phase, start, epoch)
+            if query.exhausted:
+                log.info("%s has nothing after position %s", phase.label, start)
+                query.close()
+                self._advance()
+                continue
+            self.runner._register(phase)
+            assert self.spark is not None
+            query.start(self.spark, self.runner._replay_end(phase, start, epoch))
+            self.current = query
+            return
+        self.current = None
+        log.info("%s finished all %d phases", self.source.label, len(self.phases))
+
+    def _advance(self) -> None:
+        self.index += 1
+        self.runner.state.put(self.phase_key, {"phase": self.index, "updated_at": int(time.time() * 1000)})
+        if self.index < len(self.phases):
+            log.info("Moving on to %s", self.phases[self.index].label)
+
+    def poll(self) -> None:
+        """From the supervisor loop: start the next phase once the current one ended by itself."""
+        query = self.current
+        if query is None or self.stopping or query.failure() is not None:
+            return
+        if query.exhausted and query.idle():
+            query.stop()
+        if not query.active():
+            query.close()
+            self.done.append(query)
+            self.current = None
+            self._advance()
+            self._start_phase()
+
+    def failure(self) -> BaseException | None:
+        return self.current.failure() if self.current is not None else None
+
+    def idle(self) -> bool:
+        return self.current is None or self.current.idle()
+
+    def active(self) -> bool:
+        return self.current is not None
+
+    def request_stop(self) -> None:
+        self.stopping = True
+        if self.current is not None:
+            self.current.request_stop()
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.current.stop()
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.close()
+
+    def cleanup(self) -> None:
+        for query in [*self.done, *([self.current] if self.current else [])]:
+            query.cleanup()
+
+
 class PipelineRunner:
     def __init__(
         self,
@@ -300,7 +400,7 @@ class PipelineRunner:
         started = time.monotonic()
         ctx = RunContext(self.settings, self.state, self.spark)
         restore = _install_signal_handlers(self.request_stop)
-        queries: list[SourceQuery] = []
+        queries: list[SourceQuery | PhasedQuery] = []
         initialized = []
         try:
             for op in self.plan.operators.values():
@@ -310,6 +410,12 @@ class PipelineRunner:
             self._clear_stale_checkpoints()
             for source_node in self.plan.pipeline.sources:
                 source = self.plan.source(source_node.name)
+                phases = source.phases()
+                if phases is not None:
+                    phased = PhasedQuery(self, source, phases)
+                    queries.append(phased)
+                    phased.start(self.spark)
+                    continue
                 self._register(source)
                 start = source.load_position(self.state)
                 saved_epoch = self.state.get(epoch_key(source.name)) or {}
@@ -334,14 +440,15 @@ class PipelineRunner:
                 except Exception as exc:  # keep shutting the others down
                     log.warning("%s: terminate failed: %s", op.label, exc)
             for query in queries:
-                shutil.rmtree(query.checkpoint_dir, ignore_errors=True)
+                query.cleanup()
             restore()
             self.summary.duration_sec = time.monotonic() - started
 
-    def _supervise(self, queries: list[SourceQuery]) -> None:
+    def _supervise(self, queries: list[SourceQuery | PhasedQuery]) -> None:
         grace_deadline: float | None = None
         while True:
             for query in queries:
+                query.poll()
                 error = query.failure()
                 if error is not None:
                     for other in queries:

@@ -67,10 +67,13 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
         database, _, table = self.spec.table_name.rpartition(".")
         return (database or self.settings.clickhouse_source.database), table
 
+    scope: str | None = None
+    """Set by a hybrid source to tell its phases apart (two phases may read the same table)."""
+
     @property
     def state_key(self) -> str:
         database, table = self.database_and_table
-        return f"{STATE_PREFIX}{self.name}:{database}.{table}"
+        return f"{STATE_PREFIX}{self.scope or self.name}:{database}.{table}"
 
     @cached_property
     def client(self) -> Any:

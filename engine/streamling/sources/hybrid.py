@@ -1,0 +1,191 @@
+"""The hybrid source: backfill from bounded sources (ClickHouse tables, in order), then stream from Kafka.
+
+Each phase is the real source (`ClickHouseSource`, `KafkaSource`) running under the hybrid's name, so
+epochs number on, the same sinks see one stream, and each phase keeps its own position keys in the state
+backend. ``<name>:__phase__`` records which phase is current; a restart resumes that phase at its saved
+position. Bounded phases' rows are conformed to the stream's schema (by column name, cast, NULL when a
+table lacks a column) so everything downstream sees one shape. In job mode only the bounded phases run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from streamling.operators import Epoch, Operator, RunContext, Source
+from streamling.plugins.registry import operator
+from streamling.sources.clickhouse import ClickHouseSource, ClickHouseSourceSpec
+from streamling.sources.kafka import KafkaSource, KafkaSourceSpec
+from streamling.state import StateBackend
+from streamling.topology.spec import SourceSpec
+
+
+class BoundedPhase(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    source_type: Literal["clickhouse"]
+    table_name: str = Field(min_length=1)
+    columns: str | list[str] | None = None
+    filter: str | None = None
+    start_at: Any = None
+
+
+class UnboundedPhase(BaseModel):
+    """`start_at` is Kafka's starting offset (earliest, latest or epoch ms); other Kafka source fields pass
+    through (data_format, schema, include_metadata, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+    source_type: Literal["kafka"]
+    topic: str = Field(min_length=1)
+    start_at: str | int | None = None
+    filter: str | None = None
+
+
+class HybridSourceSpec(SourceSpec):
+    type: Literal["hybrid"]
+    bounded_sources: list[BoundedPhase] = Field(min_length=1)
+    unbounded_source: UnboundedPhase | None = None
+
+    @property
+    def bounded(self) -> bool:
+        """Job mode runs only the bounded phases, so a hybrid source always ends there."""
+        return True
+
+    def phase_specs(self) -> list[SourceSpec]:
+        common = {"primary_key": self.primary_key, "telemetry": self.telemetry}
+        specs: list[SourceSpec] = []
+        for phase in self.bounded_sources:
+            body = phase.model_dump(exclude={"source_type"}, exclude_none=True)
+            specs.append(ClickHouseSourceSpec.model_validate({"type": "clickhouse", **body, **common}))
+        if self.unbounded_source is not None:
+            body = self.unbounded_source.model_dump(exclude={"source_type", "start_at"}, exclude_none=True)
+            if self.unbounded_source.start_at is not None:
+                body["starting_offsets"] = self.unbounded_source.start_at
+            specs.append(KafkaSourceSpec.model_validate({"type": "kafka", **body, **common}))
+        return specs
+
+    @model_validator(mode="after")
+    def _phases_valid(self) -> HybridSourceSpec:
+        try:
+            self.phase_specs()
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"])
+            raise ValueError(f"{where}: {problem['msg']}") from None
+        return self
+
+
+class Phase(Source[Any]):
+    """One phase of a hybrid source, under the hybrid's name; conforms its rows to the hybrid's schema."""
+
+    def __init__(self, hybrid: HybridSource, child: Source[Any], index: int) -> None:
+        super().__init__(hybrid.name, child.spec, child.settings)
+        self.hybrid = hybrid
+        self.child = child
+        self.index = index
+        self.reads_on_driver = child.reads_on_driver  # type: ignore[misc]
+        self.data_source = getattr(child, "data_source", None)
+
+    @property
+    def label(self) -> str:
+        return f"{self.hybrid.label} (phase {self.index + 1}: {self.child.label})"
+
+    def schema(self) -> T.StructType:
+        return self.hybrid.schema()
+
+    def load_position(self, state: StateBackend) -> dict[str, Any]:
+        return self.child.load_position(state)
+
+    def position_entries(
+        self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
+    ) -> dict[str, dict[str, Any]]:
+        return self.child.position_entries(start, end, now_ms)
+
+    def is_exhausted(self, position: Mapping[str, Any]) -> bool:
+        return self.child.is_exhausted(position)
+
+    def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
+        return self.child.rows_between(start, end)
+
+    def commit_checkpoint(self, epoch: Epoch) -> None:
+        self.child.commit_checkpoint(epoch)
+
+    def next_epoch(
+        self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
+    ) -> tuple[DataFrame, dict[str, Any]] | None:
+        batch = self.child.next_epoch(spark, start, replay_end)
+        if batch is None:
+            return None
+        frame, end = batch
+        return self.hybrid.conform(self.child.refine(frame)), end
+
+    def stream(
+        self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
+    ) -> DataFrame:
+        return self.hybrid.conform(self.child.refine(self.child.stream(spark, start, replay_end)))
+
+
+@operator("hybrid", HybridSourceSpec)
+class HybridSource(Source[HybridSourceSpec]):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        children: list[Source[Any]] = []
+        for index, spec in enumerate(self.spec.phase_specs()):
+            if isinstance(spec, KafkaSourceSpec):
+                children.append(KafkaSource(self.name, spec, self.settings))
+                continue
+            backfill = ClickHouseSource(self.name, spec, self.settings)
+            backfill.scope = f"{self.name}#{index + 1}"
+            children.append(backfill)
+        self.children = children
+
+    @property
+    def label(self) -> str:
+        return f"hybrid source '{self.name}'"
+
+    @property
+    def phase_key(self) -> str:
+        return f"{self.name}:__phase__"
+
+    def phases(self) -> list[Source[Any]]:
+        """The phases this run goes through: the unbounded one only outside job mode."""
+        phases = [Phase(self, child, i) for i, child in enumerate(self.children)]
+        if self.settings.job_mode and self.spec.unbounded_source is not None:
+            phases = phases[:-1]
+        return phases
+
+    @cached_property
+    def _schema(self) -> T.StructType:
+        return self.children[-1].schema()
+
+    def schema(self) -> T.StructType:
+        """The stream's schema (the last phase's); bounded phases are conformed to it."""
+        return self._schema
+
+    def conform(self, df: DataFrame) -> DataFrame:
+        have = set(df.columns)
+        return df.select(
+            *[
+                (F.col(f.name).cast(f.dataType) if f.name in have else F.lit(None).cast(f.dataType)).alias(
+                    f.name, metadata=f.metadata
+                )
+                for f in self.schema().fields
+            ]
+        )
+
+    def initialize(self, ctx: RunContext) -> None:
+        for child in self.children if not self.settings.job_mode else self.children[: len(self.phases())]:
+            child.initialize(ctx)
+
+    def bind(self, operators: Mapping[str, Operator]) -> None:
+        for child in self.children:
+            child.bind(operators)
+
+    def terminate(self) -> None:
+        for child in self.children:
+            child.terminate()
