@@ -94,17 +94,20 @@ def test_append_only_mode_final_shows_the_latest_state(spark, ch_settings, write
     assert rows_of(client, f"SELECT id, amount, name FROM {db}.events FINAL ORDER BY id") == got
 
 
-def test_mutation_mode_holds_exactly_the_current_rows(spark, ch_settings, write_pipeline, clickhouse) -> None:
+def test_mutation_mode_holds_exactly_the_current_rows(spark, ch_settings, write_pipeline, clickhouse, caplog) -> None:
+    """The same changes with append_only_mode: false: a plain table, no FINAL needed, one row per live key."""
     client, db = clickhouse
     path = write_pipeline(f"""
         sources:
           {source_yaml()}
         sinks:
           out: {{type: clickhouse, from: src, table: current, primary_key: id, append_only_mode: false,
-                 batch_size: 25}}
+                 batch_size: 25, compression: ZSTD}}
         """)
     settings = ch_settings()
-    run_pipeline(path, settings, spark)
+    with caplog.at_level(logging.INFO, logger="streamling.clickhouse"):
+        run_pipeline(path, settings, spark)
+    assert "clickhouse sink 'out': compression zstd does not apply to the embedded engine" in caplog.text
     expected = final_state(generated(SOURCE, settings))
     got = rows_of(client, f"SELECT id, amount, name, created_at FROM {db}.current ORDER BY id")  # no FINAL
     assert [(r[0], r[1], r[2]) for r in got] == [
@@ -381,7 +384,25 @@ def fake_clickhouse() -> Iterator[RecordingClickHouse]:
     thread.join(5)
 
 
-def test_gzip_compresses_the_arrow_insert_on_the_wire(spark, make_settings, fake_clickhouse) -> None:
+def decompress(body: bytes, codec: str) -> bytes:
+    if codec == "gzip":
+        assert body[:2] == b"\x1f\x8b"
+        return gzip.decompress(body)
+    if codec == "zstd":
+        from backports import zstd
+
+        assert body[:4] == b"\x28\xb5\x2f\xfd"
+        return zstd.decompress(body)
+    import lz4.frame
+
+    assert body[:4] == b"\x04\x22\x4d\x18"
+    return lz4.frame.decompress(body)
+
+
+@pytest.mark.parametrize(("compression", "codec"), [("GZip", "gzip"), ("zstd", "zstd"), ("LZ4", "lz4")])
+def test_compression_applies_to_the_arrow_insert_on_the_wire(
+    spark, make_settings, fake_clickhouse, compression: str, codec: str
+) -> None:
     settings = make_settings(
         environ={
             "STREAMLING__CLICKHOUSE_SINK__URL": fake_clickhouse.url,
@@ -389,7 +410,7 @@ def test_gzip_compresses_the_arrow_insert_on_the_wire(spark, make_settings, fake
         }
     )
     spec = ClickHouseSinkSpec.model_validate(
-        {"type": "clickhouse", "from": "x", "table": "wire", "compression": "GZip", "compression_level": 9}
+        {"type": "clickhouse", "from": "x", "table": "wire", "compression": compression, "compression_level": 9}
     )
     sink = ClickHouseSink("out", spec, settings)
     schema = T.StructType(
@@ -409,9 +430,8 @@ def test_gzip_compresses_the_arrow_insert_on_the_wire(spark, make_settings, fake
         sink.terminate()
     (insert,) = [r for r in fake_clickhouse.requests if r["query"].startswith("INSERT")]
     assert insert["query"] == "INSERT INTO `default`.`wire` (`id`, `name`, `is_deleted`, `insert_time`) FORMAT Arrow"
-    assert insert["headers"]["Content-Encoding"] == "gzip"
-    assert insert["body"][:2] == b"\x1f\x8b"
-    payload = gzip.decompress(insert["body"])
+    assert insert["headers"]["Content-Encoding"] == codec
+    payload = decompress(insert["body"], codec)
     assert len(insert["body"]) * 10 < len(payload)
     table = pa.ipc.open_file(pa.BufferReader(payload)).read_all()
     assert table.column("id").to_pylist() == list(range(500))

@@ -125,8 +125,12 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         return qualified(self.database, self.spec.table)
 
     @property
+    def staging_name(self) -> str:
+        return f"_streamling_keys_{self.spec.table}"
+
+    @property
     def staging(self) -> str:
-        return qualified(self.database, f"_streamling_keys_{self.spec.table}")
+        return qualified(self.database, self.staging_name)
 
     @property
     def wire_compression(self) -> str | None:
@@ -342,7 +346,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         deleted = pc.fill_null(pc.equal(table.column(GS_OP), "d"), False).cast(pa.uint8())
         rows = table.select(self.send).append_column(IS_DELETED, deleted).append_column(INSERT_TIME, versions)
         for chunk in self._chunks(rows):
-            self._insert(self.target, chunk)
+            self._insert(self.spec.table, chunk)
         self._last_version = base + n - 1
 
     def _mutate(self, table: pa.Table) -> None:
@@ -351,7 +355,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         match = f"({keys})" if len(self.keys) > 1 else keys
         for chunk in self._chunks(latest):
             self._call(f"clearing {self.staging}", lambda: self._client.command(f"TRUNCATE TABLE {self.staging}"))
-            self._insert(self.staging, chunk.select(self.keys))
+            self._insert(self.staging_name, chunk.select(self.keys))
             self._call(
                 f"deleting changed keys from {self.target}",
                 lambda: self._client.command(
@@ -361,19 +365,19 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             )
             upserts = chunk.filter(pc.fill_null(pc.not_equal(chunk.column(GS_OP), "d"), True))
             if upserts.num_rows:
-                self._insert(self.target, upserts.select(self.send))
+                self._insert(self.spec.table, upserts.select(self.send))
 
-    def _insert(self, target: str, rows: pa.Table) -> None:
+    def _insert(self, name: str, rows: pa.Table) -> None:
+        target = qualified(self.database, name)
         codec = self.wire_compression
         if codec is None:
-            database, _, name = target.partition(".")
             self._call(
-                f"inserting into {target}",
-                lambda: self._client.insert_arrow(name.strip("`"), rows, database=database.strip("`")),
+                f"inserting into {target}", lambda: self._client.insert_arrow(name, rows, database=self.database)
             )
             return
-        # clickhouse-connect's insert_arrow sends gzip clients' Arrow uncompressed, so the sink
-        # compresses the Arrow payload itself at the configured level and sends it as Content-Encoding.
+        # clickhouse-connect's insert_arrow sends a gzip client's Arrow uncompressed (it compresses only zstd/lz4
+        # Arrow buffers, at a fixed level), so the sink compresses the Arrow payload itself at the configured
+        # level and sends it with Content-Encoding, as the ClickHouse HTTP interface accepts for any format.
         body = _compress(_arrow_file(rows), codec, self.spec.compression_level)
         self._call(
             f"inserting into {target}",
