@@ -350,7 +350,8 @@ class PhasedQuery:
         return self.current is None or self.current.idle()
 
     def active(self) -> bool:
-        return self.current is not None
+        """Between phases `poll` has already started the next one, so only the current phase matters."""
+        return self.current is not None and self.current.active()
 
     def request_stop(self) -> None:
         self.stopping = True
