@@ -226,3 +226,39 @@ def test_tiny_pages_still_read_every_row(clickhouse, page_size: int) -> None:
         rows += keys_of(page[0])
         position = page[1]
     assert sorted(rows) == [(1, 1), (1, 1), (1, 2), (2, 1), (2, 1), (2, 1), (9, 0)]
+
+
+def test_round_trip_through_the_clickhouse_sink_reads_the_final_state(
+    spark, make_settings, write_pipeline, clickhouse, clickhouse_env
+) -> None:
+    """The sink's ReplacingMergeTree(insert_time, is_deleted) table read back by the source: one row per live
+    key with its latest values, deleted keys gone — the same final state the change stream describes."""
+    client, database = clickhouse
+    settings = make_settings(
+        environ={**clickhouse_env, "STREAMLING__CLICKHOUSE_SINK__DATABASE": database}, job_mode=True
+    )
+    write = write_pipeline(
+        """
+        sources:
+          changes: {type: generator, rows: 3000, key_space: 200, delete_every: 9, record_batch_size: 700}
+        sinks:
+          table: {type: clickhouse, from: changes, table: accounts, primary_key: id}
+        """,
+        name="write.yaml",
+    )
+    run_pipeline(write, settings, spark)
+    key = uuid.uuid4().hex
+    read = write_pipeline(
+        f"""
+        sources:
+          history: {{type: clickhouse, table_name: {database}.accounts, columns: "id, name, amount"}}
+        sinks:
+          out: {{type: test.collect, from: history, options: {{key: {key}}}}}
+        """,
+        name="read.yaml",
+    )
+    run_pipeline(read, settings, spark)
+    got = {r["id"]: (r["name"], r["amount"]) for _, r in COLLECTED[key]}
+    expected = client.query(f"SELECT id, name, amount FROM {database}.accounts FINAL ORDER BY id").result_rows
+    assert got == {i: (n, a) for i, n, a in expected}
+    assert 0 < len(got) < 200

@@ -137,7 +137,10 @@ def inspect(client: Any, database: str, table: str, where: str) -> TableInfo:
         "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = {t:String} ORDER BY position",
         parameters={"db": database, "t": table},
     ).result_rows
-    keys = tuple(k.strip().strip("`") for k in _split(sorting_key)) if sorting_key else ()
+    key_text = (sorting_key or "").strip()
+    while key_text.startswith("(") and key_text.endswith(")"):
+        key_text = key_text[1:-1].strip()
+    keys = tuple(k.strip().strip("`") for k in _split(key_text)) if key_text else ()
     names = {name for name, _ in columns}
     odd = [k for k in keys if k not in names]
     if odd:
