@@ -169,3 +169,21 @@ def test_hybrid_validation_names_the_phase_field(spark, make_settings, write_pip
     assert validate_pipeline(unbounded_only, make_settings(job_mode=True), spark).errors == [
         "job mode needs bounded sources, but these sources are unbounded: k"
     ]
+
+
+def test_phases_inherit_key_and_telemetry_labels() -> None:
+    from streamling.sources.hybrid import HybridSourceSpec
+
+    spec = HybridSourceSpec.model_validate(
+        {
+            "type": "hybrid",
+            "primary_key": "id",
+            "telemetry": {"labels": {"team": "payments"}},
+            "bounded_sources": [{"source_type": "clickhouse", "table_name": "t", "start_at": 5}],
+            "unbounded_source": {"source_type": "kafka", "topic": "x", "start_at": "latest", "data_format": "avro"},
+        }
+    )
+    backfill, stream = spec.phase_specs()
+    assert backfill.labels() == stream.labels() == {"team": "payments"}
+    assert backfill.primary_key_columns() == stream.primary_key_columns() == ["id"]
+    assert (backfill.start_at, stream.starting_offsets) == ("5", "latest")
