@@ -32,20 +32,31 @@ def prepare_environment() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def build_session(settings: SparkSettings) -> SparkSession:
-    """Create (or reuse, when one is already active in this process) the session."""
-    prepare_environment()
+def session_conf(settings: SparkSettings) -> dict[str, str]:
+    """Everything the engine's session needs, as Spark configuration (master and app name included), for
+    callers that build the session themselves (the Dagster PySpark resource)."""
     log4j = resources.files("streamling").joinpath("log4j2.properties")
-    conf = {
+    return {
+        "spark.master": settings.master,
+        "spark.app.name": settings.app_name,
         **DEFAULT_CONF,
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
         **settings.conf,
     }
-    builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
-    for key, value in conf.items():
+
+
+def build_session(settings: SparkSettings) -> SparkSession:
+    """Create (or reuse, when one is already active in this process) the session."""
+    prepare_environment()
+    builder = SparkSession.builder
+    for key, value in session_conf(settings).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    return finish_session(builder.getOrCreate(), settings)
+
+
+def finish_session(spark: SparkSession, settings: SparkSettings) -> SparkSession:
+    """Quiet logs and, on a cluster, ship the package: for sessions built here or by a caller."""
     spark.sparkContext.setLogLevel("ERROR")
     # PySpark logs every analysis error with its JVM stack; the engine reports them itself.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)

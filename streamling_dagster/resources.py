@@ -1,0 +1,44 @@
+"""Resources: the engine's settings, and the run's SparkSession from dagster-pyspark."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dagster as dg
+from dagster_pyspark import PySparkResource
+
+from streamling.config import Settings, load_settings
+from streamling.runtime.session import finish_session, prepare_environment, session_conf
+
+
+class StreamlingResource(dg.ConfigurableResource):
+    """Engine settings with the CLI's layering — embedded defaults < `config_file` < ``STREAMLING__…`` environment
+    — plus `overrides` (dotted keys) set in Dagster. Connection secrets stay in the environment."""
+
+    config_file: str | None = None
+    overrides: dict[str, str] = {}
+
+    def settings(self, **extra: Any) -> Settings:
+        return load_settings(self.config_file, os.environ, {**self.overrides, **extra})
+
+
+class StreamlingSparkResource(PySparkResource):
+    """dagster-pyspark's session, configured like the engine's own (`spark_config` defaults to the engine's
+    `spark.*` settings, master included) and stopped when the run ends."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> StreamlingSparkResource:
+        return cls(spark_config=session_conf(settings.spark))
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        prepare_environment()
+        super().setup_for_execution(context)
+        settings = load_settings(environ=os.environ).spark.model_copy(
+            update={"master": self.spark_config.get("spark.master", "local[*]")}
+        )
+        finish_session(self.spark_session, settings)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self.spark_session is not None:
+            self.spark_session.stop()
