@@ -39,6 +39,7 @@ def build_definitions(directory: Path | None = None) -> dg.Definitions:
     assets: list[dg.AssetSpec | dg.AssetsDefinition] = []
     checks: list[dg.AssetChecksDefinition] = []
     jobs = []
+    schedules: list[dg.ScheduleDefinition] = []
     seen: set[dg.AssetKey] = set()
     for pf in discover(directory or pipelines_directory()):
         if pf.pipeline is None:
@@ -53,19 +54,30 @@ def build_definitions(directory: Path | None = None) -> dg.Definitions:
                 assets.append(spec)
         assets.append(backfill_assets(pf, sinks))
         if pf.can_backfill:
-            jobs.append(
-                dg.define_asset_job(
-                    f"{pf.name}__backfill",
-                    selection=dg.AssetSelection.assets(*[s.key for s in sinks]),
-                    description=f"Run {pf.path.name}'s bounded sources to their end (job mode).",
-                    tags={"streamling/pipeline": pf.name},
-                )
+            job = dg.define_asset_job(
+                f"{pf.name}__backfill",
+                selection=dg.AssetSelection.assets(*[s.key for s in sinks]),
+                description=f"Run {pf.path.name}'s bounded sources to their end (job mode).",
+                tags={"streamling/pipeline": pf.name},
             )
+            jobs.append(job)
+            plan = pf.orchestration
+            if plan is not None and plan.backfill_schedule:
+                schedules.append(
+                    dg.ScheduleDefinition(
+                        name=f"{pf.name}__backfill_schedule",
+                        job=job,
+                        cron_schedule=plan.backfill_schedule,
+                        execution_timezone=plan.timezone,
+                        default_status=dg.DefaultScheduleStatus.RUNNING,
+                    )
+                )
     settings = load_settings()
     return dg.Definitions(
         assets=assets,
         asset_checks=checks,
         jobs=jobs,
+        schedules=schedules,
         resources={
             "streamling": StreamlingResource(),
             "spark": StreamlingSparkResource.from_settings(settings),

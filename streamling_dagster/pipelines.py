@@ -7,10 +7,31 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
 from streamling.topology.pipeline import Node, Pipeline, load_pipeline
 
 PIPELINES_ENV = "STREAMLING_DAGSTER_PIPELINES"
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent.parent / "pipelines"
+
+
+class Orchestration(BaseModel):
+    """The pipeline file's top-level ``orchestration:`` block (the engine ignores it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    backfill_schedule: str | None = None
+    """A cron expression: when to run `<pipeline>__backfill`."""
+    timezone: str = "UTC"
+
+    @field_validator("backfill_schedule")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        from dagster._utils.schedules import is_valid_cron_string
+
+        if value is not None and not is_valid_cron_string(value):
+            raise ValueError(f"'{value}' is not a cron expression")
+        return value
 
 
 @dataclass
@@ -22,6 +43,7 @@ class PipelineFile:
     errors: list[str] = field(default_factory=list)
     backfill_errors: list[str] = field(default_factory=list)
     """Why the pipeline cannot run in job mode (no bounded sources), empty when it can."""
+    orchestration: Orchestration | None = None
 
     @property
     def can_backfill(self) -> bool:
@@ -49,8 +71,20 @@ def discover(directory: Path) -> list[PipelineFile]:
         text = path.read_text(encoding="utf-8")
         pipeline, report = load_pipeline(text, name=path.stem, path=path)
         backfill_errors: list[str] = []
+        orchestration = None
+        errors = list(report.errors)
         if pipeline is not None:
             _, job_report = load_pipeline(text, name=path.stem, path=path, job_mode=True)
             backfill_errors = job_report.errors
-        found.append(PipelineFile(asset_name(path.stem), path, text, pipeline, report.errors, backfill_errors))
+            try:
+                orchestration = Orchestration.model_validate(yaml.safe_load(text).get("orchestration") or {})
+            except ValidationError as exc:
+                problem = exc.errors()[0]
+                where = ".".join(str(p) for p in problem["loc"])
+                errors.append(f"orchestration.{where}: {problem['msg'].removeprefix('Value error, ')}")
+                pipeline = None
+            if orchestration and orchestration.backfill_schedule and backfill_errors:
+                errors.append("orchestration.backfill_schedule: the pipeline cannot backfill: " + backfill_errors[0])
+                pipeline = None
+        found.append(PipelineFile(asset_name(path.stem), path, text, pipeline, errors, backfill_errors, orchestration))
     return found

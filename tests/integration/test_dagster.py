@@ -90,3 +90,18 @@ def test_backfill_materializes_the_sinks_with_rows_and_positions(
     assert metadata["final_positions"].value == {"orders": {"offset": 3000}}
     assert metadata["epochs"].value == {"orders": 3}
     assert metadata["rows_per_sec"].value > 0
+
+
+def test_orchestration_block_declares_a_backfill_schedule_and_bad_cron_is_reported(tmp_path) -> None:
+    scheduled = VALID.format(schema="s") + "\norchestration:\n  backfill_schedule: '*/15 * * * *'\n"
+    write(tmp_path, "orders.yaml", scheduled)
+    write(tmp_path, "nightly.yaml", VALID.format(schema="s") + "\norchestration: {backfill_schedule: nope}\n")
+    defs = build_definitions(tmp_path)
+    (schedule,) = defs.schedules or []
+    assert (schedule.name, schedule.cron_schedule, schedule.job_name) == (
+        "orders__backfill_schedule",
+        "*/15 * * * *",
+        "orders__backfill",
+    )
+    check = defs.get_asset_checks_def(dg.AssetCheckKey(dg.AssetKey(["nightly", "pipeline"]), "pipeline_is_valid"))
+    assert check().description == "- orchestration.backfill_schedule: 'nope' is not a cron expression"

@@ -246,3 +246,16 @@ def test_primary_key_accepts_comma_list_and_list() -> None:
     assert pipeline is not None
     assert pipeline.nodes["t"].spec.primary_key_columns() == ["id", "name"]
     assert pipeline.nodes["u"].spec.primary_key_columns() == ["id", "name"]
+
+
+def test_orchestration_block_is_accepted_and_ignored_by_the_engine() -> None:
+    from streamling.topology.pipeline import load_pipeline
+
+    text = """
+sources: {a: {type: generator, rows: 5}}
+sinks: {b: {type: blackhole, from: a}}
+orchestration: {backfill_schedule: "0 3 * * *"}
+"""
+    pipeline, report = load_pipeline(text)
+    assert report.errors == [] and pipeline is not None
+    assert set(pipeline.nodes) == {"a", "b"}

@@ -22,6 +22,8 @@ from streamling.topology.labels import label_errors
 from streamling.topology.spec import NodeSpec
 
 SECTIONS = {"sources": "source", "transforms": "transform", "sinks": "sink"}
+CONTROL_PLANE_KEYS = ("orchestration",)
+"""Top-level blocks for the control plane (schedules); the engine accepts and ignores them."""
 
 
 @dataclass
@@ -159,7 +161,7 @@ def _parse(text: str, report: ValidationReport) -> dict[str, Any] | None:
         report.errors.append("pipeline must be a mapping with 'sources', 'transforms' and 'sinks'")
         return None
     for key in raw:
-        if key not in SECTIONS:
+        if key not in SECTIONS and key not in CONTROL_PLANE_KEYS:
             report.errors.append(f"unknown top-level key '{key}'; expected sources, transforms, sinks")
     for section in SECTIONS:
         value = raw.get(section)
