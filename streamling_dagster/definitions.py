@@ -12,6 +12,7 @@ import dagster as dg
 
 from streamling.config import load_settings
 from streamling_dagster.assets import backfill_assets, pipeline_specs
+from streamling_dagster.observations import positions_sensor
 from streamling_dagster.pipelines import PipelineFile, discover, pipelines_directory
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 
@@ -41,7 +42,8 @@ def build_definitions(directory: Path | None = None) -> dg.Definitions:
     jobs = []
     schedules: list[dg.ScheduleDefinition] = []
     seen: set[dg.AssetKey] = set()
-    for pf in discover(directory or pipelines_directory()):
+    pipelines = discover(directory or pipelines_directory())
+    for pf in pipelines:
         if pf.pipeline is None:
             spec, check = invalid_pipeline(pf)
             assets.append(spec)
@@ -74,6 +76,7 @@ def build_definitions(directory: Path | None = None) -> dg.Definitions:
                 )
     settings = load_settings()
     return dg.Definitions(
+        sensors=[positions_sensor(pipelines)],
         assets=assets,
         asset_checks=checks,
         jobs=jobs,

@@ -105,3 +105,26 @@ def test_orchestration_block_declares_a_backfill_schedule_and_bad_cron_is_report
     )
     check = defs.get_asset_checks_def(dg.AssetCheckKey(dg.AssetKey(["nightly", "pipeline"]), "pipeline_is_valid"))
     assert check().description == "- orchestration.backfill_schedule: 'nope' is not a cron expression"
+
+
+def test_committed_positions_are_observable_without_a_run(tmp_path) -> None:
+    """The sensor reads a real (sqlite) state backend that an earlier run left behind."""
+    from streamling.state.sqlite import SqliteStateBackend
+
+    write(tmp_path, "orders.yaml", VALID.format(schema="s"))
+    defs = build_definitions(tmp_path)
+    (sensor,) = defs.sensors or []
+    db = tmp_path / "state.db"
+    with SqliteStateBackend("local_app_v1", str(db)) as state:
+        state.put_many({"orders:generator": {"offset": 2000}, "orders:__epoch__": {"epoch": 2}, "other:x": {"a": 1}})
+    streamling = StreamlingResource(overrides={"state_backend.sqlite.database_path": str(db)})
+    first = sensor(dg.build_sensor_context(resources={"streamling": streamling}))
+    (event,) = first.asset_events
+    assert event.asset_key == dg.AssetKey(["orders", "totals"])
+    assert event.metadata["committed_positions"].value == {
+        "orders": {"orders:generator": {"offset": 2000}, "orders:__epoch__": {"epoch": 2}}
+    }
+    assert event.metadata["last_finalized_epoch"].value == {"orders": 2}
+    # nothing changed: the next tick stays quiet
+    again = sensor(dg.build_sensor_context(cursor=first.cursor, resources={"streamling": streamling}))
+    assert isinstance(again, dg.SkipReason)
