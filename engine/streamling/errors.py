@@ -79,6 +79,14 @@ def embedded_error(exc: BaseException) -> StreamlingError | None:
     )
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (Spark's JVM errors via ``getMessage``), else its type name."""
+    get_message = getattr(exc, "getMessage", None)
+    text = (get_message() if callable(get_message) else None) or str(exc)
+    text = text.strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def wrap(exc: BaseException, what: str) -> StreamlingError:
     """Attach `what` to any exception; foreign exceptions become internal, non-retriable errors.
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from streamling.config.model import ClickHouseConnectionSettings
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 
 _EMBEDDED: dict[str, Any] = {}
 _LOCK = threading.RLock()
@@ -77,8 +77,3 @@ def _embedded(path: str) -> Any:
         client = clickhouse_connect.get_client(dsn=f"chdb://{resolved}")
         _EMBEDDED[resolved] = client
         return client
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -34,7 +34,7 @@ from pydantic import Field, PositiveInt, field_validator
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from streamling.clickhouse.client import describe, first_line, get_client, qualified, quote
+from streamling.clickhouse.client import describe, get_client, qualified, quote
 from streamling.clickhouse.types import (
     Column,
     can_hold,
@@ -45,7 +45,7 @@ from streamling.clickhouse.types import (
     unwrap_nullable,
 )
 from streamling.config.units import Milliseconds
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, RunContext, Sink
 from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec

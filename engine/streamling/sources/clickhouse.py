@@ -18,10 +18,10 @@ from pydantic import Field, field_validator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from streamling.clickhouse.client import first_line, get_client, qualified
+from streamling.clickhouse.client import get_client, qualified
 from streamling.clickhouse.paging import Pager
 from streamling.clickhouse.tables import TableInfo, inspect, spark_field
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 from streamling.operators import Source
 from streamling.plugins.registry import operator
 from streamling.state import StateBackend

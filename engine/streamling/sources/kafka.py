@@ -26,7 +26,7 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 from streamling.kafka.avro import AvroDecoder
 from streamling.kafka.avro import spark_schema as avro_spark_schema
 from streamling.kafka.clients import connection_options, kafka_config, registry
@@ -459,7 +459,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
             except Exception as exc:
                 raise StreamlingError.user(
                     f"{self.label}: failed to fetch the Avro schema of subject '{subject}' from the Schema Registry "
-                    f"at {self.connection['registry_url']}: {_first_line(exc)}"
+                    f"at {self.connection['registry_url']}: {first_line(exc)}"
                 ) from None
             self._reader_schema = (latest.schema.schema_str, int(latest.version), int(latest.schema_id))
         return self._reader_schema
@@ -484,7 +484,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
             return df.filter(F.expr(self.spec.filter))
         except Exception as exc:
             raise StreamlingError.user(
-                f"{self.label}: invalid filter {self.spec.filter!r}: {_first_line(exc)}"
+                f"{self.label}: invalid filter {self.spec.filter!r}: {first_line(exc)}"
             ) from None
 
     def _driver_consumer(self):  # type: ignore[no-untyped-def]
@@ -594,8 +594,3 @@ class KafkaSource(Source[KafkaSourceSpec]):
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

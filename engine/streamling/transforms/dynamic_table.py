@@ -22,7 +22,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from streamling.dynamic_tables import udf
 from streamling.dynamic_tables.memory import MemorySet
 from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, PostgresWriter
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, RunContext, Transform
 from streamling.plugins.registry import operator
 from streamling.topology.spec import TransformSpec, split_columns
@@ -151,7 +151,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
             try:
                 df = spark.sql(rendered)
             except Exception as exc:  # AnalysisException, ParseException: the user's SQL is wrong
-                raise StreamlingError.user(f"{self.label}: {_first_line(exc)}") from None
+                raise StreamlingError.user(f"{self.label}: {first_line(exc)}") from None
             bad = forbidden_operations(df)
             if bad:
                 raise StreamlingError.user(
@@ -188,8 +188,3 @@ class DynamicTable(Transform[DynamicTableSpec]):
             self._writer.add(sorted(distinct))
         else:
             self._memory.add(distinct)
-
-
-def _first_line(exc: Exception) -> str:
-    text = getattr(exc, "getMessage", lambda: str(exc))() or str(exc)
-    return text.strip().splitlines()[0]

@@ -10,7 +10,7 @@ from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, Operator, Transform
 from streamling.plugins.registry import operator
 from streamling.topology.spec import NodeSpec, TransformSpec
@@ -89,7 +89,7 @@ class SqlTransform(Transform[SqlTransformSpec]):
         try:
             df = spark.sql(sql)
         except Exception as exc:  # AnalysisException, ParseException: the user's SQL is wrong
-            raise StreamlingError.user(f"{self.label}: {_first_line(exc)}") from None
+            raise StreamlingError.user(f"{self.label}: {first_line(exc)}") from None
         df = wide_integers.mark(df, self.program.wide_integer_columns)
         if epoch is None:
             bad = forbidden_operations(df)
@@ -114,8 +114,3 @@ def _single_gs_op(df: DataFrame) -> DataFrame:
 
 def _ident(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name)
-
-
-def _first_line(exc: Exception) -> str:
-    text = getattr(exc, "getMessage", lambda: str(exc))() or str(exc)
-    return text.strip().splitlines()[0]
