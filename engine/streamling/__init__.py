@@ -2,7 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from streamling.api import plan_pipeline, run_pipeline, validate_pipeline
+from streamling.api import SourceStatus, plan_pipeline, run_pipeline, source_status, validate_pipeline
 from streamling.config import Settings, load_settings
 from streamling.errors import StreamlingError
 from streamling.runtime.executor import RunSummary
@@ -16,6 +16,7 @@ except PackageNotFoundError:  # running from a source tree without installation
 __all__ = [
     "RunSummary",
     "Settings",
+    "SourceStatus",
     "StreamlingError",
     "ValidationReport",
     "__version__",
@@ -23,5 +24,6 @@ __all__ = [
     "load_settings",
     "plan_pipeline",
     "run_pipeline",
+    "source_status",
     "validate_pipeline",
 ]

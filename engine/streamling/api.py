@@ -4,13 +4,15 @@ these functions and nothing below them."""
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 from streamling.config import Settings, load_settings
 from streamling.errors import InvalidPipelineError, StreamlingError
-from streamling.runtime.executor import PipelineRunner, RunSummary
+from streamling.runtime.executor import PipelineRunner, RunSummary, epoch_key
 from streamling.runtime.plan import Plan
 from streamling.runtime.session import build_session
 from streamling.state import open_state_backend
@@ -66,10 +68,14 @@ def prepare_pipeline(location: str | Path | None, settings: Settings, spark: Spa
 
 
 def execute_plan(
-    plan: Plan, settings: Settings, spark: SparkSession, stop: threading.Event | None = None
+    plan: Plan,
+    settings: Settings,
+    spark: SparkSession,
+    stop: threading.Event | None = None,
+    summary: RunSummary | None = None,
 ) -> RunSummary:
     with open_state_backend(settings.state_backend, settings.application_id) as state:
-        return PipelineRunner(plan, settings, spark, state, stop=stop).run()
+        return PipelineRunner(plan, settings, spark, state, stop=stop, summary=summary).run()
 
 
 def run_pipeline(
@@ -77,15 +83,67 @@ def run_pipeline(
     settings: Settings | None = None,
     spark: SparkSession | None = None,
     stop: threading.Event | None = None,
+    summary: RunSummary | None = None,
 ) -> RunSummary:
     """Run until every source is exhausted (always the case in job mode), SIGTERM/SIGINT, or `stop` is set
-    (from any thread; the in-flight epoch then finishes and commits, as on SIGTERM)."""
+    (from any thread; the in-flight epoch then finishes and commits, as on SIGTERM). A given `summary` is
+    updated live as epochs commit, for progress reporting from another thread."""
     settings = settings or load_settings()
     resolve_location(location, settings)  # fail before starting Spark when nothing is given
     spark = spark or build_session(settings.spark)
-    return execute_plan(prepare_pipeline(location, settings, spark), settings, spark, stop)
+    return execute_plan(prepare_pipeline(location, settings, spark), settings, spark, stop, summary)
 
 
 def invalid_pipeline_message(path: Path, report: ValidationReport) -> str:
     lines = "\n".join(f"  - {error}" for error in report.errors)
     return f"pipeline '{path}' is invalid:\n{lines}"
+
+
+@dataclass
+class SourceStatus:
+    """Where a source stands according to the state backend, and how much is waiting after that."""
+
+    position: dict[str, Any]
+    """Where the source resumes: committed positions, else its configured start."""
+    last_epoch: int | None
+    """The last epoch whose positions were committed; None before the first commit."""
+    updated_at_ms: int | None
+    backlog: dict[str, int] | None
+    """Records after `position` per partition (Kafka: lag to the high watermark); None when unknown."""
+    phase: int | None = None
+    """For phased (hybrid) sources: the index of the current phase."""
+
+    @property
+    def backlog_total(self) -> int | None:
+        return None if self.backlog is None else sum(self.backlog.values())
+
+
+def source_status(location: str | Path, settings: Settings) -> dict[str, SourceStatus]:
+    """Each source's committed position, last epoch and backlog, read from the state backend and the sources
+    themselves (high watermarks) without Spark and without running the pipeline."""
+    path = Path(location)
+    pipeline, report = load_pipeline(read_pipeline_text(path), name=path.stem, path=path, job_mode=False)
+    if pipeline is None:
+        raise InvalidPipelineError(invalid_pipeline_message(path, report), report.errors)
+    plan = Plan(pipeline, settings)
+    out: dict[str, SourceStatus] = {}
+    with open_state_backend(settings.state_backend, settings.application_id) as state:
+        for node in pipeline.sources:
+            source = top = plan.source(node.name)
+            phases, index = source.phases(), None
+            if phases:
+                index = min(int((state.get(f"{node.name}:__phase__") or {}).get("phase", 0)), len(phases) - 1)
+                source = phases[index]
+            epoch = state.get(epoch_key(node.name)) or {}
+            try:
+                position = source.load_position(state)
+                out[node.name] = SourceStatus(
+                    position,
+                    epoch.get("epoch"),
+                    epoch.get("updated_at"),
+                    source.backlog(position),
+                    index,
+                )
+            finally:
+                top.terminate()
+    return out

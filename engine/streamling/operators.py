@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from streamling.topology.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec
+from streamling.types import GS_OP
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -121,6 +123,11 @@ class Source(Operator[SS]):
         """Rows an epoch from `start` to `end` covers, when positions tell; for progress reporting."""
         return None
 
+    def backlog(self, position: Mapping[str, Any]) -> dict[str, int] | None:
+        """Records available after `position` per partition (lag to the high watermark), when the source can
+        tell without reading them; for monitoring."""
+        return None
+
     def stream(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
     ) -> DataFrame:
@@ -163,7 +170,61 @@ class Transform(Operator[TS]):
 KS = TypeVar("KS", bound=SinkSpec)
 
 
+@dataclass(frozen=True)
+class Written:
+    """What a sink wrote for an epoch, by ``_gs_op``: what `Sink.stage`'s deferred function returns when the
+    sink can tell the operations apart cheaply (a plain ``int`` when it cannot).
+
+    The counts are of the rows the sink *received* for the epoch, so they add up to `rows`, the same number
+    a plain ``int`` would report. ``u`` counts as an update and ``d`` as a delete; every other value,
+    including a NULL or a missing ``_gs_op`` column, counts as an insert, as the sinks treat such rows."""
+
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+
+    @property
+    def rows(self) -> int:
+        return self.inserts + self.updates + self.deletes
+
+    def __add__(self, other: Written) -> Written:
+        if not isinstance(other, Written):
+            return NotImplemented
+        return Written(self.inserts + other.inserts, self.updates + other.updates, self.deletes + other.deletes)
+
+    def as_dict(self) -> dict[str, int]:
+        """The run summary's form: ``{"inserts": …, "updates": …, "deletes": …}``."""
+        return {"inserts": self.inserts, "updates": self.updates, "deletes": self.deletes}
+
+    @classmethod
+    def of_ops(cls, ops: pa.Array | pa.ChunkedArray) -> Written:
+        """Count a ``_gs_op`` column, vectorised (one ``value_counts`` pass, no per-row Python)."""
+        counts = pc.value_counts(ops)
+        by_op = dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True))
+        updates, deletes = int(by_op.get("u", 0)), int(by_op.get("d", 0))
+        return cls(len(ops) - updates - deletes, updates, deletes)
+
+    @classmethod
+    def of(cls, rows: pa.Table | pa.RecordBatch) -> Written:
+        """Count the rows of a table or batch by their ``_gs_op`` column; all inserts without one."""
+        if GS_OP not in rows.schema.names:
+            return cls(inserts=rows.num_rows)
+        return cls.of_ops(rows.column(GS_OP))
+
+
+def rows_of(written: Written | int) -> int:
+    """The row count of what a sink reported, either way."""
+    return written.rows if isinstance(written, Written) else int(written)
+
+
 class Sink(Operator[KS]):
+    """A destination. The runtime calls `stage` once per epoch; sinks implement either `write` (everything
+    happens inside the micro-batch) or `stage` (Spark work now, the rest deferred to the committer thread).
+
+    Row counts reach the run summary (`RunSummary.sink_rows`) through what `stage`'s deferred function
+    returns: a `Written` adds the epoch's inserts / updates / deletes to `RunSummary.sink_ops` as well, a
+    plain ``int`` only the rows. A sink should return one or the other consistently."""
+
     kind: ClassVar[str] = "sink"
 
     def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
@@ -173,16 +234,22 @@ class Sink(Operator[KS]):
         return []
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
-        """Write the epoch's rows; return how many rows were written."""
+        """Write the epoch's rows now; return how many rows were written (a plain count: operation counts
+        travel only through `stage`). Sinks that implement `stage` instead offer this as a shortcut that
+        runs the staged write at once and returns its `rows_of`."""
         raise NotImplementedError
 
-    def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], int]:
+    def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
         """Do the part of the write that needs Spark now, inside the micro-batch, and return the rest.
 
         The runtime calls the returned function later on the committer thread — while Spark already
-        computes the next epoch — strictly in epoch order and before the epoch commits; it returns the
-        rows written. It must not use `df`, which is released by then. By default everything happens
-        now (`write`)."""
+        computes the next epoch — strictly in epoch order and before the epoch commits. It returns what
+        was written: a `Written` (rows by ``_gs_op``) when the sink can count the operations without a
+        per-row loop or an extra Spark action, else the row count as an ``int``. Sinks that deduplicate
+        or merge (upserts) count the rows they *received* for the epoch, by operation, not the rows the
+        destination ended up changing; an epoch the sink skips (already applied) counts nothing. The
+        function must not use `df`, which is released by then. By default everything happens now
+        (`write`), which reports an ``int``."""
         rows = self.write(df, epoch)
         return lambda: rows
 
@@ -199,20 +266,21 @@ class Sink(Operator[KS]):
 
 class ArrowSink(Sink[KS]):
     """A sink written against Arrow: the epoch's rows arrive on the driver as record batches, in
-    partition order. Suits sinks that need ordering or a single writer (print, HTTP)."""
+    partition order. Suits sinks that need ordering or a single writer (print, HTTP). Reports a `Written`
+    counted from each batch's ``_gs_op``."""
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
-        return self.stage(df, epoch)()
+        return rows_of(self.stage(df, epoch)())
 
-    def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], int]:
+    def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
         table = df.toArrow()
 
-        def deliver() -> int:
-            rows = 0
+        def deliver() -> Written:
+            written = Written()
             for batch in _batches(table):
                 self.write_batch(batch, epoch)
-                rows += batch.num_rows
-            return rows
+                written += Written.of(batch)
+            return written
 
         return deliver
 

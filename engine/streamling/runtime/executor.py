@@ -379,12 +379,13 @@ class PipelineRunner:
         spark: SparkSession,
         state: StateBackend,
         stop: threading.Event | None = None,
+        summary: RunSummary | None = None,
     ) -> None:
         self.plan = plan
         self.settings = settings
         self.spark = spark
         self.state = state
-        self.summary = RunSummary()
+        self.summary = summary or RunSummary()
         self.checkpoint_root = Path(settings.spark.checkpoint_root) / _safe(settings.application_id)
         self._stop = stop or threading.Event()
         self._rows_lock = threading.Lock()

@@ -237,6 +237,11 @@ class GeneratorSource(Source[GeneratorSourceSpec]):
     def is_exhausted(self, position: Mapping[str, Any]) -> bool:
         return self.spec.rows is not None and int(position["offset"]) >= self.spec.rows
 
+    def backlog(self, position: Mapping[str, Any]) -> dict[str, int] | None:
+        if self.spec.rows is None:
+            return None
+        return {"rows": max(0, self.spec.rows - int(position["offset"]))}
+
     def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
         return int(end["offset"]) - int(start["offset"])
 

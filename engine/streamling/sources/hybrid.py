@@ -9,6 +9,8 @@ table lacks a column) so everything downstream sees one shape. In job mode only 
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, Literal
@@ -24,6 +26,8 @@ from streamling.sources.clickhouse import ClickHouseSource, ClickHouseSourceSpec
 from streamling.sources.kafka import KafkaSource, KafkaSourceSpec
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec
+
+log = logging.getLogger("streamling.sources.hybrid")
 
 
 class BoundedPhase(BaseModel):
@@ -112,6 +116,9 @@ class Phase(Source[Any]):
     def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
         return self.child.rows_between(start, end)
 
+    def backlog(self, position: Mapping[str, Any]) -> dict[str, int] | None:
+        return self.child.backlog(position)
+
     def commit_checkpoint(self, epoch: Epoch) -> None:
         self.child.commit_checkpoint(epoch)
 
@@ -181,6 +188,23 @@ class HybridSource(Source[HybridSourceSpec]):
     def initialize(self, ctx: RunContext) -> None:
         for child in self.children if not self.settings.job_mode else self.children[: len(self.phases())]:
             child.initialize(ctx)
+        self._pin_stream_start(ctx)
+
+    def _pin_stream_start(self, ctx: RunContext) -> None:
+        """With ``start_at: latest``, the stream starts at the offsets of when the backfill began, not of when
+        it ended: records produced during the backfill are streamed, not skipped. Recorded in the state
+        backend before the first bounded epoch, so a backfill run (job mode) and a later streaming run agree."""
+        stream = self.children[-1]
+        if not isinstance(stream, KafkaSource) or stream.spec.starting_offsets != "latest":
+            return
+        phase = int((ctx.state.get(self.phase_key) or {}).get("phase", 0))
+        if phase >= len(self.children) - 1 or ctx.state.items(f"{self.name}:{stream.topic}:"):
+            return
+        if self.settings.job_mode:
+            stream.initialize(ctx)
+        position = stream.load_position(ctx.state)
+        ctx.state.put_many(stream.position_entries({}, position, int(time.time() * 1000)))
+        log.info("%s: the stream phase will start at %s, the offsets when the backfill began", self.label, position)
 
     def bind(self, operators: Mapping[str, Operator]) -> None:
         for child in self.children:

@@ -554,6 +554,12 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
         return sum(int(v) - int(start.get(k, v)) for k, v in end.items())
 
+    def backlog(self, position: Mapping[str, Any]) -> dict[str, int] | None:
+        partitions = list_partitions(self._driver_consumer(), self.topic)
+        return {
+            str(p): max(0, high - int(position.get(str(p), 0))) for p, high in self._high_watermarks(partitions).items()
+        }
+
     def commit_checkpoint(self, epoch) -> None:  # type: ignore[no-untyped-def]
         if not self.connection.get("kafka_group_id"):
             return
