@@ -103,8 +103,8 @@ def invalid_pipeline_message(path: Path, report: ValidationReport) -> str:
 class SourceStatus:
     """Where a source stands according to the state backend, and how much is waiting after that."""
 
-    position: dict[str, Any]
-    """Where the source resumes: committed positions, else its configured start."""
+    position: dict[str, Any] | None
+    """The committed position the source resumes from; None before the first commit."""
     last_epoch: int | None
     """The last epoch whose positions were committed; None before the first commit."""
     updated_at_ms: int | None
@@ -119,8 +119,8 @@ class SourceStatus:
 
 
 def source_status(location: str | Path, settings: Settings) -> dict[str, SourceStatus]:
-    """Each source's committed position, last epoch and backlog, read from the state backend and the sources
-    themselves (high watermarks) without Spark and without running the pipeline."""
+    """Each source's committed position, last epoch and backlog, read from the state backend and, for the
+    backlog, the source's metadata (Kafka high watermarks) — without Spark, without reading data."""
     path = Path(location)
     pipeline, report = load_pipeline(read_pipeline_text(path), name=path.stem, path=path, job_mode=False)
     if pipeline is None:
@@ -135,15 +135,10 @@ def source_status(location: str | Path, settings: Settings) -> dict[str, SourceS
                 index = min(int((state.get(f"{node.name}:__phase__") or {}).get("phase", 0)), len(phases) - 1)
                 source = phases[index]
             epoch = state.get(epoch_key(node.name)) or {}
+            position = source.committed_position(state)
             try:
-                position = source.load_position(state)
-                out[node.name] = SourceStatus(
-                    position,
-                    epoch.get("epoch"),
-                    epoch.get("updated_at"),
-                    source.backlog(position),
-                    index,
-                )
+                backlog = source.backlog(position) if position is not None else None
             finally:
                 top.terminate()
+            out[node.name] = SourceStatus(position, epoch.get("epoch"), epoch.get("updated_at"), backlog, index)
     return out

@@ -109,6 +109,10 @@ class Source(Operator[SS]):
         """Where to resume: the committed position from the state backend, else the configured start."""
         raise NotImplementedError
 
+    def committed_position(self, state: StateBackend) -> dict[str, Any] | None:
+        """The position recorded in the state backend (None before the first commit); reads nothing else."""
+        return None
+
     def position_entries(
         self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
     ) -> dict[str, dict[str, Any]]:

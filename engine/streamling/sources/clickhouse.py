@@ -137,14 +137,20 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
     def load_position(self, state: StateBackend) -> dict[str, Any]:
         """The saved cursor, unless `start_at` is set and differs from the one the cursor started from."""
         self.pager.snapshot()
-        saved = state.get(self.state_key)
-        if saved and saved.get("start_at") == self.spec.start_at:
-            position = {k: v for k, v in saved.items() if k not in ("updated_at", "start_at")}
+        position = self.committed_position(state)
+        if position is not None:
             log.info("%s resumes after %s", self.label, position)
             return position
-        if saved:
+        if state.get(self.state_key):
             log.info("%s: start_at %r overrides the saved cursor", self.label, self.spec.start_at)
         return self.pager.initial()
+
+    def committed_position(self, state: StateBackend) -> dict[str, Any] | None:
+        """The saved cursor, if it was taken from the current `start_at`."""
+        saved = state.get(self.state_key)
+        if saved and saved.get("start_at") == self.spec.start_at:
+            return {k: v for k, v in saved.items() if k not in ("updated_at", "start_at")}
+        return None
 
     def position_entries(
         self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int

@@ -226,8 +226,11 @@ class GeneratorSource(Source[GeneratorSourceSpec]):
         return spark_schema(self.spec.columns())
 
     def load_position(self, state: StateBackend) -> dict[str, Any]:
+        return self.committed_position(state) or {"offset": 0}
+
+    def committed_position(self, state: StateBackend) -> dict[str, Any] | None:
         saved = state.get(self.state_key)
-        return {"offset": int(saved["offset"])} if saved else {"offset": 0}
+        return {"offset": int(saved["offset"])} if saved else None
 
     def position_entries(
         self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int

@@ -105,6 +105,9 @@ class Phase(Source[Any]):
     def load_position(self, state: StateBackend) -> dict[str, Any]:
         return self.child.load_position(state)
 
+    def committed_position(self, state: StateBackend) -> dict[str, Any] | None:
+        return self.child.committed_position(state)
+
     def position_entries(
         self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
     ) -> dict[str, dict[str, Any]]:
@@ -198,7 +201,7 @@ class HybridSource(Source[HybridSourceSpec]):
         if not isinstance(stream, KafkaSource) or stream.spec.starting_offsets != "latest":
             return
         phase = int((ctx.state.get(self.phase_key) or {}).get("phase", 0))
-        if phase >= len(self.children) - 1 or ctx.state.items(f"{self.name}:{stream.topic}:"):
+        if phase >= len(self.children) - 1 or stream.committed_position(ctx.state) is not None:
             return
         if self.settings.job_mode:
             stream.initialize(ctx)

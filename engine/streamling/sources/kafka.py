@@ -501,8 +501,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
 
         consumer = self._driver_consumer()
         partitions = list_partitions(consumer, self.topic)
-        prefix = f"{self.name}:{self.topic}:"
-        saved = {k.removeprefix(prefix): int(v["offset"]) for k, v in state.items(prefix).items()}
+        saved = self.committed_position(state) or {}
         position: dict[str, int] = {}
         group: dict[str, int] = {}
         if self.connection.get("kafka_group_id") and len(saved) < len(partitions):
@@ -527,6 +526,11 @@ class KafkaSource(Source[KafkaSourceSpec]):
             }
             log.info("%s reads up to %s (ending_offsets=latest)", self.label, self._ending)
         return position
+
+    def committed_position(self, state: StateBackend) -> dict[str, Any] | None:
+        prefix = f"{self.name}:{self.topic}:"
+        saved = {k.removeprefix(prefix): int(v["offset"]) for k, v in state.items(prefix).items()}
+        return saved or None
 
     def _high_watermarks(self, partitions: list[int]) -> dict[int, int]:
         from confluent_kafka import TopicPartition
