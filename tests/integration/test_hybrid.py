@@ -187,3 +187,29 @@ def test_phases_inherit_key_and_telemetry_labels() -> None:
     assert backfill.labels() == stream.labels() == {"team": "payments"}
     assert backfill.primary_key_columns() == stream.primary_key_columns() == ["id"]
     assert (backfill.start_at, stream.starting_offsets) == ("5", "latest")
+
+
+def test_start_at_latest_is_pinned_when_the_backfill_begins_so_records_produced_after_it_stream(
+    spark, make_settings, write_pipeline, clickhouse, clickhouse_env, kafka, postgres_env, pg_connect, tmp_path
+) -> None:
+    """A backfill run (job mode), records produced afterwards, then the stream: with `start_at: latest` the
+    stream starts at the offsets of when the backfill began, so the records in between are not skipped."""
+    client, database = clickhouse
+    transfers(client, database, "recent", range(1, 11))
+    transfers(client, database, "archive", range(1001, 1006))
+    topic = kafka.topic("hybrid_latest")
+    kafka.produce_avro(topic, SCHEMA, [{"id": i, "who": "old", "amount": 0.0} for i in range(2001, 2011)])
+    schema = f"h_{uuid.uuid4().hex[:8]}"
+    env = {**clickhouse_env, **kafka.env, **postgres_env}
+    text = pipeline(database, topic, schema).replace("start_at: earliest", "start_at: latest")
+    path = write_pipeline(text)
+    run_pipeline(path, settings_for(make_settings, env, job_mode=True), spark)
+    with SqliteStateBackend("local_app_v1", str(tmp_path / "state.db")) as state:
+        pinned = {k: v["offset"] for k, v in state.items(f"transfers:{topic}:").items()}
+    assert sum(pinned.values()) == 10  # the high watermarks when the backfill began
+    kafka.produce_avro(topic, SCHEMA, [{"id": i, "who": "between", "amount": 1.0} for i in range(3001, 3011)])
+    run = Background(path, settings_for(make_settings, env), spark)
+    expected = [i for i in range(2, 11, 2)] + list(range(1001, 1006)) + [i for i in range(3001, 3011) if i % 5]
+    run.wait_until(lambda: len(rows(pg_connect, schema)) >= len(expected))
+    run.finish()
+    assert [r[0] for r in rows(pg_connect, schema)] == expected
