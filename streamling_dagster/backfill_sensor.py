@@ -1,0 +1,204 @@
+"""A sensor per backfillable pipeline: run `<pipeline>__backfill` when one of its bounded inputs advanced.
+
+What counts as advancing is what a backfill would act on: the pipeline file on disk changed (its sha256, read
+at each tick, so an edit is seen before the code location reloads), or a ClickHouse table it reads — a
+`clickhouse` source, or a bounded phase of a `hybrid` one — has a larger first sort-key value than recorded.
+Rows with smaller keys do not count: a backfill resumes after its committed cursor and would not read them.
+
+The cursor is the fingerprint (JSON): the file digest and, per table, the largest first sort-key value seen
+(a high-water mark, kept when the table shrinks). A run's key is derived from the fingerprint, so one state
+never launches two runs. When ClickHouse cannot be read the tick is skipped with the reason and the cursor kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from streamling.clickhouse.client import describe, get_client, qualified, quote
+from streamling.clickhouse.paging import literal
+from streamling.clickhouse.tables import TableInfo, inspect
+from streamling.config import Settings
+from streamling.config.model import ClickHouseConnectionSettings
+from streamling.errors import StreamlingError, first_line
+from streamling.sources.clickhouse import ClickHouseSource, ClickHouseSourceSpec
+from streamling_dagster.pipelines import PipelineFile
+from streamling_dagster.resources import StreamlingResource
+
+BACKFILL_INTERVAL_SEC = 60
+PIPELINE_TAG = "streamling/pipeline"
+TRIGGER_TAG = "streamling/trigger"
+FIRST_TRIGGER = "first evaluation: this sensor has not requested a backfill yet"
+
+
+def bounded_tables(pf: PipelineFile, settings: Settings) -> list[tuple[str, str]]:
+    """(database, table) of every ClickHouse table the pipeline's bounded sources read, once each, in order."""
+    assert pf.pipeline is not None
+    found: dict[tuple[str, str], None] = {}
+    for node in pf.pipeline.sources:
+        spec: Any = node.spec
+        if spec.type == "clickhouse":
+            specs = [spec]
+        elif spec.type == "hybrid":
+            specs = [s for s in spec.phase_specs() if isinstance(s, ClickHouseSourceSpec)]
+        else:
+            continue
+        for phase in specs:  # the source's own rule for the database when table_name has none
+            found[ClickHouseSource(node.name, phase, settings).database_and_table] = None
+    return list(found)
+
+
+@contextmanager
+def connected(settings: ClickHouseConnectionSettings, where: str) -> Iterator[Any]:
+    """A client for one tick, closed afterwards.
+
+    A server (`url`) is reached with the engine's `get_client`. The embedded engine is opened here rather than
+    through the engine's per-process cache: chdb lets only one process hold a data directory, and a sensor
+    runs in the long-lived code-location server, so keeping it open there would lock every backfill run out."""
+    if settings.url:
+        client = get_client(settings, where)
+    else:
+        import clickhouse_connect
+
+        path = Path(settings.path).resolve()
+        if not path.is_dir():
+            raise StreamlingError.user(f"{where}: no embedded ClickHouse data at {path}")
+        try:
+            client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
+        except Exception as exc:
+            raise StreamlingError.retry(f"{where}: cannot open {describe(settings)}: {first_line(exc)}") from None
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def key_max(client: Any, info: TableInfo, recorded: str | None) -> tuple[str | None, bool]:
+    """The largest value of the table's first sort-key column as ClickHouse prints it (None when there is none),
+    and whether it is beyond `recorded` in ClickHouse's own ordering (also when `recorded` no longer parses as
+    the column's type, e.g. after the table was re-created)."""
+    key = info.sorting_key[0]
+    column = quote(key)
+    sql = f"SELECT count({column}), toString(max({column}))"
+    if recorded is not None:
+        sql += f", max({column}) > accurateCastOrNull({literal(recorded)}, {literal(info.column(key).base)})"
+    row = client.query(f"{sql} FROM {qualified(info.database, info.table)}").result_rows[0]
+    if not row[0]:
+        return None, False
+    if recorded is None:
+        return row[1], True
+    return row[1], row[2] is None or bool(row[2])
+
+
+def _previous(cursor: str | None) -> dict[str, Any] | None:
+    if not cursor:
+        return None
+    try:
+        value = json.loads(cursor)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _shown(value: str | None) -> str:
+    return "(empty)" if value is None else value
+
+
+def _scrubbed(text: str, settings: ClickHouseConnectionSettings) -> str:
+    """No password in a skip message: neither the configured one nor one inside a URL."""
+    secret = settings.password.get_secret_value()
+    text = re.sub(r"//[^/@\s]+@", "//", text)
+    return text.replace(secret, "***") if secret else text
+
+
+def evaluate(pf: PipelineFile, settings: Settings, cursor: str | None, where: str) -> dg.SensorResult | dg.SkipReason:
+    """One tick: the current fingerprint against the cursor's."""
+    previous = _previous(cursor)
+    recorded_tables: dict[str, str | None] = (previous or {}).get("tables") or {}
+    try:
+        digest = hashlib.sha256(pf.path.read_bytes()).hexdigest()
+    except OSError as exc:
+        return dg.SkipReason(f"cannot read pipeline file {pf.path} (cursor kept): {first_line(exc)}")
+    advanced = ["pipeline file changed"] if previous is not None and previous.get("file") != digest else []
+    unchanged = [] if advanced else ["pipeline file unchanged"]
+    tables: dict[str, str | None] = {}
+    targets = bounded_tables(pf, settings)
+    source = settings.clickhouse_source
+    checking = ""
+    try:
+        if targets:
+            checking = ".".join(targets[0])
+            with connected(source, where) as client:
+                for database, table in targets:
+                    checking = f"{database}.{table}"
+                    info = inspect(client, database, table, where)
+                    component = f"{checking} max({info.sorting_key[0]})"
+                    known = component in recorded_tables
+                    old = recorded_tables.get(component)
+                    now, grew = key_max(client, info, old)
+                    tables[component] = now if grew or not known else old  # a high-water mark
+                    if grew and previous is not None:
+                        advanced.append(f"clickhouse {component} {_shown(old)} -> {now}")
+                    elif now == tables[component]:
+                        unchanged.append(f"clickhouse {component} still {_shown(now)}")
+                    else:
+                        unchanged.append(f"clickhouse {component} {_shown(now)}, not beyond {old}")
+    except Exception as exc:
+        problem = _scrubbed(first_line(exc), source).removeprefix(f"{where}: ")
+        return dg.SkipReason(f"cannot check clickhouse {checking} (cursor kept): {problem}")
+    fingerprint = json.dumps({"file": digest, "tables": tables}, sort_keys=True)
+    if previous is not None and not advanced:
+        reason = dg.SkipReason("no bounded input advanced: " + "; ".join(unchanged))
+        if fingerprint == cursor:
+            return reason
+        return dg.SensorResult(skip_reason=reason, cursor=fingerprint)  # e.g. a table no longer read
+    request = dg.RunRequest(
+        run_key=f"{pf.name}:{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}",
+        tags={PIPELINE_TAG: pf.name, TRIGGER_TAG: "; ".join(advanced) if previous is not None else FIRST_TRIGGER},
+    )
+    return dg.SensorResult(run_requests=[request], cursor=fingerprint)
+
+
+def backfill_sensor(
+    pf: PipelineFile,
+    job: dg.JobDefinition | dg.UnresolvedAssetJobDefinition | None = None,
+    *,
+    minimum_interval_seconds: int = BACKFILL_INTERVAL_SEC,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    """`<pipeline>__backfill_sensor` for a pipeline that can backfill; it targets `job`, else the job named
+    `<pipeline>__backfill` (which the Definitions must then contain)."""
+    assert pf.can_backfill, f"{pf.name} cannot backfill"
+    name = f"{pf.name}__backfill_sensor"
+    target: dict[str, Any] = {"job": job} if job is not None else {"job_name": f"{pf.name}__backfill"}
+    starts = (
+        f"; it starts stopped (turn it on in the UI or with `dagster sensor start {name}`)."
+        if default_status == dg.DefaultSensorStatus.STOPPED
+        else "."
+    )
+
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        description=(
+            f"Requests a `{pf.name}__backfill` run when a bounded input advanced: {pf.path.name} changed on disk "
+            "(sha256), or a ClickHouse table its clickhouse/hybrid sources read holds a larger first sort-key value "
+            "than recorded (smaller keys are not read by a resumed backfill, so they do not count); the first "
+            "evaluation requests a run too. The cursor records the file digest and each table's largest key, and "
+            "the run key is a digest of them, so one state never launches two runs. If ClickHouse cannot be read "
+            "the tick is skipped with the reason and the cursor kept" + starts
+        ),
+        **target,
+    )
+    def sensor(context: dg.SensorEvaluationContext, streamling: StreamlingResource) -> Any:
+        return evaluate(pf, streamling.settings(), context.cursor, name)
+
+    return sensor
