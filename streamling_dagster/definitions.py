@@ -1,4 +1,4 @@
-"""`defs`: every pipeline file of a directory as assets and a backfill job, with shared resources.
+"""`defs`: every pipeline file of a directory as assets, jobs, sensors and checks, with shared resources.
 
 A file that fails validation does not break the code location: it becomes an asset whose check fails
 with the validator's messages, and the other pipelines load as usual.
@@ -12,7 +12,10 @@ import dagster as dg
 
 from streamling.config import load_settings
 from streamling_dagster.assets import backfill_assets, pipeline_specs
-from streamling_dagster.observations import positions_sensor
+from streamling_dagster.backfill_sensor import backfill_sensor
+from streamling_dagster.jobs import backfill_then_stream_job, stream_job
+from streamling_dagster.keeper import keeper_sensor
+from streamling_dagster.observations import health_checks, positions_sensor, reports_lag
 from streamling_dagster.pipelines import PipelineFile, discover, pipelines_directory
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 
@@ -39,10 +42,11 @@ def invalid_pipeline(pf: PipelineFile) -> tuple[dg.AssetSpec, dg.AssetChecksDefi
 def build_definitions(directory: Path | None = None) -> dg.Definitions:
     assets: list[dg.AssetSpec | dg.AssetsDefinition] = []
     checks: list[dg.AssetChecksDefinition] = []
-    jobs = []
+    jobs: list[dg.JobDefinition | dg.UnresolvedAssetJobDefinition] = []
     schedules: list[dg.ScheduleDefinition] = []
     seen: set[dg.AssetKey] = set()
     pipelines = discover(directory or pipelines_directory())
+    sensors = [positions_sensor(pipelines)]
     for pf in pipelines:
         if pf.pipeline is None:
             spec, check = invalid_pipeline(pf)
@@ -55,16 +59,25 @@ def build_definitions(directory: Path | None = None) -> dg.Definitions:
                 seen.add(spec.key)
                 assets.append(spec)
         assets.append(backfill_assets(pf, sinks))
+        stream = stream_job(pf)
+        jobs.append(stream)
+        sensors.append(keeper_sensor(pf, stream))
+        if reports_lag(pf):
+            checks.append(health_checks(pf))
         if pf.can_backfill:
             job = dg.define_asset_job(
                 f"{pf.name}__backfill",
                 selection=dg.AssetSelection.assets(*[s.key for s in sinks]),
                 description=f"Run {pf.path.name}'s bounded sources to their end (job mode).",
                 tags={"streamling/pipeline": pf.name},
+                executor_def=dg.in_process_executor,
             )
-            jobs.append(job)
+            jobs += [job, backfill_then_stream_job(pf)]
+            on_change = pf.orchestration.backfill_on_change
+            status = dg.DefaultSensorStatus.RUNNING if on_change else dg.DefaultSensorStatus.STOPPED
+            sensors.append(backfill_sensor(pf, job, default_status=status))
             plan = pf.orchestration
-            if plan is not None and plan.backfill_schedule:
+            if plan.backfill_schedule:
                 schedules.append(
                     dg.ScheduleDefinition(
                         name=f"{pf.name}__backfill_schedule",
@@ -76,7 +89,7 @@ def build_definitions(directory: Path | None = None) -> dg.Definitions:
                 )
     settings = load_settings()
     return dg.Definitions(
-        sensors=[positions_sensor(pipelines)],
+        sensors=sensors,
         assets=assets,
         asset_checks=checks,
         jobs=jobs,

@@ -1,54 +1,164 @@
-"""Committed positions as asset observations, without running a pipeline.
+"""Where each pipeline stands — committed positions, backlog, last epoch — without running it.
 
-A sensor reads the state backend — the engine's only source of truth for where each source resumes — and
-reports, on every sink asset, the positions and last finalized epoch of the sources feeding it. It reports
-only what changed since its last tick (its cursor), so the asset's event log shows progress, not noise.
+One computation (`streamling.source_status`: the state backend plus Kafka high watermarks), three uses: the
+`streamling_committed_positions` sensor (observations and stream-health evaluations on every sink, only
+when something changed), the stream op (observations at a throttled interval while it runs), and the
+`<pipeline>__stream_health` asset checks (run from the UI on demand).
 """
 
 import hashlib
 import json
+import time
 from typing import Any
 
 import dagster as dg
 
-from streamling.state import open_state_backend
-from streamling_dagster.assets import node_key
-from streamling_dagster.pipelines import PipelineFile
+from streamling import SourceStatus, source_status
+from streamling.errors import first_line
+from streamling_dagster.pipelines import PipelineFile, node_key
 from streamling_dagster.resources import StreamlingResource
 
 OBSERVE_INTERVAL_SEC = 60
+LAG_CHECK = "stream_lag"
+FRESHNESS_CHECK = "stream_freshness"
 
 
-def committed_positions(entries: dict[str, Any], source: str) -> dict[str, Any]:
-    """The state-backend entries of one source: Kafka partitions, ClickHouse cursors, generator offsets,
-    hybrid phase and epoch."""
-    prefixes = (f"{source}:", f"clickhouse_source:{source}:", f"clickhouse_source:{source}#")
-    return {key: value for key, value in entries.items() if key.startswith(prefixes)}
+def reports_lag(pf: PipelineFile) -> bool:
+    """Stream-health checks need a source that knows its backlog: Kafka, directly or as a hybrid's stream."""
+    assert pf.pipeline is not None
+    return any(
+        s.spec.type == "kafka" or getattr(s.spec, "unbounded_source", None) is not None for s in pf.pipeline.sources
+    )
 
 
-def observations(pipelines: list[PipelineFile], entries: dict[str, Any]) -> list[dg.AssetObservation]:
+def feeding(pf: PipelineFile, sink: str) -> list[str]:
+    assert pf.pipeline is not None
+    return [s.name for s in pf.pipeline.sources if sink in pf.pipeline.downstream(s.name)]
+
+
+def status_metadata(statuses: dict[str, SourceStatus], sources: list[str]) -> dict[str, Any]:
+    mine = {name: statuses[name] for name in sources if name in statuses}
+    known = [s.backlog_total for s in mine.values() if s.backlog_total is not None]
+    metadata: dict[str, Any] = {
+        "committed_positions": dg.MetadataValue.json({n: s.position for n, s in mine.items()}),
+        "backlog": dg.MetadataValue.json({n: s.backlog for n, s in mine.items()}),
+        "last_finalized_epoch": dg.MetadataValue.json({n: s.last_epoch for n, s in mine.items()}),
+    }
+    if known:
+        metadata["backlog_total"] = dg.MetadataValue.int(sum(known))
+    commits = [s.updated_at_ms for s in mine.values() if s.updated_at_ms]
+    if commits:
+        metadata["last_commit_at"] = dg.MetadataValue.timestamp(max(commits) / 1000)
+    return metadata
+
+
+def sink_observations(
+    pf: PipelineFile, statuses: dict[str, SourceStatus], extra: dict[str, dict[str, Any]] | None = None
+) -> list[dg.AssetObservation]:
+    """One observation per sink fed by a source that committed something."""
+    assert pf.pipeline is not None
     events = []
-    for pf in pipelines:
-        if pf.pipeline is None:
+    for sink in pf.pipeline.sinks:
+        sources = feeding(pf, sink.name)
+        if all(statuses.get(name) is None or statuses[name].position is None for name in sources):
             continue
-        for sink in pf.pipeline.sinks:
-            feeding = [s.name for s in pf.pipeline.sources if sink.name in pf.pipeline.downstream(s.name)]
-            positions = {source: committed_positions(entries, source) for source in feeding}
-            if not any(positions.values()):
-                continue
-            epochs = {
-                source: (found.get(f"{source}:__epoch__") or {}).get("epoch") for source, found in positions.items()
-            }
-            events.append(
-                dg.AssetObservation(
-                    asset_key=node_key(pf.name, sink.name),
-                    metadata={
-                        "committed_positions": dg.MetadataValue.json(positions),
-                        "last_finalized_epoch": dg.MetadataValue.json(epochs),
-                    },
-                )
-            )
+        metadata = {**status_metadata(statuses, sources), **(extra or {}).get(sink.name, {})}
+        events.append(dg.AssetObservation(asset_key=node_key(pf.name, sink.name), metadata=metadata))
     return events
+
+
+def stream_health(
+    pf: PipelineFile, statuses: dict[str, SourceStatus], now: float | None = None
+) -> list[dg.AssetCheckEvaluation]:
+    """Per sink: lag (records waiting ≤ `stream_max_lag`) and freshness (when records wait, the last commit is at
+    most `stream_max_staleness_sec` old). Sinks whose sources cannot tell their backlog get no evaluation."""
+    assert pf.pipeline is not None
+    now = time.time() if now is None else now
+    limits = pf.orchestration
+    out = []
+    for sink in pf.pipeline.sinks:
+        mine = [statuses[name] for name in feeding(pf, sink.name) if name in statuses]
+        backlogs = [s.backlog_total for s in mine]
+        if not mine or any(b is None for b in backlogs):
+            continue
+        waiting = sum(b or 0 for b in backlogs)
+        key = node_key(pf.name, sink.name)
+        out.append(
+            dg.AssetCheckEvaluation(
+                asset_key=key,
+                check_name=LAG_CHECK,
+                passed=waiting <= limits.stream_max_lag,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=f"{waiting} records wait after the committed positions (limit {limits.stream_max_lag})",
+                metadata={"backlog_total": waiting, "limit": limits.stream_max_lag},
+            )
+        )
+        commits = [s.updated_at_ms for s in mine if s.updated_at_ms]
+        age = now - max(commits) / 1000 if commits else None
+        fresh = waiting == 0 or (age is not None and age <= limits.stream_max_staleness_sec)
+        described = "never committed" if age is None else f"last commit {age:.0f} s ago"
+        out.append(
+            dg.AssetCheckEvaluation(
+                asset_key=key,
+                check_name=FRESHNESS_CHECK,
+                passed=fresh,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=(
+                    f"{described}; {waiting} records waiting (limit {limits.stream_max_staleness_sec:.0f} s "
+                    "while records wait)"
+                ),
+                metadata={
+                    "seconds_since_commit": round(age, 1) if age is not None else -1.0,
+                    "backlog_total": waiting,
+                    "limit_sec": limits.stream_max_staleness_sec,
+                },
+            )
+        )
+    return out
+
+
+def health_check_specs(pf: PipelineFile) -> list[dg.AssetCheckSpec]:
+    assert pf.pipeline is not None
+    return [
+        dg.AssetCheckSpec(name, asset=node_key(pf.name, sink.name), description=text)
+        for sink in pf.pipeline.sinks
+        for name, text in (
+            (LAG_CHECK, f"Records waiting after the committed positions ≤ {pf.orchestration.stream_max_lag}"),
+            (
+                FRESHNESS_CHECK,
+                f"While records wait, the last commit is ≤ {pf.orchestration.stream_max_staleness_sec:.0f} s old",
+            ),
+        )
+    ]
+
+
+def health_checks(pf: PipelineFile) -> dg.AssetChecksDefinition:
+    """The stream-health checks, runnable from the UI; the positions sensor also evaluates them each tick."""
+
+    @dg.multi_asset_check(specs=health_check_specs(pf), name=f"{pf.name}__stream_health", can_subset=True)
+    def stream_health_checks(context: dg.AssetCheckExecutionContext, streamling: StreamlingResource) -> Any:
+        statuses = source_status(pf.path, streamling.pipeline_settings(pf))
+        evaluated = {(e.asset_key, e.check_name): e for e in stream_health(pf, statuses)}
+        for key in context.selected_asset_check_keys:
+            found = evaluated.get((key.asset_key, key.name))
+            if found is None:
+                yield dg.AssetCheckResult(
+                    asset_key=key.asset_key,
+                    check_name=key.name,
+                    passed=True,
+                    description="the sources cannot tell their backlog (no Kafka source)",
+                )
+                continue
+            yield dg.AssetCheckResult(
+                asset_key=found.asset_key,
+                check_name=found.check_name,
+                passed=found.passed,
+                severity=found.severity,
+                description=found.description,
+                metadata=found.metadata,
+            )
+
+    return stream_health_checks
 
 
 def positions_sensor(pipelines: list[PipelineFile]) -> dg.SensorDefinition:
@@ -56,22 +166,33 @@ def positions_sensor(pipelines: list[PipelineFile]) -> dg.SensorDefinition:
         name="streamling_committed_positions",
         minimum_interval_seconds=OBSERVE_INTERVAL_SEC,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Reports each sink's committed source positions from the state backend as observations.",
+        description=(
+            "Reports each sink's committed source positions, backlog and last epoch from the state backend as "
+            "observations, and evaluates the stream-health checks; only when something changed."
+        ),
     )
     def committed_positions_sensor(context: dg.SensorEvaluationContext, streamling: StreamlingResource) -> Any:
-        settings = streamling.settings()
-        with open_state_backend(settings.state_backend, settings.application_id) as state:
-            entries = state.items()
-        events = observations(pipelines, entries)
-        digest = hashlib.sha256(
-            json.dumps(
-                [(e.asset_key.to_user_string(), e.metadata["committed_positions"].value) for e in events],
-                sort_keys=True,
-                default=str,
-            ).encode()
-        ).hexdigest()
+        events: list[dg.AssetObservation | dg.AssetCheckEvaluation] = []
+        for pf in pipelines:
+            if pf.pipeline is None:
+                continue
+            try:
+                statuses = source_status(pf.path, streamling.pipeline_settings(pf))
+            except Exception as exc:  # one unreachable broker must not hide the other pipelines
+                context.log.warning(f"{pf.name}: cannot read positions: {first_line(exc)}")
+                continue
+            events += sink_observations(pf, statuses)
+            if reports_lag(pf):
+                events += stream_health(pf, statuses)
+        digest = hashlib.sha256(json.dumps([_fingerprint(e) for e in events], default=str).encode()).hexdigest()
         if digest == context.cursor:
-            return dg.SkipReason("no committed position changed")
+            return dg.SkipReason("no committed position, backlog or check result changed")
         return dg.SensorResult(asset_events=events, cursor=digest)
 
     return committed_positions_sensor
+
+
+def _fingerprint(event: dg.AssetObservation | dg.AssetCheckEvaluation) -> Any:
+    if isinstance(event, dg.AssetCheckEvaluation):
+        return [event.asset_key.to_user_string(), event.check_name, event.passed]
+    return [event.asset_key.to_user_string(), {k: event.metadata[k].value for k in ("committed_positions", "backlog")}]

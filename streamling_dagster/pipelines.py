@@ -7,8 +7,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dagster as dg
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from streamling.topology.pipeline import Node, Pipeline, load_pipeline
 
@@ -23,6 +24,17 @@ class Orchestration(BaseModel):
     backfill_schedule: str | None = None
     """A cron expression: when to run `<pipeline>__backfill`."""
     timezone: str = "UTC"
+    backfill_on_change: bool = False
+    """Start the backfill sensor (bounded input advanced, or file changed) with the code location."""
+    keep_streaming: bool = False
+    """Start the stream keeper sensor with the code location: the stream is (re)started when not running."""
+    application_id: str | None = None
+    """The state-backend namespace; default `<application_id setting>.<pipeline>`, so pipelines never share
+    positions. Set it to the CLI's application id to continue a run started with `streamling`."""
+    stream_max_lag: int = Field(default=100_000, ge=0)
+    """Stream health check: at most this many records waiting after the committed positions."""
+    stream_max_staleness_sec: float = Field(default=600.0, gt=0)
+    """Stream health check: the last committed epoch is at most this old (while records are waiting)."""
 
     @field_validator("backfill_schedule")
     @classmethod
@@ -43,7 +55,7 @@ class PipelineFile:
     errors: list[str] = field(default_factory=list)
     backfill_errors: list[str] = field(default_factory=list)
     """Why the pipeline cannot run in job mode (no bounded sources), empty when it can."""
-    orchestration: Orchestration | None = None
+    orchestration: Orchestration = field(default_factory=lambda: Orchestration())
 
     @property
     def can_backfill(self) -> bool:
@@ -65,13 +77,17 @@ def asset_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
 
+def node_key(pipeline: str, node: str) -> dg.AssetKey:
+    return dg.AssetKey([pipeline, asset_name(node)])
+
+
 def discover(directory: Path) -> list[PipelineFile]:
     found = []
     for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
         text = path.read_text(encoding="utf-8")
         pipeline, report = load_pipeline(text, name=path.stem, path=path)
         backfill_errors: list[str] = []
-        orchestration = None
+        orchestration = Orchestration()
         errors = list(report.errors)
         if pipeline is not None:
             _, job_report = load_pipeline(text, name=path.stem, path=path, job_mode=True)
@@ -83,8 +99,9 @@ def discover(directory: Path) -> list[PipelineFile]:
                 where = ".".join(str(p) for p in problem["loc"])
                 errors.append(f"orchestration.{where}: {problem['msg'].removeprefix('Value error, ')}")
                 pipeline = None
-            if orchestration and orchestration.backfill_schedule and backfill_errors:
-                errors.append("orchestration.backfill_schedule: the pipeline cannot backfill: " + backfill_errors[0])
-                pipeline = None
+            for wanted in ("backfill_schedule", "backfill_on_change"):
+                if getattr(orchestration, wanted) and backfill_errors and pipeline is not None:
+                    errors.append(f"orchestration.{wanted}: the pipeline cannot backfill: {backfill_errors[0]}")
+                    pipeline = None
         found.append(PipelineFile(asset_name(path.stem), path, text, pipeline, errors, backfill_errors, orchestration))
     return found

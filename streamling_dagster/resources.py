@@ -10,6 +10,7 @@ from dagster_pyspark import PySparkResource
 
 from streamling.config import Settings, load_settings
 from streamling.runtime.session import finish_session, prepare_environment, session_conf
+from streamling_dagster.pipelines import PipelineFile
 
 
 class StreamlingResource(dg.ConfigurableResource):
@@ -21,6 +22,12 @@ class StreamlingResource(dg.ConfigurableResource):
 
     def settings(self, **extra: Any) -> Settings:
         return load_settings(self.config_file, os.environ, {**self.overrides, **extra})
+
+    def pipeline_settings(self, pf: PipelineFile, **extra: Any) -> Settings:
+        """Settings for one pipeline: its own state-backend namespace (see `Orchestration.application_id`)."""
+        base = self.settings(**extra)
+        namespace = pf.orchestration.application_id or f"{base.application_id}.{pf.name}"
+        return base.model_copy(update={"application_id": namespace})
 
 
 class StreamlingSparkResource(PySparkResource):

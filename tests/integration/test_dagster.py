@@ -50,7 +50,12 @@ def test_definitions_show_topology_and_keep_a_broken_file_from_breaking_the_othe
     assert {"orders/orders", "orders/large", "orders/totals", "broken/pipeline"} <= keys
     assert graph.get(dg.AssetKey(["orders", "totals"])).parent_keys == {dg.AssetKey(["orders", "large"])}
     assert graph.get(dg.AssetKey(["orders", "large"])).parent_keys == {dg.AssetKey(["orders", "orders"])}
-    assert [j.name for j in defs.jobs] == ["orders__backfill"]
+    assert sorted(j.name for j in defs.jobs) == ["orders__backfill", "orders__backfill_then_stream", "orders__stream"]
+    assert sorted(s.name for s in defs.sensors) == [
+        "orders__backfill_sensor",
+        "orders__stream_keeper",
+        "streamling_committed_positions",
+    ]
     large = graph.get(dg.AssetKey(["orders", "large"]))
     assert "SELECT id, amount, name FROM orders" in large.metadata["sql"].value
     check = defs.get_asset_checks_def(dg.AssetCheckKey(dg.AssetKey(["broken", "pipeline"]), "pipeline_is_valid"))
@@ -113,17 +118,16 @@ def test_committed_positions_are_observable_without_a_run(tmp_path) -> None:
 
     write(tmp_path, "orders.yaml", VALID.format(schema="s"))
     defs = build_definitions(tmp_path)
-    (sensor,) = defs.sensors or []
+    sensor = next(s for s in defs.sensors or [] if s.name == "streamling_committed_positions")
     db = tmp_path / "state.db"
-    with SqliteStateBackend("local_app_v1", str(db)) as state:
+    with SqliteStateBackend("local_app_v1.orders", str(db)) as state:  # each pipeline has its own namespace
         state.put_many({"orders:generator": {"offset": 2000}, "orders:__epoch__": {"epoch": 2}, "other:x": {"a": 1}})
     streamling = StreamlingResource(overrides={"state_backend.sqlite.database_path": str(db)})
     first = sensor(dg.build_sensor_context(resources={"streamling": streamling}))
     (event,) = first.asset_events
     assert event.asset_key == dg.AssetKey(["orders", "totals"])
-    assert event.metadata["committed_positions"].value == {
-        "orders": {"orders:generator": {"offset": 2000}, "orders:__epoch__": {"epoch": 2}}
-    }
+    assert event.metadata["committed_positions"].value == {"orders": {"offset": 2000}}
+    assert event.metadata["backlog"].value == {"orders": {"rows": 1000}}
     assert event.metadata["last_finalized_epoch"].value == {"orders": 2}
     # nothing changed: the next tick stays quiet
     again = sensor(dg.build_sensor_context(cursor=first.cursor, resources={"streamling": streamling}))

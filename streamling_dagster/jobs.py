@@ -1,0 +1,88 @@
+"""Long-running jobs per pipeline: `<pipeline>__stream` and `<pipeline>__backfill_then_stream`.
+
+Both carry the `streamling/stream` tag (dagster.yaml limits it to one run per pipeline), run in-process (the
+run worker is the process holding Spark, so killing it is a crash the keeper sees) and opt out of Dagster's
+run retries: the stream keeper sensor restarts streams, with backoff.
+"""
+
+from collections.abc import Iterator
+
+import dagster as dg
+
+from streamling_dagster.assets import sink_metadata
+from streamling_dagster.pipelines import PipelineFile, node_key
+from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
+from streamling_dagster.streaming import StreamConfig, run_engine
+
+STREAM_TAG = "streamling/stream"
+
+
+def stream_tags(pf: PipelineFile) -> dict[str, str]:
+    return {"streamling/pipeline": pf.name, STREAM_TAG: pf.name, "dagster/max_retries": "0"}
+
+
+def stream_job(pf: PipelineFile) -> dg.JobDefinition:
+    @dg.op(
+        out={},
+        name=f"stream_{pf.name}",
+        description=f"Run {pf.path.name} from its committed positions until the run is terminated.",
+    )
+    def stream(
+        context: dg.OpExecutionContext,
+        config: StreamConfig,
+        streamling: StreamlingResource,
+        spark: StreamlingSparkResource,
+    ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization]:
+        settings = streamling.pipeline_settings(pf, job_mode="false")
+        context.log.info(f"Streaming {pf.path} (state namespace {settings.application_id})")
+        yield from run_engine(context, pf, settings, spark.spark_session, config, observe=True)
+
+    @dg.job(
+        name=f"{pf.name}__stream",
+        description=f"Stream {pf.path.name}: cancel the run to stop it gracefully.",
+        tags=stream_tags(pf),
+        executor_def=dg.in_process_executor,
+    )
+    def job() -> None:
+        stream()
+
+    return job
+
+
+def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
+    """Job mode first (the bounded phases, recorded as materializations of the sinks), then the stream from
+    the positions the backfill committed: the boundary is the state backend, so nothing is lost or applied
+    twice between the phases (a hybrid source with `start_at: latest` pins its stream start when the backfill
+    begins)."""
+
+    @dg.op(
+        out={},
+        name=f"backfill_then_stream_{pf.name}",
+        description=f"Backfill {pf.path.name}, then stream it until the run is terminated.",
+    )
+    def backfill_then_stream(
+        context: dg.OpExecutionContext,
+        config: StreamConfig,
+        streamling: StreamlingResource,
+        spark: StreamlingSparkResource,
+    ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization]:
+        settings = streamling.pipeline_settings(pf, job_mode="true")
+        context.log.info(f"Backfilling {pf.path} (state namespace {settings.application_id})")
+        summary = yield from run_engine(context, pf, settings, spark.spark_session, config, observe=False)
+        for sink, metadata in sink_metadata(pf, summary).items():
+            yield dg.AssetMaterialization(asset_key=node_key(pf.name, sink), metadata=metadata)
+        boundary = {name: progress.position for name, progress in summary.sources.items()}
+        context.log.info(f"Backfill done; streaming from the committed positions {boundary}")
+        streaming = settings.model_copy(update={"job_mode": False})
+        yield from run_engine(context, pf, streaming, spark.spark_session, config, observe=True)
+
+    @dg.job(
+        name=f"{pf.name}__backfill_then_stream",
+        description=f"Backfill {pf.path.name}, then stream from where the backfill ended, in one run.",
+        tags=stream_tags(pf),
+        executor_def=dg.in_process_executor,
+    )
+    def job() -> None:
+        backfill_then_stream()
+
+    return job

@@ -1,0 +1,158 @@
+"""Streaming jobs in process against real services: backfill-then-stream in one run, observations while it
+runs, a graceful stop on interrupt that ends the run CANCELED, and the stream-health checks afterwards."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+import uuid
+
+import dagster as dg
+
+from streamling import source_status
+from streamling_dagster import build_definitions
+from streamling_dagster.keeper import backoff_sec, decide
+from streamling_dagster.pipelines import discover
+from streamling_dagster.resources import StreamlingResource
+from tests.integration.test_dagster import SessionSpark, write
+from tests.integration.test_hybrid import SCHEMA, rows, transfers
+
+
+def resources(tmp_path) -> dict[str, object]:
+    streamling = StreamlingResource(
+        overrides={
+            "state_backend.sqlite.database_path": str(tmp_path / "state.db"),
+            "spark.checkpoint_root": str(tmp_path / "checkpoints"),
+            "checkpoint_interval_sec": "300ms",
+            "clickhouse_source.page_size": "40",
+        }
+    )
+    return {"streamling": streamling, "spark": SessionSpark(spark_config={"spark.master": "local[2]"})}
+
+
+def wait_for(condition, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and not condition():
+        time.sleep(0.2)
+
+
+def interrupt_when(condition) -> threading.Thread:
+    """Like SIGINT to a run worker: interrupt the main thread (running the op) once `condition()` returns."""
+
+    def watch() -> None:
+        condition()
+        _thread.interrupt_main()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_backfill_then_stream_in_one_run_stops_gracefully_and_ends_canceled(
+    tmp_path, spark, clickhouse, clickhouse_env, kafka, postgres_env, pg_connect, monkeypatch
+) -> None:
+    client, database = clickhouse
+    transfers(client, database, "recent", range(1, 101))
+    topic = kafka.topic("dagster_stream")
+    kafka.register(topic, SCHEMA)
+    schema = f"ds_{uuid.uuid4().hex[:8]}"
+    for key, value in {**clickhouse_env, **kafka.env, **postgres_env}.items():
+        monkeypatch.setenv(key, value)
+    write(
+        tmp_path,
+        "pay.yaml",
+        f"""
+        sources:
+          transfers:
+            type: hybrid
+            primary_key: id
+            bounded_sources: [{{source_type: clickhouse, table_name: {database}.recent}}]
+            unbounded_source: {{source_type: kafka, topic: {topic}, start_at: latest}}
+        sinks:
+          out: {{type: postgres, from: transfers, schema: {schema}, table: transfers}}
+        orchestration: {{stream_max_lag: 3}}
+        """,
+    )
+    defs = build_definitions(tmp_path)
+    job = defs.resolve_job_def("pay__backfill_then_stream")
+
+    def backfilled_then_streamed() -> bool:
+        wait_for(lambda: len(rows(pg_connect, schema)) >= 100)
+        kafka.produce_avro(topic, SCHEMA, [{"id": i, "who": "k", "amount": 1.0} for i in range(2001, 2021)])
+        wait_for(lambda: len(rows(pg_connect, schema)) >= 120)
+        time.sleep(2.5)  # at least one more observation interval
+        return True
+
+    watcher = interrupt_when(backfilled_then_streamed)
+    instance = dg.DagsterInstance.ephemeral()
+    result = job.execute_in_process(
+        instance=instance,
+        resources=resources(tmp_path),
+        run_config={"ops": {"backfill_then_stream_pay": {"config": {"observe_interval_sec": 1.0}}}},
+        raise_on_error=False,
+    )
+    watcher.join(5)
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    assert run.status == dg.DagsterRunStatus.CANCELED
+    assert run.tags["streamling/stopped_by"] == "signal"
+    assert sorted(r[0] for r in rows(pg_connect, schema)) == list(range(1, 101)) + list(range(2001, 2021))
+
+    (materialized,) = result.get_asset_materialization_events()
+    assert materialized.asset_key == dg.AssetKey(["pay", "out"])
+    assert materialized.materialization.metadata["rows_written"].value == 100
+    observed = [e.event_specific_data.asset_observation for e in result.all_events if e.is_asset_observation]
+    last = observed[-1].metadata
+    assert sum(last["committed_positions"].value["transfers"].values()) == 20  # the final observation
+    assert last["backlog_total"].value == 0
+    assert last["stream_rows_written"].value == 20  # by the stream phase; the backfill wrote the 100
+    logs = [e.message for e in instance.all_logs(result.run_id) if e.user_message]
+    assert any("Backfill done; streaming from the committed positions" in m for m in logs)
+    assert any("rows/s | sources transfers: epoch" in m for m in logs)
+
+    # after the stop: positions committed, and 5 records waiting exceed the lag limit of 3
+    (pf,) = discover(tmp_path)
+    settings = resources(tmp_path)["streamling"].pipeline_settings(pf)  # type: ignore[attr-defined]
+    assert sum(source_status(pf.path, settings)["transfers"].position.values()) == 20
+    kafka.produce_avro(topic, SCHEMA, [{"id": i, "who": "k", "amount": 1.0} for i in range(3001, 3006)])
+    sensor = next(s for s in defs.sensors or [] if s.name == "streamling_committed_positions")
+    tick = sensor(dg.build_sensor_context(resources={"streamling": resources(tmp_path)["streamling"]}))
+    by_check = {e.check_name: e for e in tick.asset_events if isinstance(e, dg.AssetCheckEvaluation)}
+    assert not by_check["stream_lag"].passed
+    assert by_check["stream_lag"].description == "5 records wait after the committed positions (limit 3)"
+    assert by_check["stream_freshness"].passed  # the last commit is seconds old
+    (observation,) = [e for e in tick.asset_events if isinstance(e, dg.AssetObservation)]
+    assert observation.metadata["backlog_total"].value == 5
+
+
+def record(status: dg.DagsterRunStatus, ended: float, tags: dict[str, str] | None = None) -> dg.RunRecord:
+    run = dg.DagsterRun(job_name="p__stream", run_id=uuid.uuid4().hex, status=status, tags=tags or {})
+    from datetime import UTC, datetime
+
+    stamp = datetime.fromtimestamp(ended, UTC)
+    return dg.RunRecord(storage_id=1, dagster_run=run, create_timestamp=stamp, update_timestamp=stamp, end_time=ended)
+
+
+def test_keeper_restarts_crashes_with_backoff_and_respects_a_pause(tmp_path) -> None:
+    write(tmp_path, "p.yaml", "sources:\n  s: {type: generator}\nsinks:\n  o: {type: blackhole, from: s}\n")
+    (pf,) = discover(tmp_path)
+    now = 10_000.0
+    first = decide(pf, [], now)
+    assert isinstance(first, dg.RunRequest) and first.run_key == "p:first"
+    running = decide(pf, [record(dg.DagsterRunStatus.STARTED, 0.0)], now)
+    assert isinstance(running, dg.SkipReason) and "is STARTED" in (running.skip_message or "")
+    paused = decide(pf, [record(dg.DagsterRunStatus.CANCELED, now - 5000)], now)
+    assert isinstance(paused, dg.SkipReason) and "paused" in (paused.skip_message or "")
+    # three failures in a row: the next restart waits 30 * 2**2 = 120 s after the last one ended
+    failures = [record(dg.DagsterRunStatus.FAILURE, now - 100) for _ in range(3)]
+    assert backoff_sec(3) == 120
+    waiting = decide(pf, failures, now)
+    assert isinstance(waiting, dg.SkipReason) and "waits 120 s (backoff), 20 s left" in (waiting.skip_message or "")
+    later = decide(pf, failures, now + 21)
+    assert isinstance(later, dg.RunRequest)
+    assert later.run_key == f"p:after:{failures[0].dagster_run.run_id}"
+    assert later.tags["streamling/attempt"] == "3"
+    # a SIGTERM'd run (no one asked) counts as a crash, not a pause
+    signalled = record(dg.DagsterRunStatus.CANCELED, now - 31, {"streamling/stopped_by": "signal"})
+    assert isinstance(decide(pf, [signalled], now), dg.RunRequest)
