@@ -102,7 +102,18 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     for name, progress in summary.sources.items():
         log.info("source '%s': %d epochs, position %s", name, progress.epochs, progress.position)
     for name, rows in summary.sink_rows.items():
-        log.info("sink '%s': %d rows written", name, rows)
+        ops = summary.sink_ops.get(name)
+        if ops is None:
+            log.info("sink '%s': %d rows written", name, rows)
+        else:
+            log.info(
+                "sink '%s': %d rows written (%d inserts, %d updates, %d deletes)",
+                name,
+                rows,
+                ops["inserts"],
+                ops["updates"],
+                ops["deletes"],
+            )
     log.info("Finished in %.1fs", summary.duration_sec)
     return EXIT_OK
 

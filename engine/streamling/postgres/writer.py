@@ -31,7 +31,7 @@ from psycopg import sql
 
 from streamling.config.model import PostgresSinkSettings
 from streamling.errors import StreamlingError
-from streamling.operators import Epoch
+from streamling.operators import Epoch, Written
 from streamling.postgres.connection import connect, with_retries
 from streamling.postgres.progress import ProgressKey, already_applied, record
 from streamling.postgres.types import Column
@@ -277,13 +277,15 @@ def _drop_connection(plan: WritePlan) -> None:
             pass
 
 
-def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0, streams: int = 1) -> int:
+def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0, streams: int = 1) -> Written:
     """Apply `table` (the stream's rows of the epoch, in input order) and record the epoch; returns the
-    rows applied, 0 when this stream had already applied the epoch."""
+    stream's rows by ``_gs_op`` as received (before deduplication), nothing when this stream had already
+    applied the epoch."""
     if table.num_rows == 0:
-        return 0
+        return Written()
     started = time.perf_counter()
     check_keys(table, plan.keys, plan.label)
+    received = Written.of(table)
     chunks = []
     for round_rows in merge_rounds(table, plan.conflict_keys, plan.deduplicate):
         size = plan.batch_size or round_rows.num_rows
@@ -293,7 +295,7 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
             chunks.append((to_csv(rows, plan.columns), merge_statements(plan, epoch.id, deletes)))
     prepared = time.perf_counter()
 
-    def attempt() -> int:
+    def attempt() -> Written:
         conn = _connection(plan)
         with conn.transaction(), conn.cursor() as cur:
             if already_applied(cur, plan.progress, epoch, stream, streams):
@@ -304,7 +306,7 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
                     epoch.source,
                     stream,
                 )
-                return 0
+                return Written()
             cur.execute(staging_ddl(plan))
             for payload, statements in chunks:
                 cur.execute(sql.SQL("TRUNCATE {}").format(plan.staging))
@@ -313,7 +315,7 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
                 for statement, params in statements:
                     cur.execute(statement, params)
             record(cur, plan.progress, epoch, stream, streams, table.num_rows)
-        return table.num_rows
+        return received
 
     applied = with_retries(
         attempt, plan.label, plan.connection.retry_timeout_sec, on_retry=lambda: _drop_connection(plan)
@@ -332,7 +334,8 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
 
 
 def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan, epoch: Epoch, streams: int):  # type: ignore[no-untyped-def]
-    """mapInArrow body for parallel streams: this task's partition is stream number `partitionId`."""
+    """mapInArrow body for parallel streams: this task's partition is stream number `partitionId`; reports
+    the stream's rows by operation, as `write_stream` counts them."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -340,7 +343,14 @@ def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan, epoch: E
     collected = list(batches)
     if collected:
         table = pa.Table.from_batches(collected).sort_by(_ORDER).drop_columns([_ORDER])
-        rows = write_stream(table, plan, epoch, stream, streams)
+        written = write_stream(table, plan, epoch, stream, streams)
     else:
-        rows = 0
-    yield pa.RecordBatch.from_pydict({"rows": [rows]})
+        written = Written()
+    yield pa.RecordBatch.from_pydict(
+        {
+            "rows": [written.rows],
+            "inserts": [written.inserts],
+            "updates": [written.updates],
+            "deletes": [written.deletes],
+        }
+    )

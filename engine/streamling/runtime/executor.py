@@ -32,7 +32,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streamling.config import Settings
 from streamling.errors import StreamlingError, error_context, wrap
-from streamling.operators import Epoch, RunContext, Sink, Source
+from streamling.operators import Epoch, RunContext, Sink, Source, Written, rows_of
 from streamling.runtime.committer import Committer
 from streamling.runtime.faults import crash_point
 from streamling.runtime.offset_log import read_batch_offsets
@@ -56,10 +56,15 @@ class SourceProgress:
 
 @dataclass
 class RunSummary:
-    """What a run did; the CLI logs it and the Dagster control plane records it as metadata."""
+    """What a run did; the CLI logs it and the Dagster control plane records it as metadata.
+
+    `sink_rows` holds every sink's rows written in this run. `sink_ops` breaks them down for the sinks that
+    report operations (`Written`; see `Sink.stage`): ``{"inserts": …, "updates": …, "deletes": …}``, all three
+    keys present and adding up to that sink's `sink_rows`. Sinks that report only a count are absent there."""
 
     sources: dict[str, SourceProgress] = field(default_factory=dict)
     sink_rows: dict[str, int] = field(default_factory=dict)
+    sink_ops: dict[str, dict[str, int]] = field(default_factory=dict)
     duration_sec: float = 0.0
     stopped_by_signal: bool = False
 
@@ -152,7 +157,7 @@ class SourceQuery:
         self.planned_epoch, self.planned_end = epoch.id, dict(epoch.end)
         self.committer.submit(lambda: self._finish(epoch, staged, started))
 
-    def _finish(self, epoch: Epoch, staged: list[tuple[str, str, Callable[[], int]]], started: float) -> None:
+    def _finish(self, epoch: Epoch, staged: list[tuple[str, str, Callable[[], Written | int]]], started: float) -> None:
         """On the committer thread: deferred writes, flush, commit, finalize — in epoch order."""
         for name, label, deferred in staged:
             with error_context(label):
@@ -390,9 +395,14 @@ class PipelineRunner:
         self._stop = stop or threading.Event()
         self._rows_lock = threading.Lock()
 
-    def count_sink_rows(self, sink: str, rows: int) -> None:
+    def count_sink_rows(self, sink: str, written: Written | int) -> None:
+        """Add one epoch's deferred-write result to the summary: rows always, operations for a `Written`."""
         with self._rows_lock:
-            self.summary.sink_rows[sink] = self.summary.sink_rows.get(sink, 0) + rows
+            self.summary.sink_rows[sink] = self.summary.sink_rows.get(sink, 0) + rows_of(written)
+            if isinstance(written, Written):
+                ops = self.summary.sink_ops.setdefault(sink, Written().as_dict())
+                for op, count in written.as_dict().items():
+                    ops[op] += count
 
     def request_stop(self) -> None:
         """Stop taking new data; the in-flight epoch finishes and commits. Safe from any thread."""

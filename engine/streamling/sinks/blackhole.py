@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
-from streamling.operators import Epoch, Sink
+from streamling.operators import Epoch, Sink, Written, rows_of
 from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec
+from streamling.types import GS_OP
 
 
 class BlackholeSinkSpec(SinkSpec):
@@ -19,7 +21,19 @@ class BlackholeSinkSpec(SinkSpec):
 @operator("blackhole", BlackholeSinkSpec)
 class BlackholeSink(Sink[BlackholeSinkSpec]):
     def write(self, df: DataFrame, epoch: Epoch) -> int:
+        return rows_of(self.stage(df, epoch)())
+
+    def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
+        """Everything happens now; the rows are counted by operation in the same pass (one observation)."""
         # The noop format evaluates every column of every row, unlike count(), which may prune.
         observed = Observation(f"blackhole_{self.name}_{epoch.id}")
-        df.observe(observed, F.count(F.lit(1)).alias("rows")).write.format("noop").mode("overwrite").save()
-        return int(observed.get["rows"])
+        metrics = [F.count(F.lit(1)).alias("rows")]
+        if GS_OP in df.columns:
+            op = F.col(GS_OP)
+            metrics += [F.count(F.when(op == "u", 1)).alias("updates"), F.count(F.when(op == "d", 1)).alias("deletes")]
+        df.observe(observed, *metrics).write.format("noop").mode("overwrite").save()
+        result = observed.get
+        rows = int(result["rows"])
+        updates, deletes = int(result.get("updates", 0)), int(result.get("deletes", 0))
+        written = Written(rows - updates - deletes, updates, deletes)
+        return lambda: written

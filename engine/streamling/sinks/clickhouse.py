@@ -46,7 +46,7 @@ from streamling.clickhouse.types import (
 )
 from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError, first_line
-from streamling.operators import Epoch, RunContext, Sink
+from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec
 from streamling.types import GS_OP
@@ -312,17 +312,19 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
     # ---- writing ----
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
-        return self.stage(df, epoch)()
+        return rows_of(self.stage(df, epoch)())
 
-    def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], int]:
+    def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
         """Collect the epoch as Arrow now (Spark); insert it on the committer thread (driver)."""
         assert self._client is not None, "initialize() opens the client"
         table = df.select(*self.send, GS_OP).toArrow()
         return lambda: self.deliver(table)
 
-    def deliver(self, table: pa.Table) -> int:
+    def deliver(self, table: pa.Table) -> Written:
+        """Insert the epoch's rows; returns the rows received by operation (with ``append_only_mode: false``
+        more than the last change per key that is applied)."""
         if table.num_rows == 0:
-            return 0
+            return Written()
         for key in self.keys:
             nulls = table.column(key).null_count
             if nulls:
@@ -332,7 +334,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
                 self._append(table)
             else:
                 self._mutate(table)
-        return table.num_rows
+        return Written.of(table)
 
     def _chunks(self, table: pa.Table):  # type: ignore[no-untyped-def]
         size = self.spec.batch_size or table.num_rows

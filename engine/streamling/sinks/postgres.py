@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
-from streamling.operators import AppliedEpoch, Epoch, RunContext, Sink
+from streamling.operators import AppliedEpoch, Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
 from streamling.postgres import catalog, progress
 from streamling.postgres.connection import connect, with_retries
@@ -146,21 +146,25 @@ class PostgresWriterSink(Sink[Any]):
         )
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
-        return self.stage(df, epoch)()
+        return rows_of(self.stage(df, epoch)())
 
-    def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], int]:
+    def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
         """One stream: collect the rows as Arrow now, apply them on the committer thread (overlapping the
-        next epoch's Spark work). Several streams: the Spark tasks write, so all of it happens now."""
+        next epoch's Spark work). Several streams: the Spark tasks write, so all of it happens now.
+
+        Reports a `Written`: the rows the streams received for the epoch by ``_gs_op``, counted before
+        deduplication (with ``deduplicate``, and in the aggregate sink's landing table, fewer rows may be
+        applied than counted), and nothing from a stream that had already applied the epoch."""
         assert self.plan is not None, "initialize() builds the write plan"
         plan = self.plan
         columns = [c.name for c in plan.columns] + [GS_OP]
         if self.streams == 1:
             table = df.select(*columns).toArrow()
             return lambda: write_stream(table, plan, epoch)
-        rows = self._write_streams(df.select(*columns), epoch)
-        return lambda: rows
+        written = self._write_streams(df.select(*columns), epoch)
+        return lambda: written
 
-    def _write_streams(self, df: DataFrame, epoch: Epoch) -> int:
+    def _write_streams(self, df: DataFrame, epoch: Epoch) -> Written:
         plan = self.plan
         streams = self.streams
         parted = (
@@ -168,8 +172,9 @@ class PostgresWriterSink(Sink[Any]):
             .repartition(streams, *plan.keys)
             .sortWithinPartitions(ORDER_COLUMN)
         )
-        counts = parted.mapInArrow(lambda batches: write_partition(batches, plan, epoch, streams), "rows long")
-        return sum(row.rows for row in counts.collect())
+        schema = "rows long, inserts long, updates long, deletes long"
+        counts = parted.mapInArrow(lambda batches: write_partition(batches, plan, epoch, streams), schema)
+        return sum((Written(row.inserts, row.updates, row.deletes) for row in counts.collect()), Written())
 
     def terminate(self) -> None:
         if self._conn is not None:
