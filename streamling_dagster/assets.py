@@ -95,8 +95,8 @@ def pipeline_specs(pf: PipelineFile) -> tuple[list[dg.AssetSpec], list[dg.AssetS
 
 
 RECONCILE_CHECK = "rows_reconcile"
-COUNTING_SOURCES = {"kafka", "generator"}
-"""Sources whose positions tell how many rows an epoch covers, so a backfill can be reconciled."""
+COUNTING_SOURCES = {"kafka", "generator", "clickhouse", "hybrid"}
+"""Sources that count the rows of each epoch, so a backfill can be reconciled."""
 
 
 def reconcilable(pf: PipelineFile, sink: str) -> bool:

@@ -109,7 +109,8 @@ class SourceStatus:
     """The last epoch whose positions were committed; None before the first commit."""
     updated_at_ms: int | None
     backlog: dict[str, int] | None
-    """Records after `position` per partition (Kafka: lag to the high watermark); None when unknown."""
+    """Records after `position` (or the configured start) per partition (Kafka: lag to the high watermark);
+    None when the source cannot tell."""
     phase: int | None = None
     """For phased (hybrid) sources: the index of the current phase."""
 
@@ -137,7 +138,7 @@ def source_status(location: str | Path, settings: Settings) -> dict[str, SourceS
             epoch = state.get(epoch_key(node.name)) or {}
             position = source.committed_position(state)
             try:
-                backlog = source.backlog(position) if position is not None else None
+                backlog = source.backlog(position)
             finally:
                 top.terminate()
             out[node.name] = SourceStatus(position, epoch.get("epoch"), epoch.get("updated_at"), backlog, index)

@@ -127,9 +127,9 @@ class Source(Operator[SS]):
         """Rows an epoch from `start` to `end` covers, when positions tell; for progress reporting."""
         return None
 
-    def backlog(self, position: Mapping[str, Any]) -> dict[str, int] | None:
-        """Records available after `position` per partition (lag to the high watermark), when the source can
-        tell without reading them; for monitoring."""
+    def backlog(self, position: Mapping[str, Any] | None) -> dict[str, int] | None:
+        """Records available after `position` (None: after the configured start) per partition — the lag to
+        the high watermark — when the source can tell without reading them; for monitoring."""
         return None
 
     def stream(

@@ -95,6 +95,34 @@ def test_backfill_materializes_the_sinks_with_rows_and_positions(
     assert metadata["final_positions"].value == {"orders": {"offset": 3000}}
     assert metadata["epochs"].value == {"orders": 3}
     assert metadata["rows_per_sec"].value > 0
+    (check,) = result.get_asset_check_evaluations()
+    assert (check.check_name, check.passed) == ("rows_reconcile", True)
+    written = metadata["rows_written"].value
+    assert {k: v.value for k, v in check.metadata.items()} == {
+        "source_rows_offered": 3000,
+        "source_rows_read": 3000,
+        "sink_rows_written": written,
+        "rows_filtered": 3000 - written,
+    }
+    assert check.description == f"3000 read = {written} written + {3000 - written} filtered out"
+
+
+def test_reconciliation_fails_when_rows_were_lost_or_invented(tmp_path) -> None:
+    from streamling import RunSummary, SourceStatus
+    from streamling.runtime.executor import SourceProgress
+    from streamling_dagster.assets import reconcile
+    from streamling_dagster.pipelines import discover
+
+    write(tmp_path, "orders.yaml", VALID.format(schema="s"))
+    (pf,) = discover(tmp_path)
+    key = dg.AssetKey(["orders", "totals"])
+    offered = {"orders": SourceStatus({"offset": 0}, 1, 1, {"rows": 3000})}
+    lost = RunSummary(sources={"orders": SourceProgress(rows_in=2990)}, sink_rows={"totals": 100})
+    result = reconcile(pf, key, offered, lost)
+    assert not result.passed
+    assert result.description == "read 2990 rows but the sources offered 3000 when the run started"
+    invented = RunSummary(sources={"orders": SourceProgress(rows_in=3000)}, sink_rows={"totals": 3001})
+    assert reconcile(pf, key, offered, invented).description == "wrote 3001 rows, more than the 3000 read"
 
 
 def test_orchestration_block_declares_a_backfill_schedule_and_bad_cron_is_reported(tmp_path) -> None:

@@ -8,6 +8,7 @@ finalized, and a restart resumes strictly after it.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from datetime import date, datetime
@@ -69,6 +70,11 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
 
     scope: str | None = None
     """Set by a hybrid source to tell its phases apart (two phases may read the same table)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._rows_by_end: dict[str, int] = {}
+        """Rows of the epochs read but not yet committed, by end position (positions cannot tell)."""
 
     @property
     def state_key(self) -> str:
@@ -175,7 +181,11 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
             raise
         except Exception as exc:
             raise StreamlingError.retry(f"reading {'.'.join(self.database_and_table)}: {first_line(exc)}") from None
+        self._rows_by_end[json.dumps(end, sort_keys=True, default=str)] = table.num_rows
         return spark.createDataFrame(table, schema=self.schema()), end
+
+    def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
+        return self._rows_by_end.pop(json.dumps(end, sort_keys=True, default=str), None)
 
     def terminate(self) -> None:
         """Clients are shared per process (the embedded engine allows one); nothing to close per source."""

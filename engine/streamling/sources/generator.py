@@ -240,10 +240,10 @@ class GeneratorSource(Source[GeneratorSourceSpec]):
     def is_exhausted(self, position: Mapping[str, Any]) -> bool:
         return self.spec.rows is not None and int(position["offset"]) >= self.spec.rows
 
-    def backlog(self, position: Mapping[str, Any]) -> dict[str, int] | None:
+    def backlog(self, position: Mapping[str, Any] | None) -> dict[str, int] | None:
         if self.spec.rows is None:
             return None
-        return {"rows": max(0, self.spec.rows - int(position["offset"]))}
+        return {"rows": max(0, self.spec.rows - int((position or {}).get("offset", 0)))}
 
     def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
         return int(end["offset"]) - int(start["offset"])

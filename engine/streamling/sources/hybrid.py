@@ -119,7 +119,7 @@ class Phase(Source[Any]):
     def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
         return self.child.rows_between(start, end)
 
-    def backlog(self, position: Mapping[str, Any]) -> dict[str, int] | None:
+    def backlog(self, position: Mapping[str, Any] | None) -> dict[str, int] | None:
         return self.child.backlog(position)
 
     def commit_checkpoint(self, epoch: Epoch) -> None:

@@ -558,8 +558,11 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
         return sum(int(v) - int(start.get(k, v)) for k, v in end.items())
 
-    def backlog(self, position: Mapping[str, Any]) -> dict[str, int] | None:
-        partitions = list_partitions(self._driver_consumer(), self.topic)
+    def backlog(self, position: Mapping[str, Any] | None) -> dict[str, int] | None:
+        consumer = self._driver_consumer()
+        partitions = list_partitions(consumer, self.topic)
+        if position is None:
+            position = initial_offsets(consumer, self.topic, partitions, self.spec.starting_offsets)
         return {
             str(p): max(0, high - int(position.get(str(p), 0))) for p, high in self._high_watermarks(partitions).items()
         }
