@@ -17,8 +17,6 @@ from streamling_dagster.jobs import STREAM_TAG
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.streaming import STOPPED_BY_TAG
 
-BACKOFF_BASE_SEC = 30.0
-BACKOFF_MAX_SEC = 900.0
 ACTIVE = {
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -35,8 +33,9 @@ def crashed(record: dg.RunRecord) -> bool:
     return run.status == dg.DagsterRunStatus.CANCELED and run.tags.get(STOPPED_BY_TAG) == "signal"
 
 
-def backoff_sec(failures: int) -> float:
-    return min(BACKOFF_BASE_SEC * 2 ** max(failures - 1, 0), BACKOFF_MAX_SEC)
+def backoff_sec(pf: PipelineFile, failures: int) -> float:
+    plan = pf.orchestration
+    return min(plan.restart_backoff_sec * 2 ** max(failures - 1, 0), plan.restart_backoff_max_sec)
 
 
 def decide(pf: PipelineFile, records: list[dg.RunRecord], now: float) -> dg.RunRequest | dg.SkipReason:
@@ -59,7 +58,7 @@ def decide(pf: PipelineFile, records: list[dg.RunRecord], now: float) -> dg.RunR
         if not crashed(record):
             break
         failures += 1
-    wait = backoff_sec(failures)
+    wait = backoff_sec(pf, failures)
     ended = latest.end_time or latest.update_timestamp.timestamp()
     if now - ended < wait:
         return dg.SkipReason(
@@ -82,8 +81,8 @@ def keeper_sensor(pf: PipelineFile, job: dg.JobDefinition) -> dg.SensorDefinitio
         default_status=running,
         description=(
             f"Keeps {job.name} running: restarts it when it never ran, failed or died, with exponential backoff "
-            f"({BACKOFF_BASE_SEC:.0f} s doubling to {BACKOFF_MAX_SEC:.0f} s). Terminating the run pauses the "
-            "stream (the keeper stays quiet); launching the job again resumes it."
+            f"({pf.orchestration.restart_backoff_sec:.0f} s doubling to {pf.orchestration.restart_backoff_max_sec:.0f}"
+            " s). Terminating the run pauses the stream (the keeper stays quiet); launching the job again resumes it."
         ),
     )
     def stream_keeper(context: dg.SensorEvaluationContext) -> dg.RunRequest | dg.SkipReason:

@@ -31,6 +31,9 @@ class Orchestration(BaseModel):
     application_id: str | None = None
     """The state-backend namespace; default `<application_id setting>.<pipeline>`, so pipelines never share
     positions. Set it to the CLI's application id to continue a run started with `streamling`."""
+    restart_backoff_sec: float = Field(default=30.0, gt=0)
+    """The stream keeper's wait after the first failure; it doubles with each consecutive one."""
+    restart_backoff_max_sec: float = Field(default=900.0, gt=0)
     stream_max_lag: int = Field(default=100_000, ge=0)
     """Stream health check: at most this many records waiting after the committed positions."""
     stream_max_staleness_sec: float = Field(default=600.0, gt=0)

@@ -33,7 +33,7 @@ def test_keeper_restarts_crashes_with_backoff_and_respects_a_pause(tmp_path) -> 
     assert isinstance(paused, dg.SkipReason) and "paused" in (paused.skip_message or "")
     # three failures in a row: the next restart waits 30 * 2**2 = 120 s after the last one ended
     failures = [record(dg.DagsterRunStatus.FAILURE, now - 100) for _ in range(3)]
-    assert backoff_sec(3) == 120
+    assert backoff_sec(pf, 3) == 120
     waiting = decide(pf, failures, now)
     assert isinstance(waiting, dg.SkipReason) and "waits 120 s (backoff), 20 s left" in (waiting.skip_message or "")
     later = decide(pf, failures, now + 21)
@@ -43,3 +43,14 @@ def test_keeper_restarts_crashes_with_backoff_and_respects_a_pause(tmp_path) -> 
     # a SIGTERM'd run (no one asked) counts as a crash, not a pause
     signalled = record(dg.DagsterRunStatus.CANCELED, now - 31, {"streamling/stopped_by": "signal"})
     assert isinstance(decide(pf, [signalled], now), dg.RunRequest)
+
+
+def test_backoff_comes_from_the_orchestration_block(tmp_path) -> None:
+    write(
+        tmp_path,
+        "q.yaml",
+        "sources:\n  s: {type: generator}\nsinks:\n  o: {type: blackhole, from: s}\n"
+        "orchestration: {restart_backoff_sec: 2, restart_backoff_max_sec: 5}\n",
+    )
+    (pf,) = discover(tmp_path)
+    assert [backoff_sec(pf, n) for n in (1, 2, 3, 4)] == [2, 4, 5, 5]
