@@ -1,0 +1,19 @@
+"""Fixtures of the end-to-end tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.dagster_dev import DagsterDev, running_dagster_dev
+
+
+@pytest.fixture(scope="session")
+def dagster_dev(
+    tmp_path_factory: pytest.TempPathFactory, postgres_env: dict[str, str], kafka_env: dict[str, str]
+) -> Iterator[DagsterDev]:
+    """One `dagster dev` (webserver + daemon) per session over `shop.yaml` (generator → Postgres, backfillable)
+    and `ticker.yaml` (Kafka topic `dagster_dev.topic` → Postgres), real Postgres and Kafka, local[2] Spark."""
+    with running_dagster_dev(tmp_path_factory.mktemp("dagster_dev"), postgres_env, kafka_env) as dev:
+        yield dev
