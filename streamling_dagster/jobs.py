@@ -1,6 +1,7 @@
 """Long-running jobs per pipeline: `<pipeline>__stream` and `<pipeline>__backfill_then_stream`.
 
-Both carry the `streamling/stream` tag (dagster.yaml limits it to one run per pipeline), run in-process (the
+Both carry the `streamling/pipeline` tag (dagster.yaml allows one run per pipeline at a time, backfills included)
+and `streamling/stream` (how the keeper finds them), run in-process (the
 run worker is the process holding Spark, so killing it is a crash the keeper sees) and opt out of Dagster's
 run retries: the stream keeper sensor restarts streams, with backoff.
 """

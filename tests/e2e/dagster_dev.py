@@ -154,6 +154,7 @@ def write_pipelines(directory: Path, schema: str, topic: str) -> None:
               ticks: {{type: kafka, topic: {topic}, data_format: json, schema: {{id: bigint, v: string}}, primary_key: id, starting_offsets: earliest}}
             sinks:
               stored: {{type: postgres, from: ticks, schema: {schema}, table: ticks}}
+            orchestration: {{restart_backoff_sec: 2}}
             """
         )
     )
