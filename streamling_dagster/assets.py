@@ -85,7 +85,11 @@ def pipeline_specs(pf: PipelineFile) -> tuple[list[dg.AssetSpec], list[dg.AssetS
             node_key(pf.name, node.name),
             deps=[k for parent in pipeline.inputs.get(node.name, []) for k in keys_of.get(parent, [])],
             description=_described(f"Sink '{node.name}' of pipeline {pf.name} ({pf.path.name}).", pf, node),
-            metadata={**_targets(node), "pipeline_file": str(pf.path)},
+            metadata={
+                **_targets(node),
+                "pipeline_file": str(pf.path),
+                "pipeline_yaml": dg.MetadataValue.md(f"```yaml\n{pf.text}\n```"),
+            },
             group_name=pf.name,
             kinds={node.spec.type.split(".")[-1]},
         )

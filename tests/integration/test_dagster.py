@@ -58,6 +58,8 @@ def test_definitions_show_topology_and_keep_a_broken_file_from_breaking_the_othe
     ]
     large = graph.get(dg.AssetKey(["orders", "large"]))
     assert "SELECT id, amount, name FROM orders" in large.metadata["sql"].value
+    sink = graph.get(dg.AssetKey(["orders", "totals"]))
+    assert "totals: {type: postgres, from: large" in sink.metadata["pipeline_yaml"].value
     check = defs.get_asset_checks_def(dg.AssetCheckKey(dg.AssetKey(["broken", "pipeline"]), "pipeline_is_valid"))
     outcome = check()  # what the UI shows when the check runs
     assert not outcome.passed
