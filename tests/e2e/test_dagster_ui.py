@@ -105,6 +105,8 @@ def test_backfill_launched_from_the_ui_succeeds_and_shows_its_metadata(
     expect(page.get_by_text("Success", exact=True).first).to_be_visible()
     expect(page.get_by_text("shop__backfill").first).to_be_visible()
     expect(page.get_by_text("Succeeded (1)")).to_be_visible()
+    expect(page.get_by_text("Loading run logs")).to_have_count(0)  # the event log, with the check's result
+    expect(page.get_by_text("rows_reconcile").first).to_be_visible()
     shot(page, "03_run_succeeded.png")
 
     # 4. The sink asset's page: the materialization's metadata from the engine's run summary.
