@@ -35,6 +35,7 @@ from streamling.operators import Epoch, Written
 from streamling.postgres.connection import connect, with_retries
 from streamling.postgres.progress import ProgressKey, already_applied, record
 from streamling.postgres.types import Column
+from streamling.runtime.faults import crash_point
 from streamling.types import GS_OP, json_default
 
 log = logging.getLogger("streamling.postgres")
@@ -314,6 +315,7 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
                     copy.write(payload)
                 for statement, params in statements:
                     cur.execute(statement, params)
+            crash_point("during_write", epoch.id)
             record(cur, plan.progress, epoch, stream, streams, table.num_rows)
         return received
 

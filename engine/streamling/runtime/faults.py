@@ -4,6 +4,8 @@
 flush: exactly like a lost machine) when epoch `<epoch>` of any source reaches `<point>`:
 
 - ``before_write``: the epoch was evaluated, no sink has written it;
+- ``during_write``: a Postgres sink applied the epoch's rows inside its transaction, not committed yet
+  (driver-side writes, i.e. ``parallelism: 1``; in a Spark task it would only kill that task's worker);
 - ``after_write``: every sink wrote and flushed it, its position is not committed yet;
 - ``after_commit``: its position is committed, ``commit_checkpoint`` has not run.
 """
@@ -15,7 +17,7 @@ import os
 import signal
 
 ENV = "STREAMLING_CRASH_AT"
-POINTS = ("before_write", "after_write", "after_commit")
+POINTS = ("before_write", "during_write", "after_write", "after_commit")
 log = logging.getLogger("streamling.runtime")
 
 
