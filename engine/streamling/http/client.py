@@ -134,7 +134,7 @@ async def _post(
             status = response.status_code
             if 200 <= status < 300:
                 return Delivered(response.content)
-            text = endpoint.scrub(excerpt(response.content))
+            text = excerpt(response.content, scrub=endpoint.scrub)
             if not is_retriable(status):
                 message = f"{endpoint.what} POST {endpoint.shown_url}: non-retriable HTTP {status} - {text}"
                 return _failed(endpoint, StreamlingError.user(message))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -91,29 +91,40 @@ def dumps(value: Any) -> bytes:
     return orjson.dumps(value, default=json_default)
 
 
-def shown(value: Any) -> str:
-    """A value from a response for an error message: as JSON, truncated."""
+def _same(text: str) -> str:
+    return text
+
+
+def shown(value: Any, scrub: Callable[[str], str] = _same) -> str:
+    """A value from a response for an error message: as JSON, scrubbed of secrets, then truncated (in that
+    order, so no part of a secret survives the cut)."""
     try:
         text = orjson.dumps(value, default=str).decode()
     except (TypeError, orjson.JSONEncodeError):
         text = repr(value)
-    return text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 1] + "…"
+    return _truncated(scrub(text), SHOWN_VALUE_CHARS)
 
 
-def excerpt(body: bytes, limit: int = 200) -> str:
-    """The start of a response body on one line, for error messages."""
-    text = " ".join(body.decode("utf-8", errors="replace").split())
+def excerpt(body: bytes, limit: int = 200, scrub: Callable[[str], str] = _same) -> str:
+    """The start of a response body on one line, scrubbed of secrets, for error messages."""
+    return _truncated(" ".join(scrub(body.decode("utf-8", errors="replace")).split()), limit)
+
+
+def _truncated(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def decode_response(body: bytes, version: int, sent_ops: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The rows a handler answered for one request, and their ops (see the module docstring)."""
+def decode_response(
+    body: bytes, version: int, sent_ops: list[str], scrub: Callable[[str], str] = _same
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows a handler answered for one request, and their ops (see the module docstring); `scrub` cleans
+    the values an error message quotes."""
     if not body.strip():
         return [], []
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise PayloadError(f"the response is not JSON: {excerpt(body, SHOWN_VALUE_CHARS)}") from None
+        raise PayloadError(f"the response is not JSON: {excerpt(body, SHOWN_VALUE_CHARS, scrub)}") from None
     if doc is None:
         return [], []
     if isinstance(doc, dict):
@@ -121,26 +132,26 @@ def decode_response(body: bytes, version: int, sent_ops: list[str]) -> tuple[lis
     elif isinstance(doc, list):
         items = doc
     else:
-        raise PayloadError(f"the response must be a JSON object or an array of them, got {shown(doc)}")
+        raise PayloadError(f"the response must be a JSON object or an array of them, got {shown(doc, scrub)}")
     rows: list[dict[str, Any]] = []
     own_ops: list[str | None] = []
     for index, item in enumerate(items):
         if not isinstance(item, dict):
-            raise PayloadError(f"response item {index} is not a JSON object: {shown(item)}")
+            raise PayloadError(f"response item {index} is not a JSON object: {shown(item, scrub)}")
         if version == 1:
             data, metadata = item.get("data"), item.get("metadata")
             if not isinstance(data, dict):
                 raise PayloadError(
                     f'response item {index} has no "data" object; payload_version 1 answers '
-                    f'{{"metadata": {{"op": ...}}, "data": {{...}}}}: {shown(item)}'
+                    f'{{"metadata": {{"op": ...}}, "data": {{...}}}}: {shown(item, scrub)}'
                 )
             if metadata is not None and not isinstance(metadata, dict):
-                raise PayloadError(f'response item {index}: "metadata" is not an object: {shown(metadata)}')
+                raise PayloadError(f'response item {index}: "metadata" is not an object: {shown(metadata, scrub)}')
             op = (metadata or {}).get("op")
         else:
             data, op = item, item.get(GS_OP)
         if op is not None and op not in OPS:
-            raise PayloadError(f'response item {index} has op {shown(op)}; expected "i", "u" or "d"')
+            raise PayloadError(f'response item {index} has op {shown(op, scrub)}; expected "i", "u" or "d"')
         rows.append(data)
         own_ops.append(op)
     return rows, _resolve_ops(own_ops, sent_ops, version)
@@ -164,7 +175,11 @@ def _resolve_ops(own: list[str | None], sent: list[str], version: int) -> list[s
 
 
 def to_record_batch(
-    rows: list[dict[str, Any]], ops: list[str], schema: pa.Schema, type_names: dict[str, str]
+    rows: list[dict[str, Any]],
+    ops: list[str],
+    schema: pa.Schema,
+    type_names: dict[str, str],
+    scrub: Callable[[str], str] = _same,
 ) -> pa.RecordBatch:
     """Rows from responses as a record batch of `schema`; raises PayloadError naming the field (with its type
     as `type_names` spells it) and the first value that does not fit."""
@@ -174,7 +189,7 @@ def to_record_batch(
             arrays.append(pa.array(ops, field.type))
             continue
         values = [row.get(field.name) for row in rows]
-        arrays.append(_column(values, field, type_names.get(field.name, str(field.type))))
+        arrays.append(_column(values, field, type_names.get(field.name, str(field.type)), scrub))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -189,7 +204,7 @@ _CONVERSION_ERRORS = (
 )
 
 
-def _column(values: list[Any], field: pa.Field, type_name: str) -> pa.Array:
+def _column(values: list[Any], field: pa.Field, type_name: str, scrub: Callable[[str], str]) -> pa.Array:
     if not field.nullable:
         for index, value in enumerate(values):
             if value is None:
@@ -207,8 +222,10 @@ def _column(values: list[Any], field: pa.Field, type_name: str) -> pa.Array:
         try:
             convert([value], field.type)
         except _CONVERSION_ERRORS as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise PayloadError(f"field '{field.name}' ({type_name}): {shown(value)} does not fit ({reason})") from None
+            reason = _truncated(scrub(str(exc).splitlines()[0]), SHOWN_VALUE_CHARS) if str(exc) else type(exc).__name__
+            raise PayloadError(
+                f"field '{field.name}' ({type_name}): {shown(value, scrub)} does not fit ({reason})"
+            ) from None
     raise PayloadError(f"field '{field.name}' ({type_name}): the values do not fit together")
 
 

@@ -62,9 +62,12 @@ class HandlerSpec(TransformSpec, HttpRequestOptions):
         return value
 
 
-def output_schema(label: str, schema: T.StructType, override: Mapping[str, str | None] | None) -> T.StructType:
-    """The input schema with `override` applied: changed columns keep their place and become nullable,
-    added ones are nullable and come last (before ``_gs_op``), dropped ones disappear."""
+def output_schema(
+    label: str, schema: T.StructType, override: Mapping[str, str | None] | None, keys: list[str]
+) -> T.StructType:
+    """The input schema with `override` applied (changed columns keep their place, added ones come last,
+    before ``_gs_op``; dropped ones disappear). Answers come from outside, so every column may be NULL except
+    the primary key, which each answer row must carry."""
     fields = {f.name: f for f in schema.fields if f.name != GS_OP}
     for column, type_text in (override or {}).items():
         if type_text is None:
@@ -76,7 +79,8 @@ def output_schema(label: str, schema: T.StructType, override: Mapping[str, str |
             del fields[column]
         else:
             fields[column] = T.StructField(column, parse_type(type_text), True)
-    return with_gs_op(T.StructType(list(fields.values())))
+    out = [T.StructField(f.name, f.dataType, f.name not in keys, f.metadata) for f in fields.values()]
+    return with_gs_op(T.StructType(out))
 
 
 @dataclass(frozen=True)
@@ -96,10 +100,10 @@ def handle_partition(batches: Iterator[pa.RecordBatch], plan: HandlerPlan) -> It
     ops: list[str] = []
     for outgoing, answer in exchange(batches, endpoint, plan.payload):
         try:
-            got, got_ops = decode_response(answer.body, plan.payload.version, outgoing.ops)  # type: ignore[union-attr]
+            got, got_ops = decode_response(answer.body, plan.payload.version, outgoing.ops, endpoint.scrub)  # type: ignore[union-attr]
         except PayloadError as exc:
             raise StreamlingError.user(
-                f"{endpoint.label}: the response of POST {endpoint.shown_url} is not usable: {endpoint.scrub(str(exc))}"
+                f"{endpoint.label}: the response of POST {endpoint.shown_url} is not usable: {exc}"
             ) from None
         rows += got
         ops += got_ops
@@ -112,12 +116,11 @@ def handle_partition(batches: Iterator[pa.RecordBatch], plan: HandlerPlan) -> It
 
 def _converted(rows: list[dict[str, Any]], ops: list[str], plan: HandlerPlan) -> pa.RecordBatch:
     try:
-        return to_record_batch(rows, ops, plan.arrow_schema, plan.type_names)
+        return to_record_batch(rows, ops, plan.arrow_schema, plan.type_names, plan.endpoint.scrub)
     except PayloadError as exc:
         endpoint = plan.endpoint
         raise StreamlingError.user(
-            f"{endpoint.label}: the response of POST {endpoint.shown_url} does not fit the output schema: "
-            f"{endpoint.scrub(str(exc))}"
+            f"{endpoint.label}: the response of POST {endpoint.shown_url} does not fit the output schema: {exc}"
         ) from None
 
 
@@ -145,7 +148,7 @@ class HandlerTransform(Transform[HandlerSpec]):
     def plan(self, input_schema: T.StructType) -> HandlerPlan:
         if self._plan is None or self._schema is None:
             spec = self.spec
-            schema = output_schema(self.label, input_schema, spec.schema_override)
+            schema = output_schema(self.label, input_schema, spec.schema_override, spec.primary_key_columns())
             endpoint = spec.endpoint(self.label, "HTTP handler", self.settings)
             payload = PayloadFormat(
                 spec.payload_version, spec.rows_per_request(self.settings), spec.one_row_per_request
