@@ -66,6 +66,8 @@ def test_values_are_json_as_elsewhere_in_the_engine() -> None:
     rows = pa.RecordBatch.from_pydict(
         {
             "ts": pa.array([datetime(2025, 1, 1, 0, 0, 1, 500000, tzinfo=UTC)], pa.timestamp("us", tz="UTC")),
+            "zero": pa.array([datetime(2025, 1, 1, tzinfo=UTC)], pa.timestamp("us", tz="UTC")),
+            "ntz": pa.array([datetime(2025, 1, 1, 2, 3, 4)], pa.timestamp("us")),
             "d": pa.array([date(2025, 1, 2)]),
             "price": pa.array([Decimal("12.3400")], pa.decimal128(10, 4)),
             "raw": pa.array([b"ab"]),
@@ -77,6 +79,8 @@ def test_values_are_json_as_elsewhere_in_the_engine() -> None:
     assert bodies(fmt, rows) == [
         {
             "ts": "2025-01-01T00:00:01.500000+00:00",
+            "zero": "2025-01-01T00:00:00+00:00",  # as isoformat() writes it
+            "ntz": "2025-01-01T02:03:04.000000",  # zone-less stays zone-less
             "d": "2025-01-02",
             "price": "12.3400",
             "raw": "YWI=",

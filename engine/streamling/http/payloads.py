@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from streamling.types import GS_OP, json_default
 
@@ -78,6 +79,7 @@ class PayloadFormat:
             ops = [op or "i" for op in batch.column(GS_OP).to_pylist()]
         else:
             ops = ["i"] * batch.num_rows
+        batch = _json_ready(batch)
         if self.version == 0:
             return batch.to_pylist(), ops
         data = batch.drop_columns([GS_OP]).to_pylist() if GS_OP in batch.schema.names else batch.to_pylist()
@@ -87,8 +89,23 @@ class PayloadFormat:
         return Outgoing(dumps(items[0] if self.one_row else items), ops)
 
 
+def _json_ready(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Zoned timestamps as zone-less UTC values, which become Python datetimes ~3x faster and are written with
+    ``+00:00`` (`orjson.OPT_NAIVE_UTC`), exactly as ``isoformat()`` writes the zoned ones; zone-less timestamps
+    are formatted here instead, so they keep no offset."""
+    for index, field in enumerate(batch.schema):
+        if pa.types.is_timestamp(field.type):
+            column = batch.column(index)
+            if field.type.tz is not None:
+                column = column.cast(pa.timestamp(field.type.unit))
+            else:
+                column = pc.strftime(column, format="%Y-%m-%dT%H:%M:%S")
+            batch = batch.set_column(index, pa.field(field.name, column.type, field.nullable), column)
+    return batch
+
+
 def dumps(value: Any) -> bytes:
-    return orjson.dumps(value, default=json_default)
+    return orjson.dumps(value, default=json_default, option=orjson.OPT_NAIVE_UTC)
 
 
 def _same(text: str) -> str:
