@@ -189,8 +189,10 @@ def main() -> None:
         "http_handler_echo",
         {
             "master": opts.master,
-            "server": f"uvicorn {uvicorn.__version__} (httptools {httptools.__version__}, uvloop {uvloop.__version__}), "
-            "bare ASGI echo app, one process on the same machine",
+            "server": (
+                f"uvicorn {uvicorn.__version__} (httptools {httptools.__version__}, uvloop {uvloop.__version__}), "
+                "bare ASGI echo app, one process on the same machine"
+            ),
             "settings": "external_http_handler defaults: trigger_max_count 2000, buffer_size 25",
             "modes": results,
         },
