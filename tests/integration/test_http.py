@@ -285,6 +285,11 @@ def test_validation_errors(spark, make_settings, write_pipeline, server) -> None
         "Primary key validation failed for node 'h': columns [\"id\"] not found in schema. Available columns: "
         '["v", "name", "_gs_op"]'
     ]
+    webhook = webhook_pipeline(url, secret_name="Hooks")
+    assert validate_pipeline(write_pipeline(webhook, "hook.yaml"), make_settings(), spark).errors == [
+        "webhook sink 'w': secret 'Hooks' is not configured; set STREAMLING__HTTP_SECRET_HEADER__HOOKS (the header "
+        "name) and STREAMLING__HTTP_SECRET_VALUE__HOOKS (its value)"
+    ]
     missing_key = handler_pipeline(url, "unused").replace(
         "            primary_key: id\n            url", "            url"
     )

@@ -24,7 +24,6 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 import pyarrow as pa
@@ -191,8 +190,3 @@ def exchange(
 
 def log_skipped(endpoint: Endpoint, outgoing: Outgoing, skipped: Skipped) -> None:
     log.warning("%s: skipped a request of %d rows: %s", endpoint.label, outgoing.rows, skipped.reason)
-
-
-def describe(endpoint: Endpoint) -> dict[str, Any]:
-    """For logs: the endpoint without secrets."""
-    return {"url": endpoint.shown_url, "headers": sorted(name for name, _ in endpoint.headers)}
