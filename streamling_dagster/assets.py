@@ -37,11 +37,13 @@ def _described(what: str, pf: PipelineFile, node: Node) -> str:
 
 
 def _targets(node: Node) -> dict[str, Any]:
-    """Connector targets for metadata: where data comes from or goes to, never credentials."""
+    """Connector targets for metadata: where data comes from or goes to, never credentials (values as the spec
+    serializes them for display: a URL without user, password or query values)."""
     spec: Any = node.spec
+    shown = spec.model_dump()
     out = {"type": node.spec.type}
     for field in ("topic", "table_name", "table", "schema_", "landing_table", "agg_table", "url"):
-        value = getattr(spec, field, None)
+        value = shown.get(field)
         if isinstance(value, str):
             out[field.rstrip("_")] = value
     if getattr(spec, "sql", None):

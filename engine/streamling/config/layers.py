@@ -23,6 +23,8 @@ ENV_PREFIX = "STREAMLING"
 ENV_SEPARATOR = "__"
 CONFIG_EXTENSIONS = (".yaml", ".yml", ".json")
 SECRET_FIELDS = ("password", "pass", "secret", "token")
+LITERAL_SECTIONS = ("http_secret_header", "http_secret_value")
+"""Sections whose environment values are always literal text, even when they look like JSON."""
 
 
 def embedded_defaults() -> dict[str, Any]:
@@ -62,7 +64,7 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         if not all(path):
             continue
         value: Any = raw
-        if raw.strip().startswith(("{", "[")):
+        if raw.strip().startswith(("{", "[")) and not (len(path) > 1 and path[0] in LITERAL_SECTIONS):
             try:
                 value = json.loads(raw)
             except ValueError:
@@ -105,7 +107,9 @@ def _origin_of(dotted: str, origins: Mapping[str, str]) -> str:
 
 
 def _shown(dotted: str, value: Any) -> str:
-    if any(word in dotted.rsplit(".", 1)[-1] for word in SECRET_FIELDS):
+    """The value for an error message; secrets (a secret-sounding key anywhere on the path, such as
+    ``http_secret_value.<name>``) are never shown."""
+    if any(word in part for part in dotted.split(".") for word in SECRET_FIELDS):
         return "'***'"
     return repr(value)
 

@@ -82,6 +82,24 @@ class DynamicTableBackendSettings(_Section):
     """How long a lookup result may be reused; 0 (the default) asks the table every batch."""
 
 
+class ExternalHttpHandlerSettings(_Section):
+    """Requests of `handler` transforms and `webhook` sinks (``STREAMLING__EXTERNAL_HTTP_HANDLER__…``)."""
+
+    trigger_max_count: PositiveInt = 2000
+    """Most rows per request in batched mode; a node's `batch_size` overrides it."""
+    buffer_size: PositiveInt = 25
+    """Most requests in flight at once per Spark task (one Python worker)."""
+    timeout_sec: Seconds = 30.0
+    """Per attempt: connect, send and read the whole response."""
+    max_retries: int = Field(default=10, ge=0)
+    """Retries of a retriable failure (transport error, timeout, 408, 429, 5xx) after the first attempt."""
+    retry_timeout_sec: Seconds = 300.0
+    """No retry starts after this long since a request's first attempt; the retries are then exhausted."""
+    retry_backoff_sec: Seconds = 0.5
+    """The first retry's delay, doubling per retry, with jitter; a ``Retry-After`` header wins."""
+    retry_backoff_max_sec: Seconds = 30.0
+
+
 BackendType = Literal["InMemory", "Sqlite", "Postgres"]
 _BACKENDS: dict[str, BackendType] = {"inmemory": "InMemory", "sqlite": "Sqlite", "postgres": "Postgres"}
 
@@ -163,6 +181,11 @@ class Settings(_Section):
     dynamic_table_backend: DynamicTableBackendSettings = Field(default_factory=DynamicTableBackendSettings)
     clickhouse_source: ClickHouseSourceSettings = Field(default_factory=ClickHouseSourceSettings)
     clickhouse_sink: ClickHouseConnectionSettings = Field(default_factory=ClickHouseConnectionSettings)
+    external_http_handler: ExternalHttpHandlerSettings = Field(default_factory=ExternalHttpHandlerSettings)
+    http_secret_header: dict[str, str] = Field(default_factory=dict)
+    """Header name per secret (``STREAMLING__HTTP_SECRET_HEADER__<NAME>``), keyed by the lowercased name."""
+    http_secret_value: dict[str, SecretStr] = Field(default_factory=dict)
+    """Header value per secret (``STREAMLING__HTTP_SECRET_VALUE__<NAME>``); never logged or shown."""
 
     @model_validator(mode="before")
     @classmethod
@@ -175,6 +198,18 @@ class Settings(_Section):
         for name, override in data["postgres_sink_connections"].items():
             layered[connection_key(str(name))] = {**base, **override} if isinstance(override, dict) else override
         return {**data, "postgres_sink_connections": layered}
+
+    @field_validator("http_secret_header", "http_secret_value", mode="before")
+    @classmethod
+    def _secret_names(cls, value: object) -> object:
+        """Names are case-insensitive: environment keys arrive lowercased, config-file keys may not."""
+        return {str(k).lower(): v for k, v in value.items()} if isinstance(value, dict) else value
+
+    def http_secret(self, name: str) -> tuple[str, SecretStr] | None:
+        """(header name, value) of secret `name`, None unless both halves are configured."""
+        key = name.strip().lower()
+        header, value = self.http_secret_header.get(key), self.http_secret_value.get(key)
+        return (header, value) if header and value is not None else None
 
     def postgres_connection(self, node_name: str) -> PostgresSinkSettings:
         return self.postgres_sink_connections.get(connection_key(node_name), self.postgres_sink)

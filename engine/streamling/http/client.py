@@ -1,0 +1,192 @@
+"""Sending requests from Spark's Python workers: one event loop and one keep-alive client per process.
+
+Spark calls a partition function synchronously, so the worker process gets one background thread that
+owns an asyncio loop and an `httpx.AsyncClient`; both are created on first use and reused by every batch and
+every task the (reused) worker runs. `exchange` submits a partition's requests to that loop — at most
+`Endpoint.buffer_size` in flight — and hands the answers back in input order, so outputs line up with inputs.
+
+Failures: transport errors, timeouts, 408, 429 and 5xx are retried (`streamling.http.retry`), sleeping
+outside the concurrency limit so other requests go on. Any other status fails the task with
+``<what> POST <url>: non-retriable HTTP <status> - <body excerpt>``; exhausted retries fail it with a
+retriable-class error naming the node and the URL. With `Endpoint.skip_on_error` (webhooks) both are logged
+and the request is skipped instead. Secrets never reach a message: URLs are shown redacted and secret values
+are scrubbed from anything a server sends back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import httpx
+import pyarrow as pa
+
+from streamling.errors import StreamlingError
+from streamling.http.options import REDACTED, redact_url
+from streamling.http.payloads import Outgoing, PayloadFormat, excerpt
+from streamling.http.retry import RetryPolicy, is_retriable, retry_after
+
+log = logging.getLogger("streamling.http")
+IN_FLIGHT_PER_SLOT = 4
+"""Requests submitted ahead per concurrency slot, so the slots stay busy while answers are consumed in order."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how a node sends its requests; built on the driver, pickled to the executors. Its repr
+    shows no header values (the secret is one of them)."""
+
+    label: str
+    """The node, as errors name it: ``handler transform 'enrich'``."""
+    what: str
+    """How a failed request is introduced: ``HTTP handler`` or ``webhook``."""
+    url: str = field(repr=False)
+    headers: tuple[tuple[str, str], ...] = field(repr=False)
+    secrets: tuple[str, ...] = field(repr=False)
+    timeout_sec: float
+    buffer_size: int
+    retry: RetryPolicy
+    skip_on_error: bool = False
+
+    @property
+    def shown_url(self) -> str:
+        return redact_url(self.url)
+
+    def scrub(self, text: str) -> str:
+        """`text` with the raw URL and every secret value replaced."""
+        if self.url in text:
+            text = text.replace(self.url, self.shown_url)
+        for secret in self.secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+
+@dataclass(frozen=True)
+class Delivered:
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Skipped:
+    reason: str
+
+
+class _Session:
+    """The process's loop thread and client."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="streamling-http", daemon=True)
+        self.thread.start()
+        self.client: httpx.AsyncClient = asyncio.run_coroutine_threadsafe(self._client(), self.loop).result()
+
+    @staticmethod
+    async def _client() -> httpx.AsyncClient:
+        # Concurrency is bounded per task by a semaphore, so the pool itself is not; idle connections stay
+        # open for the next batch.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30.0)
+        return httpx.AsyncClient(limits=limits, follow_redirects=False)
+
+    def submit(self, endpoint: Endpoint, body: bytes, limiter: asyncio.Semaphore) -> Future[Delivered | Skipped]:
+        return asyncio.run_coroutine_threadsafe(_post(self.client, endpoint, body, limiter), self.loop)
+
+
+_SESSION: _Session | None = None
+_SESSION_LOCK = threading.Lock()
+
+
+def session() -> _Session:
+    """This process's session, created on first use (again in a forked child: threads do not survive fork)."""
+    global _SESSION
+    with _SESSION_LOCK:
+        if _SESSION is None or _SESSION.pid != os.getpid():
+            _SESSION = _Session()
+        return _SESSION
+
+
+async def _post(
+    client: httpx.AsyncClient, endpoint: Endpoint, body: bytes, limiter: asyncio.Semaphore
+) -> Delivered | Skipped:
+    policy = endpoint.retry
+    headers = dict(endpoint.headers)
+    started = time.monotonic()
+    attempts = 0
+    while True:
+        attempts += 1
+        wait: float | None = None
+        async with limiter:
+            try:
+                async with asyncio.timeout(endpoint.timeout_sec):
+                    response = await client.post(endpoint.url, content=body, headers=headers)
+            except (httpx.TransportError, TimeoutError) as exc:
+                response = None
+                failure = _transport_failure(exc, endpoint)
+        if response is not None:
+            status = response.status_code
+            if 200 <= status < 300:
+                return Delivered(response.content)
+            text = excerpt(response.content, scrub=endpoint.scrub)
+            if not is_retriable(status):
+                message = f"{endpoint.what} POST {endpoint.shown_url}: non-retriable HTTP {status} - {text}"
+                return _failed(endpoint, StreamlingError.user(message))
+            failure = f"HTTP {status} - {text}"
+            wait = retry_after(response.headers.get("retry-after"))
+        if wait is None:
+            wait = policy.backoff(attempts - 1)
+        elapsed = time.monotonic() - started
+        if policy.gives_up(attempts, elapsed, wait):
+            message = (
+                f"{endpoint.label}: {endpoint.what} POST {endpoint.shown_url}: retries exhausted after {attempts} "
+                f"attempt{'s' if attempts > 1 else ''} in {elapsed:.1f}s; last failure: {failure}"
+            )
+            return _failed(endpoint, StreamlingError.retry(message))
+        log.debug("%s: POST %s failed (%s); retrying in %.2fs", endpoint.label, endpoint.shown_url, failure, wait)
+        await asyncio.sleep(wait)
+
+
+def _transport_failure(exc: BaseException, endpoint: Endpoint) -> str:
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return f"timed out after {endpoint.timeout_sec:g}s ({type(exc).__name__})"
+    detail = " ".join(str(exc).split())
+    return endpoint.scrub(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)
+
+
+def _failed(endpoint: Endpoint, error: StreamlingError) -> Skipped:
+    if endpoint.skip_on_error:
+        return Skipped(error.message)
+    raise error
+
+
+def exchange(
+    batches: Iterator[pa.RecordBatch], endpoint: Endpoint, payload: PayloadFormat
+) -> Iterator[tuple[Outgoing, Delivered | Skipped]]:
+    """Send every row of a partition; yield each request with its answer, in input order. A failure that is
+    not skipped raises here, and the requests still pending are cancelled."""
+    http = session()
+    limiter = asyncio.Semaphore(endpoint.buffer_size)
+    window: deque[tuple[Outgoing, Future[Delivered | Skipped]]] = deque()
+    ahead = endpoint.buffer_size * IN_FLIGHT_PER_SLOT
+    try:
+        for outgoing in payload.requests(batches):
+            window.append((outgoing, http.submit(endpoint, outgoing.body, limiter)))
+            while len(window) > ahead:
+                first, future = window.popleft()
+                yield first, future.result()
+        while window:
+            first, future = window.popleft()
+            yield first, future.result()
+    finally:
+        for _, future in window:
+            future.cancel()
+
+
+def log_skipped(endpoint: Endpoint, outgoing: Outgoing, skipped: Skipped) -> None:
+    log.warning("%s: skipped a request of %d rows: %s", endpoint.label, outgoing.rows, skipped.reason)
