@@ -51,6 +51,15 @@ def parse_type(text: str) -> T.DataType:
     )
 
 
+def check_column_types(columns: dict[str, str] | None) -> None:
+    """For spec validators: every type in `columns` parses; a ValueError names the column otherwise."""
+    for column, type_text in (columns or {}).items():
+        try:
+            parse_type(type_text)
+        except StreamlingError as exc:
+            raise ValueError(f"column '{column}': {exc.message}") from None
+
+
 def with_gs_op(schema: T.StructType) -> T.StructType:
     """`schema` with a string ``_gs_op`` column appended unless it already has one."""
     if GS_OP in schema.fieldNames():

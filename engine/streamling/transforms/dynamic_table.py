@@ -26,7 +26,7 @@ from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, RunContext, Transform
 from streamling.plugins.registry import operator
 from streamling.topology.spec import TransformSpec, split_columns
-from streamling.transforms.sql_rewrite import SqlProgram
+from streamling.transforms.sql_rewrite import SqlProgram, spark_name
 from streamling.transforms.stateless import forbidden_operations
 from streamling.types import GS_OP
 
@@ -123,7 +123,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
     def check_function(self, spark: SparkSession) -> str:
         """Register this table's membership UDF in `spark` and return its SQL name. An InMemory table
         gets one name per version of its set, so a plan keeps the version it was built with."""
-        base = "__sl_dt_" + "".join(ch if ch.isalnum() else "_" for ch in self.name)
+        base = f"__sl_dt_{spark_name(self.name)}"
         lookup: udf.Lookup
         if self.spec.backend_type == "Postgres":
             name, lookup = base, PostgresLookup(self.postgres)
@@ -145,7 +145,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
             return spark.createDataFrame([], VALUE_SCHEMA)
         (node, frame), *_ = inputs.items()
         if self.program is not None:
-            view = "__sl_dt_" + "".join(ch if ch.isalnum() else "_" for ch in self.name) + "_input"
+            view = f"__sl_dt_{spark_name(self.name)}_input"
             frame.createOrReplaceTempView(view)
             rendered = self.program.render({node: view})
             try:
