@@ -23,6 +23,8 @@ ENV_PREFIX = "STREAMLING"
 ENV_SEPARATOR = "__"
 CONFIG_EXTENSIONS = (".yaml", ".yml", ".json")
 SECRET_FIELDS = ("password", "pass", "secret", "token")
+SECTION_ERRORS = ("model_type", "model_attributes_type", "dict_type")
+"""Pydantic errors of a value given where a section or map belongs: the value is not repeated in the message."""
 
 
 def embedded_defaults() -> dict[str, Any]:
@@ -105,9 +107,13 @@ def _origin_of(dotted: str, origins: Mapping[str, str]) -> str:
 
 
 def _shown(dotted: str, value: Any) -> str:
-    if any(word in dotted.rsplit(".", 1)[-1] for word in SECRET_FIELDS):
-        return "'***'"
-    return repr(value)
+    """` = value` for a message about setting `dotted`: secrets as ``'***'``; nothing for a value given to a whole
+    section or map (a connection section given as JSON with a typo, say), which may hold a password."""
+    if any(word in part for part in dotted.split(".") for word in SECRET_FIELDS):
+        return " = '***'"
+    if isinstance(value, str | int | float | bool) or value is None:
+        return f" = {value!r}"
+    return ""
 
 
 def load_settings(
@@ -142,7 +148,6 @@ def load_settings(
             if err["type"] == "extra_forbidden":
                 problems.append(f"unknown setting '{dotted}' (from {_origin_of(dotted, origins)})")
                 continue
-            problems.append(
-                f"{dotted} = {_shown(dotted, err.get('input'))} (from {_origin_of(dotted, origins)}): {reason}"
-            )
+            value = "" if err["type"] in SECTION_ERRORS else _shown(dotted, err.get("input"))
+            problems.append(f"{dotted}{value} (from {_origin_of(dotted, origins)}): {reason}")
         raise StreamlingError.user("invalid configuration: " + "; ".join(problems)) from None

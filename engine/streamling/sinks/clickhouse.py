@@ -34,7 +34,7 @@ from pydantic import Field, PositiveInt, field_validator
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from streamling.clickhouse.client import describe, get_client, qualified, quote
+from streamling.clickhouse.client import describe, get_client, qualified, quote, redact
 from streamling.clickhouse.types import (
     Column,
     can_hold,
@@ -197,8 +197,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             raise StreamlingError.user(f"{self.label}: {what} failed: {self._scrub(first_line(exc))}") from None
 
     def _scrub(self, text: str) -> str:
-        secret = self.connection.password.get_secret_value()
-        return text.replace(secret, "***") if secret else text
+        return redact(text, self.connection)
 
     def initialize(self, ctx: RunContext) -> None:
         compress = self.wire_compression or False
