@@ -148,3 +148,15 @@ def test_a_section_given_as_a_whole_is_not_repeated_in_errors(tmp_path: Path, va
 def test_invalid_backend_type_lists_choices(tmp_path: Path) -> None:
     with pytest.raises(StreamlingError, match=r"state_backend.backend_type = 'Redis'"):
         load_settings(config=str(tmp_path / "x"), environ={"STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Redis"})
+
+
+def test_config_files_nested_too_deeply_are_reported(tmp_path: Path) -> None:
+    (tmp_path / "deep.yaml").write_text("a: " + "[" * 5000 + "]" * 5000)
+    (tmp_path / "deep.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(
+        StreamlingError, match=r"^config file '.*deep.yaml': cannot be read: nested more than 64 levels"
+    ):
+        load_settings(config=str(tmp_path / "deep.yaml"), environ={})
+    with pytest.raises(StreamlingError) as info:
+        load_settings(config=str(tmp_path / "deep.json"), environ={})
+    assert info.value.message == f"config file '{tmp_path / 'deep.json'}': cannot be read: nested too deeply"

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from streamling.config.model import Settings
 from streamling.errors import StreamlingError
+from streamling.topology import yaml_input
 
 ENV_PREFIX = "STREAMLING"
 ENV_SEPARATOR = "__"
@@ -43,9 +44,11 @@ def find_config_file(name_or_path: str | os.PathLike[str] | None) -> Path | None
 def read_config_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else yaml_input.load(text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise StreamlingError.user(f"config file '{path}': cannot be read: {exc}") from exc
+    except RecursionError:  # JSON nested thousands of levels deep
+        raise StreamlingError.user(f"config file '{path}': cannot be read: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
