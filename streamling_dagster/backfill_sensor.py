@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 import dagster as dg
 
-from streamling.clickhouse.client import describe, get_client, qualified, quote
+from streamling.clickhouse.client import describe, get_client, qualified, quote, redact
 from streamling.clickhouse.paging import literal
 from streamling.clickhouse.tables import TableInfo, inspect
 from streamling.config import Settings
@@ -73,7 +72,8 @@ def connected(settings: ClickHouseConnectionSettings, where: str) -> Iterator[An
         try:
             client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
         except Exception as exc:
-            raise StreamlingError.retry(f"{where}: cannot open {describe(settings)}: {first_line(exc)}") from None
+            problem = redact(first_line(exc), settings)
+            raise StreamlingError.retry(f"{where}: cannot open {describe(settings)}: {problem}") from None
     try:
         yield client
     finally:
@@ -111,13 +111,6 @@ def _shown(value: str | None) -> str:
     return "(empty)" if value is None else value
 
 
-def _scrubbed(text: str, settings: ClickHouseConnectionSettings) -> str:
-    """No password in a skip message: neither the configured one nor one inside a URL."""
-    secret = settings.password.get_secret_value()
-    text = re.sub(r"//[^/@\s]+@", "//", text)
-    return text.replace(secret, "***") if secret else text
-
-
 def evaluate(pf: PipelineFile, settings: Settings, cursor: str | None, where: str) -> dg.SensorResult | dg.SkipReason:
     """One tick: the current fingerprint against the cursor's."""
     previous = _previous(cursor)
@@ -151,7 +144,7 @@ def evaluate(pf: PipelineFile, settings: Settings, cursor: str | None, where: st
                     else:
                         unchanged.append(f"clickhouse {component} {_shown(now)}, not beyond {old}")
     except Exception as exc:
-        problem = _scrubbed(first_line(exc), source).removeprefix(f"{where}: ")
+        problem = redact(first_line(exc), source).removeprefix(f"{where}: ")
         return dg.SkipReason(f"cannot check clickhouse {checking} (cursor kept): {problem}")
     fingerprint = json.dumps({"file": digest, "tables": tables}, sort_keys=True)
     if previous is not None and not advanced:

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from streamling.topology.pipeline import Node, Pipeline, load_pipeline
+from streamling.errors import StreamlingError
+from streamling.topology import yaml_input
+from streamling.topology.pipeline import Node, Pipeline, load_pipeline, read_pipeline_text
 
 PIPELINES_ENV = "STREAMLING_DAGSTER_PIPELINES"
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent.parent / "pipelines"
@@ -87,7 +88,11 @@ def node_key(pipeline: str, node: str) -> dg.AssetKey:
 def discover(directory: Path) -> list[PipelineFile]:
     found = []
     for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = read_pipeline_text(path)
+        except StreamlingError as exc:  # unreadable, or not UTF-8: shown like any invalid file
+            found.append(PipelineFile(asset_name(path.stem), path, "", None, [exc.message]))
+            continue
         pipeline, report = load_pipeline(text, name=path.stem, path=path)
         backfill_errors: list[str] = []
         orchestration = Orchestration()
@@ -96,11 +101,11 @@ def discover(directory: Path) -> list[PipelineFile]:
             _, job_report = load_pipeline(text, name=path.stem, path=path, job_mode=True)
             backfill_errors = job_report.errors
             try:
-                orchestration = Orchestration.model_validate(yaml.safe_load(text).get("orchestration") or {})
+                orchestration = Orchestration.model_validate(yaml_input.load(text).get("orchestration") or {})
             except ValidationError as exc:
                 problem = exc.errors()[0]
-                where = ".".join(str(p) for p in problem["loc"])
-                errors.append(f"orchestration.{where}: {problem['msg'].removeprefix('Value error, ')}")
+                where = ".".join(["orchestration", *(str(p) for p in problem["loc"])])
+                errors.append(f"{where}: {problem['msg'].removeprefix('Value error, ')}")
                 pipeline = None
             for wanted in ("backfill_schedule", "backfill_on_change"):
                 if getattr(orchestration, wanted) and backfill_errors and pipeline is not None:

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import dagster as dg
 from dagster_pyspark import PySparkResource
+from dagster_pyspark.resources import spark_session_from_config
 
 from streamling.config import Settings, load_settings
 from streamling.runtime.session import finish_session, prepare_environment, session_conf
 from streamling_dagster.pipelines import PipelineFile
+
+SECRET_CONF = re.compile(r"(?i)secret|password|token|access[.]?key|credential")
+"""Spark configuration keys that hold secrets: Spark's own `spark.redaction.regex`, and credentials."""
 
 
 class StreamlingResource(dg.ConfigurableResource):
@@ -36,14 +41,17 @@ class StreamlingSparkResource(PySparkResource):
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StreamlingSparkResource:
-        return cls(spark_config=session_conf(settings.spark))
+        """Secret-looking keys of `spark.conf` (an S3 secret key, say) stay out of the resource's config, which
+        the Dagster UI shows; the run adds them from the settings when it builds the session."""
+        conf = session_conf(settings.spark)
+        return cls(spark_config={k: v for k, v in conf.items() if not SECRET_CONF.search(k)})
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         prepare_environment()
-        super().setup_for_execution(context)
-        settings = load_settings(environ=os.environ).spark.model_copy(
-            update={"master": self.spark_config.get("spark.master", "local[*]")}
-        )
+        engine = load_settings(environ=os.environ).spark
+        secrets = {k: v for k, v in engine.conf.items() if SECRET_CONF.search(k) and k not in self.spark_config}
+        self._spark_session = spark_session_from_config({**self.spark_config, **secrets})
+        settings = engine.model_copy(update={"master": self.spark_config.get("spark.master", "local[*]")})
         finish_session(self.spark_session, settings)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:

@@ -44,6 +44,15 @@ def plan_pipeline(
     return analyze(pipeline, settings, spark, report)
 
 
+def check_structure(location: str | Path, settings: Settings) -> Pipeline:
+    """The structural validation alone (no Spark): the pipeline, or InvalidPipelineError listing every problem."""
+    path = Path(location)
+    pipeline, report = load_pipeline(read_pipeline_text(path), name=path.stem, path=path, job_mode=settings.job_mode)
+    if pipeline is None:
+        raise InvalidPipelineError(invalid_pipeline_message(path, report), report.errors)
+    return pipeline
+
+
 def analyze(
     pipeline: Pipeline, settings: Settings, spark: SparkSession | None, report: ValidationReport
 ) -> tuple[Plan | None, ValidationReport]:

@@ -78,11 +78,11 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from streamling.api import execute_plan, prepare_pipeline, resolve_location
+    from streamling.api import check_structure, execute_plan, prepare_pipeline, resolve_location
     from streamling.runtime.session import build_session
 
     try:
-        resolve_location(args.pipeline, settings)
+        check_structure(resolve_location(args.pipeline, settings), settings)  # before Spark starts
         spark = build_session(settings.spark)
         plan = prepare_pipeline(args.pipeline, settings, spark)
     except StreamlingError as exc:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable, Iterator
 from datetime import date, datetime, time
 from decimal import Decimal
 
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from streamling.errors import StreamlingError
@@ -49,6 +53,36 @@ def parse_type(text: str) -> T.DataType:
         f"unknown column type '{text}'; use one of: bigint, int, smallint, tinyint, double, float, "
         "string, boolean, binary, date, timestamp, decimal(p,s)"
     )
+
+
+def check_column_types(columns: dict[str, str] | None) -> None:
+    """For spec validators: every type in `columns` parses; a ValueError names the column otherwise."""
+    for column, type_text in (columns or {}).items():
+        try:
+            parse_type(type_text)
+        except StreamlingError as exc:
+            raise ValueError(f"column '{column}': {exc.message}") from None
+
+
+def exact_column(name: str) -> Column:
+    """The column called exactly `name`: Spark would read dots and backticks in a plain string as a path."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def exact_columns(names: list[str]) -> list[Column]:
+    return [exact_column(name) for name in names]
+
+
+def map_in_arrow(df: DataFrame, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: str):
+    """``df.mapInArrow(fn, schema)`` for any column names: Spark's mapInArrow rejects some (an unpaired backtick),
+    so the columns travel under positional names and `fn` sees the real ones."""
+    names = df.columns
+    safe = df.toDF(*[f"_c{i}" for i in range(len(names))])
+
+    def renamed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return fn(pa.RecordBatch.from_arrays(batch.columns, names=names) for batch in batches)
+
+    return safe.mapInArrow(renamed, schema)
 
 
 def with_gs_op(schema: T.StructType) -> T.StructType:

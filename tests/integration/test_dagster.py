@@ -164,3 +164,25 @@ def test_committed_positions_are_observable_without_a_run(tmp_path) -> None:
     # nothing changed: the next tick stays quiet
     again = sensor(dg.build_sensor_context(cursor=first.cursor, resources={"streamling": streamling}))
     assert isinstance(again, dg.SkipReason)
+
+
+def test_unreadable_and_malformed_files_do_not_break_the_others(tmp_path) -> None:
+    write(tmp_path, "orders.yaml", VALID.format(schema="s"))
+    (tmp_path / "binary.yaml").write_bytes(b"sources: {a: \xff\xfe}\n")
+    write(tmp_path, "deep.yaml", "sources: " + "[" * 5000 + "]" * 5000)
+    write(tmp_path, "orch.yaml", VALID.format(schema="s") + "\norchestration: 5\n")
+    defs = build_definitions(tmp_path)
+    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"orders/totals", "binary/pipeline", "deep/pipeline", "orch/pipeline"} <= keys
+
+    def described(name: str) -> str:
+        check = defs.get_asset_checks_def(dg.AssetCheckKey(dg.AssetKey([name, "pipeline"]), "pipeline_is_valid"))
+        return check().description
+
+    path = tmp_path / "binary.yaml"
+    assert (
+        described("binary")
+        == f"- pipeline file '{path}' is not UTF-8 text: byte 0xff at offset 13 (invalid start byte)"
+    )
+    assert described("deep") == "- pipeline is not valid YAML at line 1, column 73: nested more than 64 levels deep"
+    assert described("orch") == "- orchestration: Input should be a valid dictionary or instance of Orchestration"

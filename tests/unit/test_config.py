@@ -109,6 +109,54 @@ def test_secret_values_are_masked_in_errors(tmp_path: Path) -> None:
     assert '"x"' not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (
+            "STREAMLING__KAFKA_SOURCE",
+            '{"sasl_password": "hunter2", ',  # JSON with a typo stays a string
+            "kafka_source (from STREAMLING__KAFKA_SOURCE): Input should be a valid dictionary or instance of "
+            "KafkaSourceSettings",
+        ),
+        (
+            "STREAMLING__POSTGRES_SINK_CONNECTIONS",
+            '{"orders": "hunter2"}',
+            "postgres_sink_connections.orders (from STREAMLING__POSTGRES_SINK_CONNECTIONS): Input should be a valid "
+            "dictionary or instance of PostgresSinkSettings",
+        ),
+        (
+            "STREAMLING__POSTGRES_SINK",
+            '["hunter2"]',
+            "postgres_sink (from STREAMLING__POSTGRES_SINK): Input should be a valid dictionary or instance of "
+            "PostgresSinkSettings",
+        ),
+        (
+            "STREAMLING__CLICKHOUSE_SINK__PASSWORD",
+            '{"a": "hunter2"}',
+            "clickhouse_sink.password = '***' (from STREAMLING__CLICKHOUSE_SINK__PASSWORD): Input should be a valid "
+            "string",
+        ),
+    ],
+)
+def test_a_section_given_as_a_whole_is_not_repeated_in_errors(tmp_path: Path, variable, value, message) -> None:
+    with pytest.raises(StreamlingError) as info:
+        load_settings(config=str(tmp_path / "none"), environ={variable: value})
+    assert info.value.message == f"invalid configuration: {message}"
+    assert "hunter2" not in info.value.message
+
+
 def test_invalid_backend_type_lists_choices(tmp_path: Path) -> None:
     with pytest.raises(StreamlingError, match=r"state_backend.backend_type = 'Redis'"):
         load_settings(config=str(tmp_path / "x"), environ={"STREAMLING__STATE_BACKEND__BACKEND_TYPE": "Redis"})
+
+
+def test_config_files_nested_too_deeply_are_reported(tmp_path: Path) -> None:
+    (tmp_path / "deep.yaml").write_text("a: " + "[" * 5000 + "]" * 5000)
+    (tmp_path / "deep.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(
+        StreamlingError, match=r"^config file '.*deep.yaml': cannot be read: nested more than 64 levels"
+    ):
+        load_settings(config=str(tmp_path / "deep.yaml"), environ={})
+    with pytest.raises(StreamlingError) as info:
+        load_settings(config=str(tmp_path / "deep.json"), environ={})
+    assert info.value.message == f"config file '{tmp_path / 'deep.json'}': cannot be read: nested too deeply"

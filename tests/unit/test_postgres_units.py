@@ -216,3 +216,47 @@ def test_batch_flush_interval_shortens_the_epoch_interval_of_sources_feeding_the
     plan = Plan(pipeline, settings)
     assert plan.source("fast").settings.checkpoint_interval_sec == 0.25
     assert plan.source("slow").settings.checkpoint_interval_sec == 5.0
+
+
+def test_names_postgres_would_truncate_or_reject_fail_validation(tmp_path) -> None:
+    from streamling.config import load_settings
+    from streamling.topology.pipeline import load_pipeline
+
+    long = "x" * 64
+    text = f"""
+sources: {{a: {{type: generator, primary_key: id}}}}
+transforms:
+  w: {{type: dynamic_table, backend_type: postgres, backend_entity_name: "a\\0b", column: name, from: a}}
+sinks:
+  p: {{type: postgres, from: a, table: {long}, schema: "s\\0"}}
+  g: {{type: postgres_aggregate, from: a, landing_table: l, agg_table: {"g" * 54}, aggregate: {{n: {{fn: count}}}}}}
+"""
+    assert load_pipeline(text)[1].errors == [
+        "transform 'w' (type 'dynamic_table'): field 'backend_entity_name': holds a NUL character, which Postgres "
+        "names cannot (got 'a\\x00b')",
+        "sink 'p' (type 'postgres'): field 'schema': holds a NUL character, which Postgres names cannot (got 's\\x00')",
+        f"sink 'p' (type 'postgres'): field 'table': must be at most 63 bytes (a Postgres identifier) (got '{long}')",
+        "sink 'g' (type 'postgres_aggregate'): field 'agg_table': must be at most 53 bytes (a Postgres identifier) "
+        f"(got '{'g' * 54}')",
+    ]
+    text = f"""
+sources: {{a: {{type: generator, primary_key: id}}}}
+sinks:
+  p: {{type: postgres, from: a, table: t}}
+  g: {{type: postgres_aggregate, from: a, landing_table: l, agg_table: t, aggregate: {{{"n" * 60}: {{fn: avg, from: amount}}}}}}
+"""
+    pipeline, report = load_pipeline(text)
+    assert pipeline is not None, report.errors
+    settings = load_settings(config=str(tmp_path / "none"), environ={})
+    schema = T.StructType([T.StructField("id", T.LongType()), T.StructField(long, T.DoubleType())])
+    sink = pipeline.nodes["p"].optype.operator("p", pipeline.nodes["p"].spec, settings)
+    assert sink.check(schema, ["id"]) == [
+        f"postgres sink 'p': column '{long}' must be at most 63 bytes (a Postgres identifier); rename it in a transform"
+    ]
+    schema = T.StructType([T.StructField("id", T.LongType()), T.StructField("amount", T.DoubleType())])
+    aggregate = pipeline.nodes["g"].optype.operator("g", pipeline.nodes["g"].spec, settings)
+    assert aggregate.check(schema, ["id"]) == [
+        f"postgres_aggregate sink 'g': aggregate table column '{'n' * 60}_{suffix}' must be at most 63 bytes "
+        "(a Postgres identifier); shorten its name"
+        for suffix in ("count", "sum")
+    ]

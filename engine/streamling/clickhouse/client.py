@@ -7,9 +7,11 @@ engine lives in the driver process; Spark's executors never open it.
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from streamling.config.model import ClickHouseConnectionSettings
 from streamling.errors import StreamlingError, first_line
@@ -28,10 +30,26 @@ def qualified(database: str, table: str) -> str:
 
 
 def describe(settings: ClickHouseConnectionSettings) -> str:
-    """Where a client points, without credentials."""
+    """Where a client points, without credentials: the url without user, password and query."""
     if settings.url:
-        return settings.url.split("@")[-1]
+        parts = urlsplit(settings.url)
+        if not parts.netloc:  # not scheme://host: keep it, minus anything before an @
+            return settings.url.rsplit("@", 1)[-1].split("?", 1)[0]
+        return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
     return f"embedded ClickHouse at {settings.path}"
+
+
+def redact(text: str, settings: ClickHouseConnectionSettings) -> str:
+    """`text` (a driver's message) without the password setting, nor credentials or a password inside the url."""
+    secrets = [settings.password.get_secret_value()]
+    if settings.url:
+        parts = urlsplit(settings.url)
+        secrets += [parts.password or "", unquote(parts.password or "")]
+        secrets += [v for k, v in parse_qsl(parts.query) if "pass" in k.lower()]
+    text = re.sub(r"//[^/@\s]+@", "//", text)
+    for secret in filter(None, secrets):
+        text = text.replace(secret, "***")
+    return text
 
 
 def get_client(settings: ClickHouseConnectionSettings, where: str, *, compress: str | bool = False) -> Any:
@@ -56,7 +74,9 @@ def get_client(settings: ClickHouseConnectionSettings, where: str, *, compress: 
     except StreamlingError:
         raise
     except Exception as exc:
-        raise StreamlingError.retry(f"{where}: cannot connect to {describe(settings)}: {first_line(exc)}") from None
+        raise StreamlingError.retry(
+            f"{where}: cannot connect to {describe(settings)}: {redact(first_line(exc), settings)}"
+        ) from None
 
 
 def _embedded(path: str) -> Any:

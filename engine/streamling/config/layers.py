@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from streamling.config.model import Settings
 from streamling.errors import StreamlingError
+from streamling.topology import yaml_input
 
 ENV_PREFIX = "STREAMLING"
 ENV_SEPARATOR = "__"
@@ -25,6 +26,8 @@ CONFIG_EXTENSIONS = (".yaml", ".yml", ".json")
 SECRET_FIELDS = ("password", "pass", "secret", "token")
 LITERAL_SECTIONS = ("http_secret_header", "http_secret_value")
 """Sections whose environment values are always literal text, even when they look like JSON."""
+SECTION_ERRORS = ("model_type", "model_attributes_type", "dict_type")
+"""Pydantic errors of a value given where a section or map belongs: the value is not repeated in the message."""
 
 
 def embedded_defaults() -> dict[str, Any]:
@@ -43,9 +46,11 @@ def find_config_file(name_or_path: str | os.PathLike[str] | None) -> Path | None
 def read_config_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else yaml_input.load(text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise StreamlingError.user(f"config file '{path}': cannot be read: {exc}") from exc
+    except RecursionError:  # JSON nested thousands of levels deep
+        raise StreamlingError.user(f"config file '{path}': cannot be read: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -107,11 +112,13 @@ def _origin_of(dotted: str, origins: Mapping[str, str]) -> str:
 
 
 def _shown(dotted: str, value: Any) -> str:
-    """The value for an error message; secrets (a secret-sounding key anywhere on the path, such as
-    ``http_secret_value.<name>``) are never shown."""
+    """` = value` for a message about setting `dotted`: secrets as ``'***'``; nothing for a value given to a whole
+    section or map (a connection section given as JSON with a typo, say), which may hold a password."""
     if any(word in part for part in dotted.split(".") for word in SECRET_FIELDS):
-        return "'***'"
-    return repr(value)
+        return " = '***'"
+    if isinstance(value, str | int | float | bool) or value is None:
+        return f" = {value!r}"
+    return ""
 
 
 def load_settings(
@@ -146,7 +153,6 @@ def load_settings(
             if err["type"] == "extra_forbidden":
                 problems.append(f"unknown setting '{dotted}' (from {_origin_of(dotted, origins)})")
                 continue
-            problems.append(
-                f"{dotted} = {_shown(dotted, err.get('input'))} (from {_origin_of(dotted, origins)}): {reason}"
-            )
+            value = "" if err["type"] in SECTION_ERRORS else _shown(dotted, err.get("input"))
+            problems.append(f"{dotted}{value} (from {_origin_of(dotted, origins)}): {reason}")
         raise StreamlingError.user("invalid configuration: " + "; ".join(problems)) from None

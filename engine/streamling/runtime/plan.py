@@ -76,7 +76,8 @@ class Plan:
             try:
                 schema = self._schema_of(spark, node, parents)
             except StreamlingError as exc:
-                errors.append(exc.message if exc.user_facing else f"{node.label}: {exc.message}")
+                named = exc.user_facing or f"{node.kind} '{node.name}'" in exc.message.split(": ", 1)[0]
+                errors.append(exc.message if named else f"{node.label}: {exc.message}")
                 continue
             if schema is not None:
                 self.schemas[name] = schema

@@ -34,7 +34,7 @@ from pydantic import Field, PositiveInt, field_validator
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from streamling.clickhouse.client import describe, get_client, qualified, quote
+from streamling.clickhouse.client import describe, get_client, qualified, quote, redact
 from streamling.clickhouse.types import (
     Column,
     can_hold,
@@ -49,7 +49,7 @@ from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec
-from streamling.types import GS_OP
+from streamling.types import GS_OP, exact_columns
 
 log = logging.getLogger("streamling.clickhouse")
 IS_DELETED = "is_deleted"
@@ -197,8 +197,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             raise StreamlingError.user(f"{self.label}: {what} failed: {self._scrub(first_line(exc))}") from None
 
     def _scrub(self, text: str) -> str:
-        secret = self.connection.password.get_secret_value()
-        return text.replace(secret, "***") if secret else text
+        return redact(text, self.connection)
 
     def initialize(self, ctx: RunContext) -> None:
         compress = self.wire_compression or False
@@ -317,7 +316,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
     def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
         """Collect the epoch as Arrow now (Spark); insert it on the committer thread (driver)."""
         assert self._client is not None, "initialize() opens the client"
-        table = df.select(*self.send, GS_OP).toArrow()
+        table = df.select(*exact_columns([*self.send, GS_OP])).toArrow()
         return lambda: self.deliver(table)
 
     def deliver(self, table: pa.Table) -> Written:
@@ -370,20 +369,21 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
                 self._insert(self.spec.table, upserts.select(self.send))
 
     def _insert(self, name: str, rows: pa.Table) -> None:
+        """Table and column names go to the driver quoted: it would pass a dotted table name (`a.b`) or a name
+        already in backquotes unquoted into the INSERT."""
         target = qualified(self.database, name)
+        names = [quote(c) for c in rows.schema.names]
+        body = _arrow_file(rows)
         codec = self.wire_compression
-        if codec is None:
-            self._call(
-                f"inserting into {target}", lambda: self._client.insert_arrow(name, rows, database=self.database)
-            )
-            return
-        # clickhouse-connect's insert_arrow sends a gzip client's Arrow uncompressed (it compresses only zstd/lz4
-        # Arrow buffers, at a fixed level), so the sink compresses the Arrow payload itself at the configured
-        # level and sends it with Content-Encoding, as the ClickHouse HTTP interface accepts for any format.
-        body = _compress(_arrow_file(rows), codec, self.spec.compression_level)
+        if codec is not None:
+            # clickhouse-connect's insert_arrow sends a gzip client's Arrow uncompressed (it compresses only
+            # zstd/lz4 Arrow buffers, at a fixed level), so the sink compresses the Arrow payload itself at the
+            # configured level and sends it with Content-Encoding, as the ClickHouse HTTP interface accepts for any
+            # format.
+            body = _compress(body, codec, self.spec.compression_level)
         self._call(
             f"inserting into {target}",
-            lambda: self._client.raw_insert(target, rows.schema.names, body, fmt="Arrow", compression=codec),
+            lambda: self._client.raw_insert(target, names, body, fmt="Arrow", compression=codec),
         )
 
     def terminate(self) -> None:

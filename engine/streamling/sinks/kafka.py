@@ -27,7 +27,7 @@ from streamling.kafka.clients import connection_options, kafka_config, registry
 from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec
-from streamling.types import GS_OP, json_default
+from streamling.types import GS_OP, json_default, map_in_arrow
 
 log = logging.getLogger("streamling.kafka")
 OPS_TO_DBZ = {"i": b"c", "u": b"u", "d": b"d"}
@@ -236,6 +236,6 @@ class KafkaSink(Sink[KafkaSinkSpec]):
         """Everything happens now, in the Spark tasks; each reports its messages by operation."""
         plan = self._plan
         schema = "sent long, inserts long, updates long, deletes long"
-        counts = df.mapInArrow(lambda batches: produce_partition(batches, plan), schema).collect()
+        counts = map_in_arrow(df, lambda batches: produce_partition(batches, plan), schema).collect()
         written = sum((Written(row.inserts, row.updates, row.deletes) for row in counts), Written())
         return lambda: written

@@ -27,7 +27,7 @@ from streamling.postgres.progress import ProgressKey
 from streamling.postgres.types import Column, columns_of
 from streamling.postgres.writer import ORDER_COLUMN, WritePlan, write_partition, write_stream
 from streamling.topology.spec import SinkSpec
-from streamling.types import GS_OP
+from streamling.types import GS_OP, exact_columns, map_in_arrow
 
 log = logging.getLogger("streamling.postgres")
 COMPARISONS = ("=", ">", ">=", "<", "<=", "!=", "<>")
@@ -44,6 +44,11 @@ class PostgresSinkSpec(SinkSpec):
     batch_flush_interval: Milliseconds | None = None
     parallelism: PositiveInt = 1
     deduplicate: bool = True
+
+    @field_validator("schema_", "table")
+    @classmethod
+    def _fits_postgres(cls, value: str) -> str:
+        return catalog.check_identifier(value)
 
     @field_validator("on_conflict", mode="before")
     @classmethod
@@ -93,7 +98,7 @@ class PostgresWriterSink(Sink[Any]):
         except TypeError as exc:
             return [f"{self.label}: {exc}"]
         self.keys = list(primary_key)
-        return []
+        return catalog.identifier_errors(self.label, "column", [c.name for c in self.columns])
 
     def _driver_connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed or self._conn.broken:
@@ -157,11 +162,11 @@ class PostgresWriterSink(Sink[Any]):
         applied than counted), and nothing from a stream that had already applied the epoch."""
         assert self.plan is not None, "initialize() builds the write plan"
         plan = self.plan
-        columns = [c.name for c in plan.columns] + [GS_OP]
+        selected = df.select(*exact_columns([c.name for c in plan.columns] + [GS_OP]))
         if self.streams == 1:
-            table = df.select(*columns).toArrow()
+            table = selected.toArrow()
             return lambda: write_stream(table, plan, epoch)
-        written = self._write_streams(df.select(*columns), epoch)
+        written = self._write_streams(selected, epoch)
         return lambda: written
 
     def _write_streams(self, df: DataFrame, epoch: Epoch) -> Written:
@@ -169,11 +174,11 @@ class PostgresWriterSink(Sink[Any]):
         streams = self.streams
         parted = (
             df.withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
-            .repartition(streams, *plan.keys)
+            .repartition(streams, *exact_columns(plan.keys))
             .sortWithinPartitions(ORDER_COLUMN)
         )
         schema = "rows long, inserts long, updates long, deletes long"
-        counts = parted.mapInArrow(lambda batches: write_partition(batches, plan, epoch, streams), schema)
+        counts = map_in_arrow(parted, lambda batches: write_partition(batches, plan, epoch, streams), schema)
         return sum((Written(row.inserts, row.updates, row.deletes) for row in counts.collect()), Written())
 
     def terminate(self) -> None:

@@ -89,6 +89,17 @@ class PostgresAggregateSinkSpec(SinkSpec):
     batch_size: PositiveInt | None = None
     batch_flush_interval: Milliseconds | None = None
 
+    @field_validator("schema_", "landing_table")
+    @classmethod
+    def _fits_postgres(cls, value: str) -> str:
+        return catalog.check_identifier(value)
+
+    @field_validator("agg_table")
+    @classmethod
+    def _fits_postgres_with_suffix(cls, value: str) -> str:
+        """`<agg_table>_aggregate` names the trigger, and must not be truncated either."""
+        return catalog.check_identifier(value, catalog.MAX_IDENTIFIER_BYTES - len("_aggregate"))
+
     @field_validator("group_by", mode="before")
     @classmethod
     def _none_is_empty(cls, value: object) -> object:
@@ -121,7 +132,8 @@ class PostgresAggregateSink(PostgresWriterSink):
             if clash:
                 problems.append(f"{self.label}: aggregate '{name}' would create column '{clash[0]}' twice")
             seen.update(produced)
-        return problems
+        columns = sorted(seen)
+        return problems + catalog.identifier_errors(self.label, "aggregate table column", columns, "shorten its name")
 
     def groups(self) -> dict[str, GroupColumn]:
         return {name: group or GroupColumn() for name, group in self.spec.group_by.items()}

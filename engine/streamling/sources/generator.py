@@ -28,7 +28,7 @@ from streamling.plugins.registry import operator
 from streamling.sources.pacing import Pacer
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec
-from streamling.types import GS_OP, parse_type, with_gs_op
+from streamling.types import GS_OP, check_column_types, parse_type, with_gs_op
 
 DEFAULT_SCHEMA = {"id": "bigint", "amount": "double", "name": "string", "created_at": "timestamp"}
 NAMES = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy")
@@ -50,10 +50,9 @@ class GeneratorSourceSpec(SourceSpec):
     @field_validator("schema_")
     @classmethod
     def _types_parse(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        for column, type_text in (value or {}).items():
-            if column == GS_OP:
-                raise ValueError(f"'{GS_OP}' is added by the generator and cannot be declared")
-            parse_type(type_text)
+        if GS_OP in (value or {}):
+            raise ValueError(f"'{GS_OP}' is added by the generator and cannot be declared")
+        check_column_types(value)
         return value
 
     @property

@@ -26,6 +26,7 @@ from streamling.sources.clickhouse import ClickHouseSource, ClickHouseSourceSpec
 from streamling.sources.kafka import KafkaSource, KafkaSourceSpec
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec
+from streamling.types import exact_column
 
 log = logging.getLogger("streamling.sources.hybrid")
 
@@ -181,7 +182,7 @@ class HybridSource(Source[HybridSourceSpec]):
         have = set(df.columns)
         return df.select(
             *[
-                (F.col(f.name).cast(f.dataType) if f.name in have else F.lit(None).cast(f.dataType)).alias(
+                (exact_column(f.name).cast(f.dataType) if f.name in have else F.lit(None).cast(f.dataType)).alias(
                     f.name, metadata=f.metadata
                 )
                 for f in self.schema().fields

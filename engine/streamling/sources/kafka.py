@@ -35,7 +35,7 @@ from streamling.plugins.registry import operator
 from streamling.sources.pacing import Pacer
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec
-from streamling.types import GS_OP, parse_type
+from streamling.types import GS_OP, check_column_types, parse_type
 
 log = logging.getLogger("streamling.kafka")
 
@@ -76,8 +76,7 @@ class KafkaSourceSpec(SourceSpec):
     @field_validator("schema_")
     @classmethod
     def _types(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        for type_text in (value or {}).values():
-            parse_type(type_text)
+        check_column_types(value)
         return value
 
     @property

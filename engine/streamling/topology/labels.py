@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from streamling.topology.yaml_input import quoted
+
 MAX_LABELS = 20
 MAX_VALUE_BYTES = 256
 RESERVED = ("id", "topology_node_type", "operator_type", "service_instance_id")
@@ -19,15 +21,16 @@ def label_errors(node: str, labels: dict[str, Any], identity: tuple[str, ...]) -
     reserved = set(RESERVED) | set(identity)
     for key, value in labels.items():
         key = str(key)
+        named = f"{node}: telemetry label {quoted(key)}"
         if key.startswith("__"):
-            errors.append(f"{node}: telemetry label '{key}' must not start with '__'")
+            errors.append(f"{named} must not start with '__'")
         elif not KEY_PATTERN.match(key):
-            errors.append(f"{node}: telemetry label '{key}' must match {KEY_PATTERN.pattern}")
+            errors.append(f"{named} must match {KEY_PATTERN.pattern}")
         elif key in reserved:
-            errors.append(f"{node}: telemetry label '{key}' is reserved")
+            errors.append(f"{named} is reserved")
         text = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-        if len(text.encode("utf-8")) > MAX_VALUE_BYTES:
-            errors.append(f"{node}: telemetry label '{key}' value is longer than {MAX_VALUE_BYTES} bytes")
+        if len(text.encode("utf-8", "surrogatepass")) > MAX_VALUE_BYTES:
+            errors.append(f"{named} value is longer than {MAX_VALUE_BYTES} bytes")
         if any((ord(ch) < 32 and ch != "\t") or ord(ch) == 127 for ch in text):
-            errors.append(f"{node}: telemetry label '{key}' value contains a control character")
+            errors.append(f"{named} value contains a control character")
     return errors

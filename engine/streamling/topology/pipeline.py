@@ -18,8 +18,10 @@ from pydantic import ValidationError
 
 from streamling.errors import StreamlingError
 from streamling.plugins.registry import REGISTRY, OperatorType
+from streamling.topology import yaml_input
 from streamling.topology.labels import label_errors
 from streamling.topology.spec import NodeSpec
+from streamling.topology.yaml_input import quoted, shown
 
 SECTIONS = {"sources": "source", "transforms": "transform", "sinks": "sink"}
 CONTROL_PLANE_KEYS = ("orchestration",)
@@ -116,6 +118,11 @@ def read_pipeline_text(location: str | Path) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise StreamlingError.user(f"pipeline file '{location}' cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise StreamlingError.user(
+            f"pipeline file '{location}' is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {exc.start} "
+            f"({exc.reason})"
+        ) from None
 
 
 def load_pipeline(
@@ -127,7 +134,7 @@ def load_pipeline(
     if raw is None:
         return None, report
     nodes = _build_nodes(raw, report)
-    declared = {str(name) for section in SECTIONS for name in raw[section]}
+    declared = {form for section in SECTIONS for name in raw[section] for form in (str(name), str(name).strip())}
     inputs = _resolve_inputs(nodes, declared, report)
     after = _resolve_after(nodes, report) if report.is_valid else {}  # an invalid node would be reported twice
     pipeline = Pipeline(name=name, nodes=nodes, inputs=inputs, path=path, text=text, after=after)
@@ -150,7 +157,7 @@ def load_pipeline(
 
 def _parse(text: str, report: ValidationReport) -> dict[str, Any] | None:
     try:
-        raw = yaml.safe_load(text) if text.strip() else None
+        raw = yaml_input.load(text) if text.strip() else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -182,7 +189,11 @@ def _build_nodes(raw: Mapping[str, Any], report: ValidationReport) -> dict[str, 
     for section, kind in SECTIONS.items():
         for name, body in raw[section].items():
             name = str(name)
-            label = f"{kind} '{name}'"
+            label = f"{kind} {quoted(name)}"
+            problem = _name_problem(name)
+            if problem:
+                report.errors.append(f"{label}: the node name {problem}")
+                continue
             if name in nodes:
                 report.errors.append(f"{label}: the name '{name}' is already used by {nodes[name].label}")
                 continue
@@ -191,27 +202,46 @@ def _build_nodes(raw: Mapping[str, Any], report: ValidationReport) -> dict[str, 
                 continue
             optype = REGISTRY.lookup(kind, body["type"])
             if optype is None:
-                report.errors.append(f"{label}: operator type '{body['type']}' is not available")
+                report.errors.append(f"{label}: operator type {quoted(body['type'])} is not available")
                 continue
             try:
                 spec = optype.spec.model_validate(body)
             except ValidationError as exc:
                 report.errors += [f"{label} (type '{body['type']}'): {_field_problem(e)}" for e in exc.errors()]
                 continue
+            except StreamlingError as exc:  # raised by a check inside the spec (a plugin's, say)
+                report.errors.append(f"{label} (type '{body['type']}'): {_shortened(exc.message)}")
+                continue
             nodes[name] = Node(name, kind, spec, optype)
     return nodes
 
 
+def _name_problem(name: str) -> str | None:
+    """Why `name` cannot name a node (references strip spaces, and messages and logs must stay readable)."""
+    if not name.strip():
+        return "is empty"
+    if name != name.strip():
+        return "starts or ends with whitespace"
+    if not name.isprintable():
+        return "holds a control or other non-printable character"
+    return None
+
+
+def _shortened(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 40]}… ({len(text)} characters)"
+
+
 def _field_problem(err: Mapping[str, Any]) -> str:
+    """One pydantic error as ``field 'a.b': reason (got value)``; long values and names are shortened."""
     where = ".".join(str(p) for p in err["loc"])
-    reason = str(err["msg"]).removeprefix("Value error, ")
+    reason = _shortened(str(err["msg"]).removeprefix("Value error, "))
     if not where:  # a check across fields
         return reason
     if err["type"] == "missing":
-        return f"missing required field '{where}'"
+        return f"missing required field {quoted(where)}"
     if err["type"] == "extra_forbidden":
-        return f"unknown field '{where}'"
-    return f"field '{where}': {reason} (got {err.get('input')!r})"
+        return f"unknown field {quoted(where)}"
+    return f"field {quoted(where)}: {reason} (got {shown(err.get('input'))})"
 
 
 def _resolve_inputs(nodes: Mapping[str, Node], declared: set[str], report: ValidationReport) -> dict[str, list[str]]:
@@ -233,7 +263,7 @@ def _resolve_inputs(nodes: Mapping[str, Node], declared: set[str], report: Valid
             if parent not in nodes:
                 if parent in declared:
                     continue
-                report.errors.append(f"{node.label}: {via} references unknown node '{parent}'")
+                report.errors.append(f"{node.label}: {via} references unknown node {quoted(parent)}")
             elif nodes[parent].kind == "sink":
                 report.errors.append(
                     f"{node.label}: {via} references sink '{parent}'; only sources and transforms produce data"

@@ -25,16 +25,15 @@ from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, Po
 from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, RunContext, Transform
 from streamling.plugins.registry import operator
+from streamling.postgres.catalog import check_identifier
 from streamling.topology.spec import TransformSpec, split_columns
-from streamling.transforms.sql_rewrite import SqlProgram
+from streamling.transforms.sql_rewrite import SqlProgram, spark_name
 from streamling.transforms.stateless import forbidden_operations
-from streamling.types import GS_OP
+from streamling.types import GS_OP, exact_column
 
 BackendType = Literal["Postgres", "InMemory"]
 _BACKENDS: dict[str, BackendType] = {"postgres": "Postgres", "inmemory": "InMemory"}
 VALUE_SCHEMA = StructType([StructField("value", StringType(), False)])
-MAX_IDENTIFIER_BYTES = 63
-"""Postgres silently truncates longer identifiers, so two long names could meet in one table."""
 
 
 class DynamicTableSpec(TransformSpec):
@@ -59,9 +58,7 @@ class DynamicTableSpec(TransformSpec):
     @field_validator("backend_entity_name", "schema_")
     @classmethod
     def _fits_postgres(cls, value: str) -> str:
-        if len(value.encode()) > MAX_IDENTIFIER_BYTES:
-            raise ValueError(f"must be at most {MAX_IDENTIFIER_BYTES} bytes (a Postgres identifier)")
-        return value
+        return check_identifier(value)
 
     @model_validator(mode="after")
     def _one_filler(self) -> DynamicTableSpec:
@@ -123,7 +120,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
     def check_function(self, spark: SparkSession) -> str:
         """Register this table's membership UDF in `spark` and return its SQL name. An InMemory table
         gets one name per version of its set, so a plan keeps the version it was built with."""
-        base = "__sl_dt_" + "".join(ch if ch.isalnum() else "_" for ch in self.name)
+        base = f"__sl_dt_{spark_name(self.name)}"
         lookup: udf.Lookup
         if self.spec.backend_type == "Postgres":
             name, lookup = base, PostgresLookup(self.postgres)
@@ -145,7 +142,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
             return spark.createDataFrame([], VALUE_SCHEMA)
         (node, frame), *_ = inputs.items()
         if self.program is not None:
-            view = "__sl_dt_" + "".join(ch if ch.isalnum() else "_" for ch in self.name) + "_input"
+            view = f"__sl_dt_{spark_name(self.name)}_input"
             frame.createOrReplaceTempView(view)
             rendered = self.program.render({node: view})
             try:
@@ -166,7 +163,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
                     f"{self.label}: column '{self.spec.column}' not found in '{node}'. "
                     f"Available columns: {', '.join(c for c in frame.columns if c != GS_OP)}"
                 )
-            df = frame.select(F.col(f"`{self.spec.column}`"))
+            df = frame.select(exact_column(self.spec.column))
             what = f"column '{self.spec.column}'"
         fields = df.schema.fields
         if len(fields) != 1 or not isinstance(fields[0].dataType, StringType):

@@ -16,7 +16,7 @@ from streamling.plugins.registry import operator
 from streamling.topology.spec import NodeSpec, TransformSpec
 from streamling.transforms import wide_integers
 from streamling.transforms.dynamic_table import DynamicTable, DynamicTableSpec
-from streamling.transforms.sql_rewrite import SqlProgram, undefined_dynamic_table
+from streamling.transforms.sql_rewrite import SqlProgram, spark_name, undefined_dynamic_table
 from streamling.transforms.stateless import forbidden_operations
 from streamling.types import GS_OP
 
@@ -80,7 +80,7 @@ class SqlTransform(Transform[SqlTransformSpec]):
         checks = {name: table.check_function(spark) for name, table in (self._tables or {}).items()}
         views = {}
         for index, (node, frame) in enumerate(sorted(inputs.items())):
-            view = f"__sl_{_ident(self.name)}_{index}"
+            view = f"__sl_{spark_name(self.name)}_{index}"
             frame.createOrReplaceTempView(view)
             views[node] = view
         sql = self.program.render(views, epoch.timestamp_ms if epoch else None, checks)
@@ -110,7 +110,3 @@ def _single_gs_op(df: DataFrame) -> DataFrame:
     keep = [df.columns[i] if i not in positions[1:] else None for i in range(len(df.columns))]
     renamed = df.toDF(*[name or f"__dup_{i}" for i, name in enumerate(keep)])
     return renamed.select(*[c for c in renamed.columns if not c.startswith("__dup_")])
-
-
-def _ident(name: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in name)

@@ -9,6 +9,8 @@ epoch's timestamp so every sink of an epoch sees the same value, and turns
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
@@ -23,6 +25,13 @@ DIALECTS = ("postgres", "spark")
 WIDE_INTEGER_FUNCTIONS = ("u256", "i256")
 _RENAMED_FUNCTIONS = {"make_array": exp.Array}
 DYNAMIC_TABLE_CHECK = "dynamic_table_check"
+
+
+def spark_name(node: str) -> str:
+    """A node name as part of a Spark temporary view or function name: ASCII letters, digits and underscores
+    (Spark rejects others, `ö` included), plus a digest of the name so `a-b` and `a_b` never share one."""
+    readable = re.sub(r"[^A-Za-z0-9_]", "_", node)[:40]
+    return f"{readable}_{hashlib.sha1(node.encode()).hexdigest()[:8]}"
 
 
 def undefined_dynamic_table(name: str) -> str:
@@ -60,6 +69,8 @@ class SqlProgram:
             except SqlglotError as exc:
                 last = exc
                 continue
+            except RecursionError:
+                raise StreamlingError.user(f"{self.where}: invalid SQL: nested too deeply to parse") from None
             if len(statements) != 1 or not isinstance(statements[0], exp.Query):
                 raise StreamlingError.user(f"{self.where}: SQL must be exactly one SELECT statement")
             return statements[0]
