@@ -82,6 +82,24 @@ class DynamicTableBackendSettings(_Section):
     """How long a lookup result may be reused; 0 (the default) asks the table every batch."""
 
 
+class ScriptTransformSettings(_Section):
+    """Defaults for script transforms; a transform's own fields win."""
+
+    time_limit_ms: Milliseconds = 10_000
+    """Wall-clock limit for one batch inside the sandbox (a loop that never ends fails the pipeline)."""
+    memory_limit_mb: PositiveInt = 256
+    """Cap on the sandbox's WebAssembly memory: the script's heap plus one batch in and out."""
+    batch_size: PositiveInt = 10_000
+    """Rows handed to the sandbox per call (one crossing per batch)."""
+
+    @field_validator("time_limit_ms")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+
 BackendType = Literal["InMemory", "Sqlite", "Postgres"]
 _BACKENDS: dict[str, BackendType] = {"inmemory": "InMemory", "sqlite": "Sqlite", "postgres": "Postgres"}
 
@@ -163,6 +181,7 @@ class Settings(_Section):
     dynamic_table_backend: DynamicTableBackendSettings = Field(default_factory=DynamicTableBackendSettings)
     clickhouse_source: ClickHouseSourceSettings = Field(default_factory=ClickHouseSourceSettings)
     clickhouse_sink: ClickHouseConnectionSettings = Field(default_factory=ClickHouseConnectionSettings)
+    script_transform: ScriptTransformSettings = Field(default_factory=ScriptTransformSettings)
 
     @model_validator(mode="before")
     @classmethod

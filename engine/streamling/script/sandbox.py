@@ -1,0 +1,261 @@
+"""The JavaScript sandbox: QuickJS compiled to WebAssembly (quickjs-rs on wasmtime), one per script.
+
+Why this shape:
+
+- Nothing of the host is reachable from a script: QuickJS gets no host functions, no module loader and a
+  WASI context without files, environment or stdio, so ``require``, ``fetch``, ``process`` and files do not
+  exist inside it.
+- Limits are enforced below the JavaScript engine. quickjs-rs's own ``memory_limit`` is not enforced (measured),
+  so the wasmtime store caps the linear memory instead; an allocation past the cap fails inside QuickJS as
+  "out of memory". The time limit is quickjs-rs's per-``eval`` deadline, polled by QuickJS's interrupt
+  handler (loops and the regex engine poll it). A direct call through a JS function handle ignores that
+  deadline (measured), so every call into the sandbox is an ``eval`` of a global call.
+- The host crosses in once per batch: `Sandbox.run` hands over one payload and gets one reply.
+- A sandbox whose limit tripped is discarded, never reused: its heap may be half-updated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+PREFIX = "globalThis.__streamling_user = ("
+"""The user's script is evaluated as ``PREFIX + script + SUFFIX``: on the same lines, so positions keep the
+script's own line numbers (columns on line 1 are shifted by ``len(PREFIX)`` and corrected)."""
+SUFFIX = "\n);0"
+_POSITION = re.compile(r"eval_script:(\d+):(\d+)")
+_FRAME_NAME = re.compile(r"^\s*at (\S+)")
+
+
+@dataclass(frozen=True)
+class Limits:
+    time_limit_ms: int
+    memory_limit_mb: int
+
+
+class SandboxError(Exception):
+    """A problem inside the sandbox; the transform adds the node, the row and the input."""
+
+
+class ScriptSyntaxError(SandboxError):
+    """The script does not parse, or is not a single function expression."""
+
+
+class LimitExceeded(SandboxError):
+    """The time or memory limit stopped the script. `row` is the 0-based row it was on, when known."""
+
+    def __init__(self, message: str, what: str, row: int | None) -> None:
+        super().__init__(message)
+        self.what = what
+        self.row = row
+
+
+@cache
+def runner_source() -> str:
+    return resources.files("streamling.script").joinpath("runner.js").read_text(encoding="utf-8")
+
+
+def user_code(script: str) -> str:
+    """The script as the expression the sandbox evaluates; a trailing ``;`` is allowed."""
+    return PREFIX + script.rstrip().rstrip(";").rstrip() + SUFFIX
+
+
+def clean_stack(stack: str) -> list[str]:
+    """The user's frames of a QuickJS stack, ``at process (script:3:11)``; the runner's frames are cut."""
+    frames = []
+    for line in stack.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        name = _FRAME_NAME.match(line)
+        if name and name.group(1).startswith("streamling"):
+            break
+        frames.append(_POSITION.sub(lambda m: f"script:{m.group(1)}:{m.group(2)}", line))
+    return frames
+
+
+def _position(stack: str | None, script: str) -> str:
+    match = _POSITION.search(stack or "")
+    if not match:
+        return ""
+    line, column = int(match.group(1)), int(match.group(2))
+    lines = script.rstrip().rstrip(";").rstrip().count("\n") + 1
+    if line > lines:
+        return " at the end of the script"
+    if line == 1:
+        column = max(1, column - len(PREFIX))
+    return f" at line {line}, column {column}"
+
+
+class Sandbox:
+    """One QuickJS instance with `limits`, holding the runner and (after `load`) one user function."""
+
+    def __init__(self, limits: Limits) -> None:
+        import quickjs_rs
+        import wasmtime
+
+        self.limits = limits
+        self.lock = threading.Lock()
+        self._runtime = quickjs_rs.Runtime(memory_limit=None)
+        self._context = self._runtime.new_context(timeout=limits.time_limit_ms / 1000)
+        instance = self._context._engine_ctx._inst
+        instance.store.set_limits(memory_size=limits.memory_limit_mb * 2**20)
+        instance.store.set_wasi(wasmtime.WasiConfig())  # no stdio either: scripts print nowhere
+        self._memory = instance.mem
+        self._store = instance.store
+        self.broken = False
+        self._eval(runner_source(), None)
+
+    @property
+    def memory_bytes(self) -> int:
+        """The linear memory the sandbox holds now (it never shrinks)."""
+        return self._memory.data_len(self._store)
+
+    def load(self, script: str) -> None:
+        """Evaluate `script` (JavaScript) as the user function; `ScriptSyntaxError` if it does not parse or is
+        not a function."""
+        import quickjs_rs
+
+        try:
+            self._eval(user_code(script), None)
+        except quickjs_rs.JSError as exc:
+            if exc.name == "SyntaxError":
+                raise ScriptSyntaxError(f"SyntaxError: {exc.message}{_position(exc.stack, script)}") from None
+            raise ScriptSyntaxError(
+                f"evaluating the script failed: {exc.name}: {exc.message}"
+                + "".join(f", {frame}" for frame in clean_stack(exc.stack or ""))
+            ) from None
+        kind = self._eval("typeof globalThis.__streamling_user", None)
+        if kind != "function":
+            raise ScriptSyntaxError(f"the script must be a single function expression, but it evaluates to a {kind}")
+
+    def load_library(self, code: str) -> None:
+        """Evaluate trusted code (the Sucrase bundle) at the top level."""
+        self._eval(code + "\n;0", None)
+
+    def call(self, expression: str, values: dict[str, Any]) -> Any:
+        """Set `values` as globals, then evaluate `expression` (a global call: the deadline applies)."""
+        for name, value in values.items():
+            self._context.globals[name] = value
+        return self._eval(expression, None)
+
+    def setup(self, spec: dict[str, Any]) -> None:
+        """Generate the row builders for `spec` (input and output columns)."""
+        self._context.globals["__streamling_spec"] = json.dumps(spec)
+        self._eval("__streamling_setup(globalThis.__streamling_spec, globalThis.__streamling_user)", None)
+
+    def run(self, payload: dict[str, Any]) -> list[Any]:
+        """One batch in, one reply out (see runner.js); `LimitExceeded` when a limit stops it."""
+        self._context.globals["__streamling_in"] = payload
+        return self._eval("__streamling_batch(globalThis.__streamling_in)", payload.get("n"))
+
+    def _eval(self, code: str, rows: int | None) -> Any:
+        import quickjs_rs
+
+        if self.broken:
+            raise SandboxError("the sandbox was stopped by a limit and cannot be reused")
+        try:
+            return self._context.eval(code)
+        except quickjs_rs.TimeoutError:
+            self.broken = True
+            raise LimitExceeded(
+                f"the script ran longer than its time limit of {self.limits.time_limit_ms} ms"
+                + (f" for a batch of {rows} rows" if rows is not None else ""),
+                "time",
+                self._current_row(),
+            ) from None
+        except quickjs_rs.MemoryLimitError:
+            self.broken = True
+            raise self._out_of_memory(rows) from None
+        except quickjs_rs.JSError as exc:
+            if exc.name == "InternalError" and "out of memory" in exc.message:
+                self.broken = True
+                raise self._out_of_memory(rows) from None
+            raise
+        except quickjs_rs.QuickJSError:
+            raise
+        except Exception as exc:  # a wasm trap: the guest died, typically allocating past the cap
+            self.broken = True
+            if self.memory_bytes >= self.limits.memory_limit_mb * 2**20 * 0.9:
+                raise self._out_of_memory(rows) from None
+            raise SandboxError(f"the sandbox failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}") from exc
+
+    def _out_of_memory(self, rows: int | None) -> LimitExceeded:
+        return LimitExceeded(
+            f"the script ran out of memory: it needs more than its memory limit of {self.limits.memory_limit_mb} MB"
+            + (f" for a batch of {rows} rows" if rows is not None else ""),
+            "memory",
+            self._current_row(),
+        )
+
+    def _current_row(self) -> int | None:
+        """The row the runner was on when a limit stopped it (the sandbox is still readable after an interrupt)."""
+        try:
+            row = self._context.eval("__streamling_current()")
+        except Exception:
+            return None
+        return row if isinstance(row, int) and row >= 0 else None
+
+    def close(self) -> None:
+        try:
+            self._context.close()
+            self._runtime.close()
+        except Exception:  # closing must never mask the error that led here
+            pass
+
+
+def check_script(script: str) -> None:
+    """Parse `script` in a fresh sandbox: `ScriptSyntaxError` when it does not parse or is not a function."""
+    sandbox = Sandbox(Limits(time_limit_ms=10_000, memory_limit_mb=256))
+    try:
+        sandbox.load(script)
+    finally:
+        sandbox.close()
+
+
+_CACHE: OrderedDict[tuple[str, str, Limits], Sandbox] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+CACHE_SIZE = 8
+"""Sandboxes kept per Python worker; each holds its linear memory (up to its limit) until evicted."""
+
+
+def sandbox_for(script: str, spec: dict[str, Any], limits: Limits) -> Sandbox:
+    """The process's sandbox for this script, schema and limits, created on first use and reused across
+    batches and tasks (Spark reuses Python workers)."""
+    key = (script, json.dumps(spec, sort_keys=True), limits)
+    with _CACHE_LOCK:
+        found = _CACHE.get(key)
+        if found is not None and not found.broken:
+            _CACHE.move_to_end(key)
+            return found
+    sandbox = Sandbox(limits)
+    try:
+        sandbox.load(script)
+        sandbox.setup(spec)
+    except BaseException:
+        sandbox.close()
+        raise
+    with _CACHE_LOCK:
+        old = _CACHE.pop(key, None)
+        _CACHE[key] = sandbox
+        while len(_CACHE) > CACHE_SIZE:
+            _, evicted = _CACHE.popitem(last=False)
+            evicted.close()
+    if old is not None:
+        old.close()
+    return sandbox
+
+
+def discard(sandbox: Sandbox) -> None:
+    """Drop a sandbox from the cache (after a limit stopped it) and free it."""
+    with _CACHE_LOCK:
+        for key, value in list(_CACHE.items()):
+            if value is sandbox:
+                del _CACHE[key]
+    sandbox.close()
