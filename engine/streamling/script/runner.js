@@ -53,6 +53,11 @@
     return typeof value;
   }
 
+  function aType(value) {
+    const name = typeName(value);
+    return (/^[aeiou]/.test(name) ? "an " : "a ") + name;
+  }
+
   function numberFrom(column, type, value) {
     let number;
     if (typeof value === "number") number = value;
@@ -64,7 +69,7 @@
         if (number !== number) fail(column, value, "is not a number");
       }
     } else if (typeof value === "bigint") number = Number(value);
-    else fail(column, value, "a " + typeName(value) + " cannot be converted to " + type);
+    else fail(column, value, "(" + aType(value) + ") cannot be converted to " + type);
     if (type === "double" || type === "float") return number;
     if (!isFiniteNumber(number)) fail(column, value, "is not a finite number");
     number = trunc(number);
@@ -82,7 +87,7 @@
       if (value === 1) return 1;
       if (value === 0) return 0;
     }
-    return fail(column, value, "a " + typeName(value) + " cannot be converted to boolean");
+    return fail(column, value, "(" + aType(value) + ") cannot be converted to boolean");
   }
 
   function isoOf(column, value) {
@@ -113,16 +118,16 @@
         if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint") return String(value);
         if (value instanceof Date) return isoOf(column, value);
         if (typeof value === "object") return stringify(value);
-        return fail(column, value, "a " + typeName(value) + " cannot be converted to string");
+        return fail(column, value, "(" + aType(value) + ") cannot be converted to string");
       case "timestamp":
       case "timestamp_ntz": {
         const iso = isoOf(column, value);
-        if (iso === undefined) fail(column, value, "a " + typeName(value) + " cannot be converted to " + type);
+        if (iso === undefined) fail(column, value, "(" + aType(value) + ") cannot be converted to " + type);
         return type === "timestamp_ntz" ? iso.slice(0, -1) : iso;
       }
       case "date": {
         const iso = isoOf(column, value);
-        if (iso === undefined) fail(column, value, "a " + typeName(value) + " cannot be converted to date");
+        if (iso === undefined) fail(column, value, "(" + aType(value) + ") cannot be converted to date");
         return iso.slice(0, 10);
       }
       case "decimal":
@@ -131,11 +136,11 @@
           return String(value);
         }
         if (typeof value === "bigint") return String(value);
-        return fail(column, value, "a " + typeName(value) + " cannot be converted to decimal");
+        return fail(column, value, "(" + aType(value) + ") cannot be converted to decimal");
       case "binary":
         if (value instanceof Uint8Array) return base64Of(value);
         if (value instanceof ArrayBuffer) return base64Of(new Uint8Array(value));
-        return fail(column, value, "a " + typeName(value) + " cannot be converted to binary (use a base64 string)");
+        return fail(column, value, "(" + aType(value) + ") cannot be converted to binary (use a base64 string)");
       default:
         if (typeof value === "bigint") return String(value);
         return value;
@@ -258,7 +263,7 @@
   // spec: {inputs: [{name, kind, slot}], outputs: [{name, kind, type}], strict: bool}
   define("__streamling_setup", function streamlingSetup(specText, userFunction) {
     if (typeof userFunction !== "function") {
-      throw new TypeError("the script must be a single function expression, but it evaluates to a " + typeName(userFunction));
+      throw new TypeError("the script must be a single function expression, but it evaluates to " + aType(userFunction));
     }
     const spec = parse(specText);
     fn = userFunction;
@@ -307,7 +312,7 @@
       }
       if (result === null || result === undefined) continue;
       if (typeof result !== "object") {
-        return ["shape", i, "returned a " + typeName(result) + "; return an object, an array of objects, or null"];
+        return ["shape", i, "returned " + aType(result) + "; return an object, an array of objects, or null"];
       }
       const many = isArray(result);
       const count = many ? result.length : 1;
@@ -315,7 +320,7 @@
         const row = many ? result[e] : result;
         if (row === null || row === undefined) continue;
         if (typeof row !== "object" || isArray(row)) {
-          return ["shape", i, "element " + e + " of the returned array is a " + typeName(row) + "; elements must be objects or null"];
+          return ["shape", i, "element " + e + " of the returned array is " + aType(row) + "; elements must be objects or null"];
         }
         if (!checked) {
           checked = true;
@@ -362,6 +367,7 @@
   function thrown(i, e) {
     current = -1;
     if (e !== null && typeof e === "object" && e[COERCE] === true) return ["coerce", i, e.column, e.value, e.reason];
+    if (e instanceof Error && e.name === "InternalError" && e.message === "out of memory") return ["memory", i];
     if (e instanceof Error) return ["error", i, String(e.name), String(e.message), String(e.stack || "")];
     return ["error", i, "", "threw " + show(e) + " (not an Error, so no stack)", ""];
   }

@@ -27,7 +27,7 @@ from typing import Any
 
 PREFIX = "globalThis.__streamling_user = ("
 """The user's script is evaluated as ``PREFIX + script + SUFFIX``: on the same lines, so positions keep the
-script's own line numbers (columns on line 1 are shifted by ``len(PREFIX)`` and corrected)."""
+script's own line numbers."""
 SUFFIX = "\n);0"
 _POSITION = re.compile(r"eval_script:(\d+):(\d+)")
 _FRAME_NAME = re.compile(r"^\s*at (\S+)")
@@ -67,7 +67,8 @@ def user_code(script: str) -> str:
 
 
 def clean_stack(stack: str) -> list[str]:
-    """The user's frames of a QuickJS stack, ``at process (script:3:11)``; the runner's frames are cut."""
+    """The user's frames of a QuickJS stack, ``at process (script:3)``; the runner's frames are cut. Columns are
+    left out: QuickJS's are unreliable past the first line (measured), its line numbers are exact."""
     frames = []
     for line in stack.splitlines():
         line = line.strip()
@@ -76,7 +77,7 @@ def clean_stack(stack: str) -> list[str]:
         name = _FRAME_NAME.match(line)
         if name and name.group(1).startswith("streamling"):
             break
-        frames.append(_POSITION.sub(lambda m: f"script:{m.group(1)}:{m.group(2)}", line))
+        frames.append(_POSITION.sub(lambda m: f"script:{m.group(1)}", line))
     return frames
 
 
@@ -84,13 +85,9 @@ def _position(stack: str | None, script: str) -> str:
     match = _POSITION.search(stack or "")
     if not match:
         return ""
-    line, column = int(match.group(1)), int(match.group(2))
     lines = script.rstrip().rstrip(";").rstrip().count("\n") + 1
-    if line > lines:
-        return " at the end of the script"
-    if line == 1:
-        column = max(1, column - len(PREFIX))
-    return f" at line {line}, column {column}"
+    line = int(match.group(1))
+    return " at the end of the script" if line > lines else f" at line {line}"
 
 
 class Sandbox:
@@ -153,7 +150,11 @@ class Sandbox:
     def run(self, payload: dict[str, Any]) -> list[Any]:
         """One batch in, one reply out (see runner.js); `LimitExceeded` when a limit stops it."""
         self._context.globals["__streamling_in"] = payload
-        return self._eval("__streamling_batch(globalThis.__streamling_in)", payload.get("n"))
+        reply = self._eval("__streamling_batch(globalThis.__streamling_in)", payload.get("n"))
+        if reply[0] == "memory":  # the runner caught QuickJS's out-of-memory error on a row
+            self.broken = True
+            raise self._out_of_memory(payload.get("n"), reply[1])
+        return reply
 
     def _eval(self, code: str, rows: int | None) -> Any:
         import quickjs_rs
@@ -186,12 +187,12 @@ class Sandbox:
                 raise self._out_of_memory(rows) from None
             raise SandboxError(f"the sandbox failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}") from exc
 
-    def _out_of_memory(self, rows: int | None) -> LimitExceeded:
+    def _out_of_memory(self, rows: int | None, row: int | None = None) -> LimitExceeded:
         return LimitExceeded(
             f"the script ran out of memory: it needs more than its memory limit of {self.limits.memory_limit_mb} MB"
             + (f" for a batch of {rows} rows" if rows is not None else ""),
             "memory",
-            self._current_row(),
+            self._current_row() if row is None else row,
         )
 
     def _current_row(self) -> int | None:
