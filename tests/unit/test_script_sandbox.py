@@ -46,7 +46,7 @@ def program(
         label="script transform 't'",
         script=script,
         inputs=codec.columns_of(schema),
-        outputs=codec.columns_of(outputs),
+        outputs=codec.outputs_of(outputs, schema),
         strict=strict,
         limits=limits,
         batch_size=batch_size,

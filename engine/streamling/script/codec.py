@@ -52,6 +52,8 @@ class Column:
     kind: str
     type: str
     slot: int = -1
+    same: int = -1
+    """For an output column: the input column of the same name and type, whose unchanged values are reused."""
 
 
 def columns_of(schema: T.StructType) -> list[Column]:
@@ -69,11 +71,24 @@ def columns_of(schema: T.StructType) -> list[Column]:
     return columns
 
 
+def outputs_of(schema: T.StructType, input_schema: T.StructType) -> list[Column]:
+    """The output columns; a JSON-carried one that exists in the input with the same type is marked `same`, so
+    values a script passes through unchanged never cross as text."""
+    inputs = {f.name: (k, f.dataType) for k, f in enumerate(input_schema.fields)}
+    columns = []
+    for column, field in zip(columns_of(schema), schema.fields, strict=True):
+        found = inputs.get(column.name)
+        if column.kind == "json" and found is not None and found[1] == field.dataType:
+            column = Column(column.name, column.kind, column.type, column.slot, found[0])
+        columns.append(column)
+    return columns
+
+
 def spec_of(inputs: list[Column], outputs: list[Column], strict: bool) -> dict[str, Any]:
     """What the runner's setup needs: names and kinds in, names, kinds and types out."""
     return {
         "inputs": [{"name": c.name, "kind": c.kind, "slot": c.slot} for c in inputs],
-        "outputs": [{"name": c.name, "kind": c.kind, "type": c.type} for c in outputs],
+        "outputs": [{"name": c.name, "kind": c.kind, "type": c.type, "same": c.same} for c in outputs],
         "strict": strict,
     }
 
@@ -183,6 +198,10 @@ def decode(reply: list[Any], batch: pa.RecordBatch, columns: list[Column], schem
         elif column.kind == "bool":
             flags = np.frombuffer(next(buffers), dtype=np.uint8)
             arrays.append(pa.array(flags == 1, type=pa.bool_(), mask=flags == 2))
+        elif column.same >= 0:
+            arrays.append(
+                _reused(np.frombuffer(next(buffers), dtype=np.uint8), texts[column.slot], batch, sources, column, field)
+            )
         else:
             arrays.append(_from_texts(texts[column.slot], column, field.type))
     if GS_OP in batch.schema.names:
@@ -191,6 +210,22 @@ def decode(reply: list[Any], batch: pa.RecordBatch, columns: list[Column], schem
         ops = pa.array(["i"] * count, type=pa.string())
     arrays.append(pc.cast(ops, schema.field(GS_OP).type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _reused(
+    same: np.ndarray, values: list[Any], batch: pa.RecordBatch, sources: np.ndarray, column: Column, field: pa.Field
+) -> pa.Array:
+    """The input's values at each output row's source row, with the values the script changed put in."""
+    base = pc.take(batch.column(column.same), pa.array(sources, type=pa.int32()))
+    if base.type != field.type:
+        base = pc.cast(base, field.type)
+    if len(values) == 0:
+        return base
+    try:
+        changed = _from_texts(values, column, field.type)
+    except BadValue as exc:
+        raise BadValue(int(np.flatnonzero(same == 0)[exc.index]), exc.column, exc.value, exc.reason) from None
+    return pc.replace_with_mask(base, pa.array(same == 0), changed)
 
 
 def _from_texts(values: list[Any], column: Column, data_type: pa.DataType) -> pa.Array:

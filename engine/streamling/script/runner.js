@@ -201,7 +201,7 @@
       lines.push("  o" + k + " = out[" + k + "].values; p" + k + " = out[" + k + "].valid;");
     });
     lines.push("}");
-    lines.push("function streamlingEmit(r, j) {");
+    lines.push("function streamlingEmit(r, j, i) {");
     lines.push("  let x;");
     outputs.forEach(function (c, k) {
       const col = key(c.name);
@@ -218,10 +218,14 @@
         lines.push("  else " + o + "[j] = numberFrom(" + col + ", '" + c.type + "', x);");
       } else if (c.kind === "bool") {
         lines.push("  " + o + "[j] = x === true ? 1 : x === false ? 0 : x == null ? 2 : booleanFrom(" + col + ", x);");
-      } else if (c.type === "any") {
-        lines.push("  " + o + ".push(x === undefined ? null : jsonFrom(" + col + ", 'any', x));");
       } else {
-        lines.push("  " + o + ".push(typeof x === 'string' ? x : x == null ? null : jsonFrom(" + col + ", '" + c.type + "', x));");
+        const value =
+          c.type === "any"
+            ? "x === undefined ? null : jsonFrom(" + col + ", 'any', x)"
+            : "typeof x === 'string' ? x : x == null ? null : jsonFrom(" + col + ", '" + c.type + "', x)";
+        // An unchanged input value is only flagged: the host reuses the input's Arrow value (no JSON, no parsing).
+        if (c.same >= 0) lines.push("  if (x === i" + c.same + "[i] || (x === undefined && i" + c.same + "[i] === null)) p" + k + "[j] = 1; else " + o + ".push(" + value + ");");
+        else lines.push("  " + o + ".push(" + value + ");");
       }
     });
     lines.push("}");
@@ -251,6 +255,10 @@
         if (previous) values.set(previous[k].values.subarray(0, used));
       } else {
         values = previous ? previous[k].values : [];
+        if (c.same >= 0) {
+          valid = new Uint8Array(capacity); // 1: the value is the input row's
+          if (previous) valid.set(previous[k].valid.subarray(0, used));
+        }
       }
       return { values: values, valid: valid };
     });
@@ -336,7 +344,7 @@
           src = grown;
         }
         try {
-          emit(row, j);
+          emit(row, j, i);
         } catch (err) {
           return thrown(i, err);
         }
@@ -353,6 +361,7 @@
       } else if (c.kind === "bool") {
         reply.push(out[k].values.subarray(0, j));
       } else {
+        if (c.same >= 0) reply.push(out[k].valid.subarray(0, j));
         json.push(out[k].values);
       }
     });

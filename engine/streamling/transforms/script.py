@@ -125,7 +125,7 @@ class ScriptTransform(Transform[ScriptTransformSpec]):
             label=self.label,
             script=self.spec.javascript(),
             inputs=codec.columns_of(frame.schema),
-            outputs=codec.columns_of(T.StructType([f for f in schema.fields if f.name != GS_OP])),
+            outputs=codec.outputs_of(T.StructType([f for f in schema.fields if f.name != GS_OP]), frame.schema),
             strict=self.spec.schema_ is None,
             limits=self.limits,
             batch_size=self.spec.batch_size or self.settings.script_transform.batch_size,
