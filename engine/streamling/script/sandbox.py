@@ -16,13 +16,20 @@ Why this shape:
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
+import os
+import platform
 import re
+import stat
+import tempfile
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 PREFIX = "globalThis.__streamling_user = ("
@@ -90,6 +97,78 @@ def _position(stack: str | None, script: str) -> str:
     return " at the end of the script" if line > lines else f" at line {line}"
 
 
+_COMPILED = threading.Lock()
+_compiled = False
+
+
+def _precompiled() -> None:
+    """Give quickjs-rs its QuickJS module from a per-user cache of wasmtime's compiled code.
+
+    Compiling QuickJS's WebAssembly takes ~0.8 CPU-s, once per process: every Spark Python worker that runs a
+    script pays it on its first batch. The compiled module is kept in a directory only this user can write
+    (``$XDG_CACHE_HOME/streamling`` or ``~/.cache/streamling``, else a private directory under the temp dir),
+    keyed by the WebAssembly's hash, the wasmtime version and the machine, so later workers load it in ~1 ms.
+    Loading compiled code trusts the file, hence the ownership and permission checks; any problem just means
+    compiling as quickjs-rs would. Relies on quickjs-rs 0.2.6 internals (its shared-artifact table)."""
+    global _compiled
+    with _COMPILED:
+        if _compiled:
+            return
+        _compiled = True
+        try:
+            import wasmtime
+            from quickjs_rs import _engine, _wasmtime
+
+            wasm = _engine._read_guest_wasm()
+            digest = hashlib.sha256(wasm).digest()
+            version = importlib.metadata.version("wasmtime")
+            key = hashlib.sha256(digest + f"{version}/{platform.machine()}".encode()).hexdigest()[:24]
+            folder = _cache_dir()
+            path = folder / f"quickjs-{key}.cwasm" if folder else None
+            engine = _wasmtime.shared_wasmtime_engine()
+            module = None
+            if path is not None and _private(path):
+                try:
+                    module = wasmtime.Module.deserialize_file(engine, str(path))
+                except Exception:
+                    module = None
+            if module is None:
+                module = wasmtime.Module(engine, wasm)
+                if path is not None:
+                    fd, temp = tempfile.mkstemp(dir=folder, prefix=".quickjs-")
+                    with os.fdopen(fd, "wb") as out:
+                        out.write(module.serialize())
+                    os.replace(temp, path)
+            with _wasmtime._SHARED_ARTIFACTS_LOCK:
+                _wasmtime._SHARED_ARTIFACTS.setdefault(
+                    "quickjs",
+                    _wasmtime.SharedWasmArtifact(module, _engine._build_shared_linker(engine), digest),
+                )
+        except Exception:  # never worse than quickjs-rs on its own: it compiles on first use
+            return
+
+
+def _cache_dir() -> Path | None:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for folder in (Path(base) / "streamling", Path(tempfile.gettempdir()) / f"streamling-{os.getuid()}"):
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if _private(folder) and os.access(folder, os.W_OK):
+                return folder
+        except OSError:
+            continue
+    return None
+
+
+def _private(path: Path) -> bool:
+    """Owned by this user and writable by nobody else (a missing file is not private: nothing to load)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    return info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
 class Sandbox:
     """One QuickJS instance with `limits`, holding the runner and (after `load`) one user function."""
 
@@ -97,6 +176,7 @@ class Sandbox:
         import quickjs_rs
         import wasmtime
 
+        _precompiled()
         self.limits = limits
         self.lock = threading.Lock()
         self._runtime = quickjs_rs.Runtime(memory_limit=None)
