@@ -472,3 +472,28 @@ def test_typescript_without_the_bundle_says_where_it_is_expected(monkeypatch, tm
     monkeypatch.undo()
     monkeypatch.setattr(typescript, "_sandbox", None)
     typescript.transpile.cache_clear()
+
+
+def test_the_sandbox_works_from_the_zip_shipped_to_cluster_executors(tmp_path) -> None:
+    """On a cluster the package reaches executors as a zip (`runtime/session.py`): runner.js is read from it."""
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    import streamling
+
+    package = Path(streamling.__file__).parent
+    archive = tmp_path / "streamling.zip"
+    with zipfile.ZipFile(archive, "w") as out:
+        for path in package.rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts:
+                out.write(path, Path("streamling") / path.relative_to(package))
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import streamling.script.sandbox as s; "
+        "assert s.__file__.startswith(sys.argv[1]), s.__file__; "
+        "box = s.Sandbox(s.Limits(5000, 64)); box.load('row => row'); print(box.call('typeof __streamling_batch', {}))"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", probe, str(archive)], env=env, capture_output=True, text=True)
+    assert result.stdout.strip() == "function", result.stderr
