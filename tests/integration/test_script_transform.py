@@ -385,3 +385,20 @@ def test_validation_checks_primary_key_and_schema(spark, make_settings, write_pi
         write_pipeline(text.replace("KEY", "id").replace("SCHEMA", "schema: {id: long, x: money}")), settings, spark
     )
     assert report.errors[0].startswith("transform 't' (type 'script'): field 'schema': unknown column type 'money'")
+
+
+def test_dagster_shows_the_script_and_reports_an_invalid_script_transform(tmp_path) -> None:
+    import dagster as dg
+
+    from streamling_dagster import build_definitions
+
+    (tmp_path / "tiers.yaml").write_text(README_EXAMPLE)
+    (tmp_path / "broken.yaml").write_text(VALIDATION.replace("LANGUAGE", "javascript").replace("PRIMARY_KEY", ""))
+    defs = build_definitions(tmp_path)
+    tiered = defs.resolve_asset_graph().get(dg.AssetKey(["tiers", "tiered"]))
+    assert tiered.metadata["language"] == "javascript"
+    assert "input.tier = input.amount > 1000 ? 'premium' : 'standard';" in tiered.metadata["script"].value
+    check = defs.get_asset_checks_def(dg.AssetCheckKey(dg.AssetKey(["broken", "pipeline"]), "pipeline_is_valid"))
+    outcome = check()
+    assert not outcome.passed
+    assert "transform 't' (type 'script'): missing required field 'primary_key'" in outcome.description

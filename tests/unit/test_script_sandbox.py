@@ -204,6 +204,7 @@ def test_gs_op_is_the_input_rows() -> None:
         ("[1, 2]", "element 0 of the returned array is a number; elements must be objects or null"),
         ("[[{id: 1}]]", "element 0 of the returned array is an array; elements must be objects or null"),
         ("'text'", "returned a string; return an object, an array of objects, or null"),
+        ("Promise.resolve(row)", "returned a Promise; the function must return its rows synchronously (no async)"),
     ],
 )
 def test_return_shapes(value: str, error: str | None) -> None:

@@ -322,6 +322,9 @@
       if (typeof result !== "object") {
         return ["shape", i, "returned " + aType(result) + "; return an object, an array of objects, or null"];
       }
+      if (result instanceof Promise) {
+        return ["shape", i, "returned a Promise; the function must return its rows synchronously (no async)"];
+      }
       const many = isArray(result);
       const count = many ? result.length : 1;
       for (let e = 0; e < count; e++) {
