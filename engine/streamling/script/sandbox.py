@@ -210,7 +210,8 @@ class Sandbox:
             ) from None
         kind = self._eval("typeof globalThis.__streamling_user", None)
         if kind != "function":
-            raise ScriptSyntaxError(f"the script must be a single function expression, but it evaluates to a {kind}")
+            what = kind if kind == "undefined" else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+            raise ScriptSyntaxError(f"the script must be a single function expression, but it evaluates to {what}")
 
     def load_library(self, code: str) -> None:
         """Evaluate trusted code (the Sucrase bundle) at the top level."""
@@ -291,9 +292,9 @@ class Sandbox:
             pass
 
 
-def check_script(script: str) -> None:
+def check_script(script: str, limits: Limits | None = None) -> None:
     """Parse `script` in a fresh sandbox: `ScriptSyntaxError` when it does not parse or is not a function."""
-    sandbox = Sandbox(Limits(time_limit_ms=10_000, memory_limit_mb=256))
+    sandbox = Sandbox(limits or Limits(time_limit_ms=10_000, memory_limit_mb=256))
     try:
         sandbox.load(script)
     finally:

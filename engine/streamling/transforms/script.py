@@ -29,6 +29,7 @@ from streamling.script.sandbox import (
     LimitExceeded,
     Limits,
     SandboxError,
+    ScriptSyntaxError,
     check_script,
     clean_stack,
     discard,
@@ -87,11 +88,13 @@ class ScriptTransformSpec(TransformSpec):
         from streamling.script.typescript import TypeScriptUnavailable
 
         try:
-            check_script(self.javascript())
+            check_script(self.javascript(), Limits(self.time_limit_ms or 10_000, self.memory_limit_mb or 256))
         except TypeScriptUnavailable as exc:
             raise ValueError(str(exc)) from None
-        except SandboxError as exc:
+        except ScriptSyntaxError as exc:
             raise ValueError(f"script does not parse: {exc}") from None
+        except SandboxError as exc:  # a limit stopped the script's top level
+            raise ValueError(f"script cannot be evaluated: {exc}") from None
         return self
 
     def javascript(self) -> str:
