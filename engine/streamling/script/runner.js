@@ -15,12 +15,10 @@
   const COERCE = Symbol("coerce");
 
   let fn = null;
-  let current = -1;
+  let batch = null;
   let columnsOut = [];
   let strictKeys = null;
-  let load = null;
-  let emit = null;
-  let bind = null;
+  const state = new Int32Array([-1]); // the row being processed
 
   const RANGES = {
     int8: [-128, 127],
@@ -156,88 +154,150 @@
     return /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(name) ? row + "." + name : row + "[" + key(name) + "]";
   }
 
-  // Generated code: load(input) binds a batch's columns, build(i) makes row i (a variant without NULL checks
-  // for batches whose numbers have no NULLs), bind(out) attaches the output buffers, emit(row, j) writes output
-  // row j. Validity bytes start at 1, so only NULLs are written.
-  function generate(inputs, outputs) {
-    const lines = [];
-    const vars = ["jin", "masked"];
-    inputs.forEach(function (c, k) {
-      vars.push("i" + k, "v" + k);
-    });
-    outputs.forEach(function (c, k) {
-      vars.push("o" + k, "p" + k);
-    });
-    lines.push("let " + vars.join(", ") + ";");
-    lines.push("function streamlingLoad(input) {");
-    lines.push("  jin = input.json === '' ? [] : parse(input.json);");
-    lines.push("  masked = false;");
+  // The batch function is generated for the schema: one loop with the columns in local variables (QuickJS reads
+  // locals faster than closure variables), the row built by an object literal with fixed keys (with and without
+  // NULL checks on numbers), and each output value read by a fixed property name and coerced in place. Validity
+  // bytes start at 1, so only NULLs are written.
+  function generate(inputs, outputs, strict) {
+    const L = [];
+    L.push("return function streamlingBatch(input, fn) {");
+    L.push("  const n = input.n;");
+    L.push("  const jin = input.json === '' ? [] : parse(input.json);");
+    L.push("  const bin = aligned(input.bin), at = input.at;");
+    const masks = [];
     inputs.forEach(function (c, k) {
       if (c.kind === "num") {
-        lines.push("  i" + k + " = float64(input.b" + k + ");");
-        lines.push("  v" + k + " = input.m" + k + " === undefined ? null : input.m" + k + ";");
-        lines.push("  if (v" + k + " !== null) masked = true;");
+        L.push("  const i" + k + " = new Float64Array(bin.buffer, bin.byteOffset + at[" + 2 * k + "], n);");
+        L.push("  const v" + k + " = at[" + (2 * k + 1) + "] < 0 ? null : bin.subarray(at[" + (2 * k + 1) + "], at[" + (2 * k + 1) + "] + n);");
+        masks.push("v" + k + " !== null");
       } else if (c.kind === "bool") {
-        lines.push("  i" + k + " = input.b" + k + ";");
+        L.push("  const i" + k + " = bin.subarray(at[" + 2 * k + "], at[" + 2 * k + "] + n);");
       } else {
-        lines.push("  i" + k + " = jin[" + c.slot + "];");
+        L.push("  const i" + k + " = jin[" + c.slot + "];");
       }
     });
-    lines.push("  return masked ? streamlingBuildMasked : streamlingBuild;");
-    lines.push("}");
-    [false, true].forEach(function (withMasks) {
-      const props = inputs.map(function (c, k) {
-        const v = "i" + k + "[i]";
-        if (c.kind === "num") return key(c.name) + ": " + (withMasks ? "(v" + k + " === null || v" + k + "[i] === 1) ? " + v + " : null" : v);
-        if (c.kind === "bool") return key(c.name) + ": " + v + " === 2 ? null : " + v + " === 1";
-        return key(c.name) + ": " + v;
-      });
-      lines.push("function streamlingBuild" + (withMasks ? "Masked" : "") + "(i) {");
-      lines.push("  return {" + props.join(", ") + "};");
-      lines.push("}");
+    L.push("  const masked = " + (masks.length ? masks.join(" || ") : "false") + ";");
+    L.push("  let capacity = n > 16 ? n : 16;");
+    L.push("  let out = allocate(capacity, null, 0);");
+    const bind = outputs.map(function (c, k) {
+      return "o" + k + " = out[" + k + "].values; p" + k + " = out[" + k + "].valid;";
     });
-    lines.push("function streamlingBind(out) {");
-    outputs.forEach(function (c, k) {
-      lines.push("  o" + k + " = out[" + k + "].values; p" + k + " = out[" + k + "].valid;");
+    L.push("  let " + outputs.map(function (c, k) { return "o" + k + ", p" + k; }).concat(["x", "r"]).join(", ") + ";");
+    L.push("  " + bind.join(" "));
+    L.push("  let src = new Int32Array(capacity);");
+    L.push("  let j = 0, first = true, checked = " + (strict ? "false" : "true") + ";");
+    // Locals for what the loop touches on every row (closure variables are slower to read in QuickJS).
+    L.push("  const state = sharedState, isArray = arrayTest;");
+    L.push("  for (let i = 0; i < n; i++) {");
+    L.push("    state[0] = i;");
+    L.push("    let result;");
+    const dense = [];
+    const withNulls = [];
+    inputs.forEach(function (c, k) {
+      const v = "i" + k + "[i]";
+      if (c.kind === "num") {
+        dense.push(key(c.name) + ": " + v);
+        withNulls.push(key(c.name) + ": (v" + k + " === null || v" + k + "[i] === 1) ? " + v + " : null");
+      } else if (c.kind === "bool") {
+        dense.push(key(c.name) + ": " + v + " === 2 ? null : " + v + " === 1");
+        withNulls.push(dense[dense.length - 1]);
+      } else {
+        dense.push(key(c.name) + ": " + v);
+        withNulls.push(dense[dense.length - 1]);
+      }
     });
-    lines.push("}");
-    lines.push("function streamlingEmit(r, j, i) {");
-    lines.push("  let x;");
+    L.push("    try {");
+    L.push("      result = fn(masked ? {" + withNulls.join(", ") + "} : {" + dense.join(", ") + "});");
+    L.push("    } catch (e) {");
+    L.push("      return thrown(i, e);");
+    L.push("    }");
+    L.push("    if (result === null || result === undefined) continue;");
+    L.push("    if (typeof result !== 'object') return shape(i, result, -1);");
+    L.push("    if (first) {");
+    L.push("      first = false;");
+    L.push("      if (result instanceof PromiseType) return shape(i, result, -1);");
+    L.push("    }");
+    // One block per output row, written twice: for a returned object, and inside the loop over a returned array.
+    const block = [];
+    block.push("if (!checked) {");
+    block.push("  checked = true;");
+    block.push("  const extra = unknownKeys(r);");
+    block.push("  if (extra.length) return ['keys', i, extra];");
+    block.push("}");
+    block.push("if (j === capacity) {");
+    block.push("  capacity *= 2;");
+    block.push("  out = allocate(capacity, out, j);");
+    block.push("  " + bind.join(" "));
+    block.push("  const grown = new Int32Array(capacity);");
+    block.push("  grown.set(src);");
+    block.push("  src = grown;");
+    block.push("}");
+    block.push("try {");
     outputs.forEach(function (c, k) {
       const col = key(c.name);
       const o = "o" + k;
-      lines.push("  x = " + access("r", c.name) + ";");
+      block.push("  x = " + access("r", c.name) + ";");
       if (c.kind === "num") {
+        // Integers that fit 32 bits take the fast path; larger ones, fractions and text go through numberFrom.
         let fast = "typeof x === 'number'";
-        if (c.type === "int64") fast += " && x % 1 === 0 && x >= " + RANGES.int64[0] + " && x <= " + RANGES.int64[1];
-        else if (c.type !== "double" && c.type !== "float") {
+        if (c.type === "int8" || c.type === "int16") {
           fast += " && (x | 0) === x && x >= " + RANGES[c.type][0] + " && x <= " + RANGES[c.type][1];
-        }
-        lines.push("  if (" + fast + ") " + o + "[j] = x;");
-        lines.push("  else if (x == null) p" + k + "[j] = 0;");
-        lines.push("  else " + o + "[j] = numberFrom(" + col + ", '" + c.type + "', x);");
+        } else if (c.type === "int32" || c.type === "int64") fast += " && (x | 0) === x";
+        block.push("  if (" + fast + ") " + o + "[j] = x;");
+        block.push("  else if (x == null) p" + k + "[j] = 0;");
+        block.push("  else " + o + "[j] = numberFrom(" + col + ", '" + c.type + "', x);");
       } else if (c.kind === "bool") {
-        lines.push("  " + o + "[j] = x === true ? 1 : x === false ? 0 : x == null ? 2 : booleanFrom(" + col + ", x);");
+        block.push("  " + o + "[j] = x === true ? 1 : x === false ? 0 : x == null ? 2 : booleanFrom(" + col + ", x);");
       } else {
         const value =
           c.type === "any"
             ? "x === undefined ? null : jsonFrom(" + col + ", 'any', x)"
             : "typeof x === 'string' ? x : x == null ? null : jsonFrom(" + col + ", '" + c.type + "', x)";
         // An unchanged input value is only flagged: the host reuses the input's Arrow value (no JSON, no parsing).
-        if (c.same >= 0) lines.push("  if (x === i" + c.same + "[i] || (x === undefined && i" + c.same + "[i] === null)) p" + k + "[j] = 1; else " + o + ".push(" + value + ");");
-        else lines.push("  " + o + ".push(" + value + ");");
+        if (c.same >= 0) {
+          const v = "i" + c.same + "[i]";
+          block.push("  if (x === " + v + " || (x === undefined && " + v + " === null)) p" + k + "[j] = 1; else " + o + ".push(" + value + ");");
+        } else block.push("  " + o + ".push(" + value + ");");
       }
     });
-    lines.push("}");
-    lines.push("return { load: streamlingLoad, bind: streamlingBind, emit: streamlingEmit };");
-    const factory = new Function("parse", "float64", "numberFrom", "booleanFrom", "jsonFrom", lines.join("\n"));
-    return factory(parse, float64, numberFrom, booleanFrom, jsonFrom);
+    block.push("} catch (err) {");
+    block.push("  return thrown(i, err);");
+    block.push("}");
+    block.push("src[j] = i;");
+    block.push("j++;");
+    L.push("    if (!isArray(result)) {");
+    L.push("      r = result;");
+    block.forEach(function (line) {
+      L.push("      " + line);
+    });
+    L.push("    } else {");
+    L.push("      for (let e = 0; e < result.length; e++) {");
+    L.push("        r = result[e];");
+    L.push("        if (r === null || r === undefined) continue;");
+    L.push("        if (typeof r !== 'object' || isArray(r)) return shape(i, r, e);");
+    block.forEach(function (line) {
+      L.push("        " + line);
+    });
+    L.push("      }");
+    L.push("    }");
+    L.push("  }");
+    L.push("  state[0] = -1;");
+    L.push("  return finish(out, src, j);");
+    L.push("};");
+    const names = ["parse", "aligned", "numberFrom", "booleanFrom", "jsonFrom", "allocate", "thrown", "shape", "unknownKeys",
+      "finish", "arrayTest", "PromiseType", "sharedState"];
+    const factory = new Function(names.join(", "), L.join("\n"));
+    return factory(parse, aligned, numberFrom, booleanFrom, jsonFrom, allocate, thrown, shape, unknownKeys, finish, isArray,
+      Promise, state);
   }
 
-  function float64(bytes) {
-    // A Float64Array view needs 8-byte alignment; copy only when the host's bytes are not aligned.
-    if (bytes.byteOffset % 8 === 0) return new Float64Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 8);
-    return new Float64Array(bytes.slice().buffer);
+  // Typed-array views need their element alignment: the host's bytes are copied only when they are not 8-aligned.
+  function aligned(bytes) {
+    return bytes.byteOffset % 8 === 0 ? bytes : bytes.slice();
+  }
+
+  function pad(size) {
+    return (size + 7) & ~7;
   }
 
   function allocate(capacity, previous, used) {
@@ -268,7 +328,7 @@
     Object.defineProperty(g, name, { value: value, writable: false, configurable: false, enumerable: false });
   }
 
-  // spec: {inputs: [{name, kind, slot}], outputs: [{name, kind, type}], strict: bool}
+  // spec: {inputs: [{name, kind, slot}], outputs: [{name, kind, type, same}], strict: bool}
   define("__streamling_setup", function streamlingSetup(specText, userFunction) {
     if (typeof userFunction !== "function") {
       throw new TypeError("the script must be a single function expression, but it evaluates to " + aType(userFunction));
@@ -276,22 +336,22 @@
     const spec = parse(specText);
     fn = userFunction;
     columnsOut = spec.outputs;
-    strictKeys = null;
-    if (spec.strict) {
-      strictKeys = Object.create(null);
-      spec.inputs.forEach(function (c) {
-        strictKeys[c.name] = true;
-      });
-    }
-    const code = generate(spec.inputs, spec.outputs);
-    load = code.load;
-    emit = code.emit;
-    bind = code.bind;
+    strictKeys = Object.create(null);
+    spec.inputs.forEach(function (c) {
+      strictKeys[c.name] = true;
+    });
+    batch = generate(spec.inputs, spec.outputs, spec.strict);
     return true;
   });
 
+  // The row the batch was on (0-based), or -1: read by the host after a limit stopped the script.
   define("__streamling_current", function streamlingCurrent() {
-    return current;
+    return state[0];
+  });
+
+  define("__streamling_batch", function streamlingRun(input) {
+    g.__streamling_in = null;
+    return batch(input, fn);
   });
 
   function unknownKeys(row) {
@@ -300,84 +360,58 @@
     return extra;
   }
 
-  define("__streamling_batch", function streamlingBatch(input) {
-    g.__streamling_in = null;
-    const n = input.n;
-    const build = load(input);
-    let capacity = n > 16 ? n : 16;
-    let out = allocate(capacity, null, 0);
-    bind(out);
-    let src = new Int32Array(capacity);
-    let j = 0;
-    let checked = strictKeys === null;
-    for (let i = 0; i < n; i++) {
-      current = i;
-      let result;
-      try {
-        result = fn(build(i));
-      } catch (e) {
-        return thrown(i, e);
-      }
-      if (result === null || result === undefined) continue;
-      if (typeof result !== "object") {
-        return ["shape", i, "returned " + aType(result) + "; return an object, an array of objects, or null"];
-      }
-      if (result instanceof Promise) {
-        return ["shape", i, "returned a Promise; the function must return its rows synchronously (no async)"];
-      }
-      const many = isArray(result);
-      const count = many ? result.length : 1;
-      for (let e = 0; e < count; e++) {
-        const row = many ? result[e] : result;
-        if (row === null || row === undefined) continue;
-        if (typeof row !== "object" || isArray(row)) {
-          return ["shape", i, "element " + e + " of the returned array is " + aType(row) + "; elements must be objects or null"];
-        }
-        if (!checked) {
-          checked = true;
-          const extra = unknownKeys(row);
-          if (extra.length) return ["keys", i, extra];
-        }
-        if (j === capacity) {
-          capacity *= 2;
-          out = allocate(capacity, out, j);
-          bind(out);
-          const grown = new Int32Array(capacity);
-          grown.set(src);
-          src = grown;
-        }
-        try {
-          emit(row, j, i);
-        } catch (err) {
-          return thrown(i, err);
-        }
-        src[j] = i;
-        j++;
-      }
+  function shape(i, value, element) {
+    state[0] = -1;
+    if (element >= 0) {
+      return ["shape", i, "element " + element + " of the returned array is " + aType(value) + "; elements must be objects or null"];
     }
-    current = -1;
+    if (value instanceof Promise) {
+      return ["shape", i, "returned a Promise; the function must return its rows synchronously (no async)"];
+    }
+    return ["shape", i, "returned " + aType(value) + "; return an object, an array of objects, or null"];
+  }
+
+  // The reply: ["ok", rows, bytes, json]. The bytes hold, each padded to 8: the source row of every output row
+  // (int32), then per output column, numbers as float64 values and validity bytes, booleans as one byte each
+  // (2: NULL), JSON-carried columns that may reuse input values as one "unchanged" byte each. The JSON text holds
+  // the other values of the JSON-carried columns. One buffer keeps the host's crossings (each a wasm call) few.
+  function finish(out, src, j) {
+    let size = pad(4 * j);
+    columnsOut.forEach(function (c) {
+      if (c.kind === "num") size += 8 * j + pad(j);
+      else if (c.kind === "bool" || c.same >= 0) size += pad(j);
+    });
+    const bytes = new Uint8Array(size);
+    bytes.set(new Uint8Array(src.buffer, 0, 4 * j), 0);
+    let offset = pad(4 * j);
     const json = [];
-    const reply = ["ok", j, new Uint8Array(src.buffer, 0, j * 4), ""];
     columnsOut.forEach(function (c, k) {
       if (c.kind === "num") {
-        reply.push(new Uint8Array(out[k].values.buffer, 0, j * 8), out[k].valid.subarray(0, j));
+        bytes.set(new Uint8Array(out[k].values.buffer, 0, 8 * j), offset);
+        bytes.set(out[k].valid.subarray(0, j), offset + 8 * j);
+        offset += 8 * j + pad(j);
       } else if (c.kind === "bool") {
-        reply.push(out[k].values.subarray(0, j));
+        bytes.set(out[k].values.subarray(0, j), offset);
+        offset += pad(j);
       } else {
-        if (c.same >= 0) reply.push(out[k].valid.subarray(0, j));
+        if (c.same >= 0) {
+          bytes.set(out[k].valid.subarray(0, j), offset);
+          offset += pad(j);
+        }
         json.push(out[k].values);
       }
     });
+    let text;
     try {
-      reply[3] = stringify(json);
+      text = stringify(json);
     } catch (e) {
       return ["error", -1, e && e.name ? e.name : "Error", "the output could not be serialized: " + (e && e.message), ""];
     }
-    return reply;
-  });
+    return ["ok", j, bytes, text];
+  }
 
   function thrown(i, e) {
-    current = -1;
+    state[0] = -1;
     if (e !== null && typeof e === "object" && e[COERCE] === true) return ["coerce", i, e.column, e.value, e.reason];
     if (e instanceof Error && e.name === "InternalError" && e.message === "out of memory") return ["memory", i];
     if (e instanceof Error) return ["error", i, String(e.name), String(e.message), String(e.stack || "")];
