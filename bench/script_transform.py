@@ -62,15 +62,31 @@ WRITTEN = re.compile(r"sink 'sink': (\d+) rows written")
 EPOCH = re.compile(r"^(\S+) DEBUG streamling\.runtime: Epoch finalized: \d+ \(.*?, (\d+) rows", re.MULTILINE)
 
 
-def steady_rate(stderr: str) -> float | None:
-    """Rows/s between the first and the last finished epoch: throughput once running, without start-up and
-    the first epoch's warm-up (Python workers, the sandbox's WebAssembly compilation)."""
+def steady_window(stderr: str) -> tuple[float, float, int] | None:
+    """(first epoch finished, last epoch finished, rows in the epochs after the first): the run once going, without
+    start-up and the first epoch's warm-up (Python workers, the sandbox's WebAssembly)."""
     from datetime import datetime
 
     finished = [(datetime.fromisoformat(t).timestamp(), int(n)) for t, n in EPOCH.findall(stderr)]
     if len(finished) < 3:
         return None
-    return sum(n for _, n in finished[1:]) / (finished[-1][0] - finished[0][0])
+    return finished[0][0], finished[-1][0], sum(n for _, n in finished[1:])
+
+
+def steady_figures(m: Measurement) -> dict:
+    """Steady rows/s, and what the process tree burnt meanwhile: CPU µs per row, the cores it got (on a machine
+    shared with other work it may get less than 2), and the rows/s that CPU cost allows on 2 dedicated cores."""
+    window = steady_window(m.stderr)
+    if window is None:
+        return {"rows_per_sec_steady": None}
+    start, end, rows = window
+    out: dict = {"rows_per_sec_steady": round(rows / (end - start))}
+    cpu = m.cpu_between(start, end)
+    if cpu:
+        out["steady_cpu_us_per_row"] = round(cpu / rows * 1e6, 2)
+        out["steady_cores_used"] = round(cpu / (end - start), 2)
+        out["rows_per_sec_2_cores_cpu_bound"] = round(2 * rows / cpu)
+    return out
 
 
 def main() -> None:
@@ -113,22 +129,23 @@ def main() -> None:
             if m.returncode != 0:
                 sys.exit(f"{name} run failed ({m.returncode}):\n{m.stderr_tail}")
             run_sec = float(FINISHED.search(m.stderr).group(1))
-            steady = steady_rate(m.stderr)
             m.extra = {
                 "run_sec": run_sec,
                 "rows_written": int(WRITTEN.search(m.stderr).group(1)),
                 "rows_per_sec_wall": round(opts.rows / m.wall_sec),
                 "rows_per_sec_run": round(opts.rows / run_sec),
-                "rows_per_sec_steady": round(steady) if steady else None,
+                **steady_figures(m),
                 "cpu_sec_per_million": round(m.cpu_sec / (opts.rows / 1e6), 2),
                 "load_average_1m": round(os.getloadavg()[0], 2),
             }
             label = "warm-up" if i < opts.warmup else f"run {i - opts.warmup + 1}"
+            e = m.extra
             print(
-                f"{label} {name:>6}: {m.extra['rows_per_sec_wall']:>9,} rows/s wall, "
-                f"{m.extra['rows_per_sec_run']:>9,} run, {m.extra['rows_per_sec_steady'] or 0:>9,} steady, "
-                f"{m.extra['cpu_sec_per_million']:5.2f} CPU-s/M rows, peak RSS {m.peak_rss_mb:,.0f} MB, "
-                f"load {m.extra['load_average_1m']}"
+                f"{label} {name:>6}: {e['rows_per_sec_wall']:>9,} rows/s wall, {e['rows_per_sec_run']:>9,} run, "
+                f"{e['rows_per_sec_steady'] or 0:>9,} steady ({e.get('steady_cpu_us_per_row', 0):.2f} CPU-µs/row on "
+                f"{e.get('steady_cores_used', 0):.2f} cores: {e.get('rows_per_sec_2_cores_cpu_bound', 0):>9,} on 2 "
+                f"cores), {e['cpu_sec_per_million']:5.2f} CPU-s/M rows, peak RSS {m.peak_rss_mb:,.0f} MB, "
+                f"load {e['load_average_1m']}"
             )
             if i >= opts.warmup:
                 runs[name].append(m)
@@ -145,6 +162,11 @@ def main() -> None:
             "rows_per_sec_wall": summarize([r.extra["rows_per_sec_wall"] for r in measured]),
             "rows_per_sec_run": summarize([r.extra["rows_per_sec_run"] for r in measured]),
             "rows_per_sec_steady": summarize([r.extra["rows_per_sec_steady"] or 0 for r in measured]),
+            "steady_cpu_us_per_row": summarize([r.extra.get("steady_cpu_us_per_row", 0) for r in measured]),
+            "steady_cores_used": summarize([r.extra.get("steady_cores_used", 0) for r in measured]),
+            "rows_per_sec_2_cores_cpu_bound": summarize(
+                [r.extra.get("rows_per_sec_2_cores_cpu_bound", 0) for r in measured]
+            ),
             "cpu_sec_per_million": summarize([r.extra["cpu_sec_per_million"] for r in measured]),
             "peak_rss_mb": summarize([r.peak_rss_mb for r in measured]),
             "runs": [r.recorded() for r in measured],
@@ -154,7 +176,9 @@ def main() -> None:
         print(
             f"median {name:>6}: {summary['rows_per_sec_wall']['median']:,.0f} rows/s wall, "
             f"{summary['rows_per_sec_run']['median']:,.0f} run, {summary['rows_per_sec_steady']['median']:,.0f} "
-            f"steady, {summary['cpu_sec_per_million']['median']} CPU-s/M rows"
+            f"steady, {summary['steady_cpu_us_per_row']['median']} CPU-µs/row steady "
+            f"({summary['rows_per_sec_2_cores_cpu_bound']['median']:,.0f} rows/s on 2 cores, CPU-bound), "
+            f"{summary['cpu_sec_per_million']['median']} CPU-s/M rows"
         )
     print(f"-> {path}")
 
