@@ -1,9 +1,10 @@
 // The batch loop of the script transform, evaluated inside the QuickJS sandbox before the user's script.
 //
-// The host crosses into the sandbox once per batch: numbers and booleans travel as typed-array bytes, every
-// other column as one JSON text of column arrays. Row objects are built and taken apart by functions generated
-// for the schema at setup (fixed property names are much faster in QuickJS than dynamic ones), and the output
-// values are coerced to the output column types here, so the host only assembles Arrow arrays.
+// The host crosses into the sandbox once per batch (`__streamling_batch`): numbers and booleans arrive in one byte
+// buffer, every other column as one JSON text of column arrays, and the reply comes back the same way (`finish`).
+// The loop itself is generated for the schema at setup (`generate`): fixed property names and local variables are
+// much faster in QuickJS than dynamic ones. Output values are coerced to their column types here, so the host only
+// assembles Arrow arrays, and values a script passes through unchanged are flagged rather than sent back.
 (function () {
   "use strict";
   const g = globalThis;
