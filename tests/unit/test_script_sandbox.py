@@ -413,6 +413,20 @@ def test_values_the_script_sees() -> None:
     assert int(millis) == 1735787045000
 
 
+def test_awkward_column_names() -> None:
+    schema = T.StructType(
+        [
+            T.StructField("__proto__", T.StringType()),
+            T.StructField("with space", T.LongType()),
+            T.StructField('quo"te', T.BooleanType()),
+            T.StructField(GS_OP, T.StringType(), False),
+        ]
+    )
+    data = [{"__proto__": "p", "with space": 1, 'quo"te': True, GS_OP: "i"}]
+    script = "function f(row) { row['with space'] += 1; row['__proto__'] = row['__proto__'] + '!'; return row; }"
+    assert run(script, data, schema=schema) == [{"__proto__": "p!", "with space": 2, 'quo"te': True, GS_OP: "i"}]
+
+
 def test_many_output_rows_grow_the_buffers() -> None:
     script = (
         "function f(row) { const out = []; for (let i = 0; i < 50; i++) out.push({id: row.id * 100 + i}); return out; }"

@@ -150,9 +150,14 @@
     return stringify(name);
   }
 
+  // A key in an object literal; `__proto__` as a plain key would set the prototype, a computed one is a property.
+  function prop(name) {
+    return name === "__proto__" ? "[" + key(name) + "]" : key(name);
+  }
+
   // `row.name` when the name is an identifier (QuickJS reads it faster than `row["name"]`).
   function access(row, name) {
-    return /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(name) ? row + "." + name : row + "[" + key(name) + "]";
+    return /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(name) && name !== "__proto__" ? row + "." + name : row + "[" + key(name) + "]";
   }
 
   // The batch function is generated for the schema: one loop with the columns in local variables (QuickJS reads
@@ -197,13 +202,13 @@
     inputs.forEach(function (c, k) {
       const v = "i" + k + "[i]";
       if (c.kind === "num") {
-        dense.push(key(c.name) + ": " + v);
-        withNulls.push(key(c.name) + ": (v" + k + " === null || v" + k + "[i] === 1) ? " + v + " : null");
+        dense.push(prop(c.name) + ": " + v);
+        withNulls.push(prop(c.name) + ": (v" + k + " === null || v" + k + "[i] === 1) ? " + v + " : null");
       } else if (c.kind === "bool") {
-        dense.push(key(c.name) + ": " + v + " === 2 ? null : " + v + " === 1");
+        dense.push(prop(c.name) + ": " + v + " === 2 ? null : " + v + " === 1");
         withNulls.push(dense[dense.length - 1]);
       } else {
-        dense.push(key(c.name) + ": " + v);
+        dense.push(prop(c.name) + ": " + v);
         withNulls.push(dense[dense.length - 1]);
       }
     });
