@@ -31,10 +31,20 @@ class Measurement:
     stderr_tail: str = ""
     extra: dict = field(default_factory=dict)
     stderr: str = field(default="", repr=False)
+    cpu_series: list[tuple[float, float]] = field(default_factory=list, repr=False)
+    """(wall-clock time, CPU seconds of the process tree so far), one per sample: CPU spent in a time window."""
 
     def recorded(self) -> dict:
-        """What goes into the results JSON (no logs)."""
-        return {k: v for k, v in vars(self).items() if not k.startswith("stderr")}
+        """What goes into the results JSON (no logs, no samples)."""
+        return {k: v for k, v in vars(self).items() if not k.startswith(("stderr", "cpu_series"))}
+
+    def cpu_between(self, start: float, end: float) -> float | None:
+        """CPU seconds the process tree spent between two wall-clock times (sampled, so ±one interval)."""
+        before = [cpu for t, cpu in self.cpu_series if t <= start]
+        after = [cpu for t, cpu in self.cpu_series if t >= end]
+        if not before or not after:
+            return None
+        return after[0] - before[-1]
 
 
 def measure(cmd: list[str], env: dict[str, str], cwd: Path, interval: float = 0.1) -> Measurement:
@@ -43,6 +53,7 @@ def measure(cmd: list[str], env: dict[str, str], cwd: Path, interval: float = 0.
     root = psutil.Process(proc.pid)
     cpu_by_pid: dict[int, float] = {}
     peak = 0
+    series: list[tuple[float, float]] = []
     stderr_chunks: list[str] = []
     while proc.poll() is None:
         rss = 0
@@ -59,6 +70,7 @@ def measure(cmd: list[str], env: dict[str, str], cwd: Path, interval: float = 0.
             except psutil.NoSuchProcess:
                 continue
         peak = max(peak, rss)
+        series.append((time.time(), sum(cpu_by_pid.values())))
         time.sleep(interval)
     _, err = proc.communicate()
     stderr_chunks.append(err or "")
@@ -70,6 +82,7 @@ def measure(cmd: list[str], env: dict[str, str], cwd: Path, interval: float = 0.
         returncode=proc.returncode,
         stderr_tail="".join(stderr_chunks)[-2000:],
         stderr="".join(stderr_chunks),
+        cpu_series=series,
     )
 
 

@@ -48,6 +48,9 @@ def _targets(node: Node) -> dict[str, Any]:
             out[field.rstrip("_")] = value
     if getattr(spec, "sql", None):
         out["sql"] = dg.MetadataValue.md(f"```sql\n{spec.sql}\n```")
+    if node.spec.type == "script":
+        out["language"] = spec.language
+        out["script"] = dg.MetadataValue.md(f"```{spec.language}\n{spec.script}\n```")
     return out
 
 

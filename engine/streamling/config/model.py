@@ -100,6 +100,24 @@ class ExternalHttpHandlerSettings(_Section):
     retry_backoff_max_sec: Seconds = 30.0
 
 
+class ScriptTransformSettings(_Section):
+    """Defaults for script transforms; a transform's own fields win."""
+
+    time_limit_ms: Milliseconds = 10_000
+    """Wall-clock limit for one batch inside the sandbox (a loop that never ends fails the pipeline)."""
+    memory_limit_mb: PositiveInt = 256
+    """Cap on the sandbox's WebAssembly memory: the script's heap plus one batch in and out."""
+    batch_size: PositiveInt = 10_000
+    """Rows handed to the sandbox per call (one crossing per batch)."""
+
+    @field_validator("time_limit_ms")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+
 BackendType = Literal["InMemory", "Sqlite", "Postgres"]
 _BACKENDS: dict[str, BackendType] = {"inmemory": "InMemory", "sqlite": "Sqlite", "postgres": "Postgres"}
 
@@ -186,6 +204,7 @@ class Settings(_Section):
     """Header name per secret (``STREAMLING__HTTP_SECRET_HEADER__<NAME>``), keyed by the lowercased name."""
     http_secret_value: dict[str, SecretStr] = Field(default_factory=dict)
     """Header value per secret (``STREAMLING__HTTP_SECRET_VALUE__<NAME>``); never logged or shown."""
+    script_transform: ScriptTransformSettings = Field(default_factory=ScriptTransformSettings)
 
     @model_validator(mode="before")
     @classmethod

@@ -9,5 +9,5 @@ from streamling.sources import clickhouse as clickhouse_source  # noqa: F401
 from streamling.sources import generator  # noqa: F401
 from streamling.sources import hybrid as hybrid_source  # noqa: F401
 from streamling.sources import kafka as kafka_source  # noqa: F401
-from streamling.transforms import dynamic_table, sql  # noqa: F401
+from streamling.transforms import dynamic_table, script, sql  # noqa: F401
 from streamling.transforms import handler as http_handler  # noqa: F401
