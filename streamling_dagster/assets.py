@@ -172,7 +172,7 @@ def sink_metadata(pf: PipelineFile, summary: RunSummary) -> dict[str, dict[str, 
             "epochs": dg.MetadataValue.json(epochs),
             "final_positions": dg.MetadataValue.json(positions),
         }
-        for op, count in (getattr(summary, "sink_ops", {}) or {}).get(node.name, {}).items():
+        for op, count in summary.sink_ops.get(node.name, {}).items():
             metadata[op] = dg.MetadataValue.int(count)
         out[node.name] = metadata
     return out
