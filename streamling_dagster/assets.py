@@ -8,6 +8,7 @@ from dagster import AssetExecutionContext
 
 from streamling import RunSummary, SourceStatus, source_status
 from streamling.topology.pipeline import Node
+from streamling_dagster.observations import feeding
 from streamling_dagster.pipelines import PipelineFile, asset_name, node_key
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 from streamling_dagster.streaming import StreamConfig, run_engine
@@ -113,9 +114,9 @@ def reconcilable(pf: PipelineFile, sink: str) -> bool:
     or drops rows (SQL and dynamic-table checks: the stateless guard rules out joins and explode)."""
     assert pf.pipeline is not None
     pipeline = pf.pipeline
-    feeding = [s for s in pipeline.sources if sink in pipeline.downstream(s.name)]
-    between = {n for s in feeding for n in pipeline.downstream(s.name)} - {sink}
-    return all(s.spec.type in COUNTING_SOURCES for s in feeding) and all(
+    sources = feeding(pf, sink)
+    between = {n for s in sources for n in pipeline.downstream(s)} - {sink}
+    return all(pipeline.nodes[s].spec.type in COUNTING_SOURCES for s in sources) and all(
         pipeline.nodes[n].spec.type in ("sql", "dynamic_table")
         for n in between
         if pipeline.nodes[n].kind == "transform"
@@ -183,7 +184,7 @@ def reconcile(
 ) -> dg.AssetCheckResult:
     assert pf.pipeline is not None
     sink = pf.pipeline.nodes[next(n for n in pf.pipeline.nodes if node_key(pf.name, n) == key)]
-    sources = [s.name for s in pf.pipeline.sources if sink.name in pf.pipeline.downstream(s.name)]
+    sources = feeding(pf, sink.name)
     read = sum(summary.sources[s].rows_in for s in sources if s in summary.sources)
     offered = [before[s].backlog_total if s in before else None for s in sources]
     expected = sum(o for o in offered if o is not None) if all(o is not None for o in offered) else None
