@@ -15,6 +15,7 @@ the secrets sit under keys containing ``password`` so Spark redacts them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,14 @@ class DeadLetter:
     headers: Sequence[tuple[str, bytes | None]] = ()
     row: str | None = None
     primary_key: str | None = None
+
+    @property
+    def record_id(self) -> str:
+        """What makes a repeat recognisable: the position of a source record, the content of a sink row (a
+        replay of the same events rejects the same rows)."""
+        if self.topic is not None:
+            return f"{self.topic}:{self.partition}:{self.offset}"
+        return "row:" + hashlib.sha256((self.row or "").encode()).hexdigest()[:32]
 
 
 def row_letter(error: str, row: Mapping[str, Any], keys: Sequence[str]) -> DeadLetter:
@@ -196,20 +205,15 @@ class DeadLetterTarget:
         assert self.schema is not None and self.table is not None
         cur.executemany(
             sql.SQL(
-                "INSERT INTO {} (application_id, node, error, failed_at, topic, {}, {}, key, value, headers, "
-                "row_json, primary_key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT (application_id, node, topic, {}, {}) DO NOTHING"
-            ).format(
-                catalog.qualified(self.schema, self.table),
-                sql.Identifier("partition"),
-                sql.Identifier("offset"),
-                sql.Identifier("partition"),
-                sql.Identifier("offset"),
-            ),
+                "INSERT INTO {} (application_id, node, record_id, error, failed_at, topic, {}, {}, key, value, "
+                "headers, row_json, primary_key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (application_id, node, record_id) DO NOTHING"
+            ).format(catalog.qualified(self.schema, self.table), sql.Identifier("partition"), sql.Identifier("offset")),
             [
                 (
                     self.application_id,
                     self.node,
+                    letter.record_id,
                     letter.error,
                     failed_at,
                     letter.topic,
@@ -264,13 +268,12 @@ class DeadLetterTarget:
 
 
 def table_ddl(schema: str, table: str) -> sql.Composed:
-    """Source records are unique by position, so a replay adds nothing; sink rows have no position (NULLs
-    never conflict) and rely on the sink's transaction instead."""
+    """Keyed by `DeadLetter.record_id`, so a replayed record is not stored twice."""
     return sql.SQL(
         """CREATE TABLE IF NOT EXISTS {} (
-            id BIGSERIAL PRIMARY KEY,
             application_id TEXT NOT NULL,
             node TEXT NOT NULL,
+            record_id TEXT NOT NULL,
             error TEXT NOT NULL,
             failed_at TIMESTAMPTZ NOT NULL,
             topic TEXT,
@@ -281,15 +284,9 @@ def table_ddl(schema: str, table: str) -> sql.Composed:
             headers JSONB,
             row_json JSONB,
             primary_key JSONB,
-            UNIQUE (application_id, node, topic, {}, {})
+            PRIMARY KEY (application_id, node, record_id)
         )"""
-    ).format(
-        catalog.qualified(schema, table),
-        sql.Identifier("partition"),
-        sql.Identifier("offset"),
-        sql.Identifier("partition"),
-        sql.Identifier("offset"),
-    )
+    ).format(catalog.qualified(schema, table), sql.Identifier("partition"), sql.Identifier("offset"))
 
 
 def _headers_json(headers: Sequence[tuple[str, bytes | None]]) -> list[list[str | None]]:
