@@ -297,8 +297,12 @@ class AvroDecoder:
             try:
                 self._resolved[frame] = self._writer(schema_id, where)
             except StreamlingError as exc:
-                if exc.retriable or exc.message.startswith(where):
-                    raise  # the registry is unreachable, or the reader schema is stale: not this record's fault
+                # A registry that cannot answer, or a stale reader schema, is not this record's fault: fail the
+                # run (naming the record). A user error from the registry lookup (an id it does not know) is.
+                if exc.message.startswith(where):
+                    raise
+                if exc.retriable:
+                    raise exc.context(where) from None
                 raise BadRecord(f": schema id {schema_id}: {exc.message}") from None
         writer, reader = self._resolved[frame]
         try:
