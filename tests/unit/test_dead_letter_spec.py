@@ -65,8 +65,7 @@ def test_both_targets_are_accepted() -> None:
         (
             "",
             ", on_error: dead_letter, dead_letter: {table: a.b.c}",
-            "sink 'out' (type 'postgres'): field 'dead_letter.table': must be 'table' or 'schema.table' "
-            "(got 'a.b.c')",
+            "sink 'out' (type 'postgres'): field 'dead_letter.table': must be 'table' or 'schema.table' (got 'a.b.c')",
         ),
         (
             "",
