@@ -151,7 +151,7 @@ def test_dead_letter_topic_takes_bad_records_with_their_error(
     topic, values = produce(kafka, POISON)
     dlq = f"dlq_{uuid.uuid4().hex[:10]}"
     target = f", on_error: dead_letter, dead_letter: {{topic: {dlq}}}"
-    path = pipeline(write_pipeline, topic, schema, target, target)
+    path = pipeline(write_pipeline, topic, schema, target, target + ", parallelism: 2")  # the sink writes in tasks
     run_pipeline(path, make_settings(environ=kafka.env | postgres_env, job_mode=True), spark)
     assert ids(pg_connect, schema) == GOOD
     assert state_offsets(tmp_path, "src", topic) == {0: RECORDS}
