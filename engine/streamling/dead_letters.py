@@ -81,7 +81,7 @@ class DeadLetterTarget:
     topic: str | None = None
     schema: str | None = None
     table: str | None = None
-    kafka: Mapping[str, str] = field(default_factory=dict)
+    kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
     postgres: PostgresSinkSettings | None = None
 
     @classmethod
@@ -89,9 +89,7 @@ class DeadLetterTarget:
         cls, spec: DeadLetterSpec, settings: Settings, node: str, label: str, postgres: PostgresSinkSettings | None
     ) -> DeadLetterTarget:
         if spec.topic is not None:
-            return cls(
-                settings.application_id, node, label, topic=spec.topic, kafka=connection_options(settings.kafka_sink)
-            )
+            return cls(settings.application_id, node, label, topic=spec.topic, kafka=_producer_options(settings))
         schema, table = spec.schema_and_table
         return cls(
             settings.application_id,
@@ -265,6 +263,11 @@ class DeadLetterTarget:
         if letter.topic is not None:
             fields.update(topic=letter.topic, partition=letter.partition, offset=letter.offset)
         return [(HEADER_PREFIX + k, str(v).encode()) for k, v in fields.items()]
+
+
+def _producer_options(settings: Settings) -> dict[str, str]:
+    """The ``kafka_sink`` connection without the registry's: dead letters are raw bytes, never registered."""
+    return {k: v for k, v in connection_options(settings.kafka_sink).items() if k.startswith("kafka_")}
 
 
 def table_ddl(schema: str, table: str) -> sql.Composed:

@@ -82,3 +82,25 @@ def test_both_targets_are_accepted() -> None:
 )
 def test_invalid_error_handling_names_node_and_field(source_extra: str, sink_extra: str, message: str) -> None:
     assert errors(source_extra, sink_extra) == [message]
+
+
+def test_target_options_for_executors_keep_secrets_under_password_keys() -> None:
+    """Spark redacts option values whose key contains `password`; the JSON blob must carry no secret."""
+    from streamling.config import load_settings
+    from streamling.dead_letters import DeadLetterTarget
+    from streamling.topology.spec import DeadLetterSpec
+
+    settings = load_settings(
+        environ={
+            "STREAMLING__KAFKA_SINK__SECURITY_PROTOCOL": "sasl_plaintext",
+            "STREAMLING__KAFKA_SINK__SASL_PASSWORD": "kafka-s3cret",
+            "STREAMLING__KAFKA_SINK__SCHEMA_REGISTRY_PASSWORD": "registry-s3cret",
+            "STREAMLING__POSTGRES_SINK__PASS": "pg-s3cret",
+        }
+    )
+    for spec in ({"topic": "dlq"}, {"table": "s.dead"}):
+        target = DeadLetterTarget.of(DeadLetterSpec.model_validate(spec), settings, "src", "kafka source 'src'", None)
+        options = target.to_options()
+        assert "s3cret" not in options["dead_letter"] and "s3cret" not in repr(target)
+        assert all("password" in k for k, v in options.items() if "s3cret" in v)
+        assert DeadLetterTarget.from_options(options) == target
