@@ -284,8 +284,10 @@ def test_value_too_long_for_an_existing_column_fails_without_retrying(
     with pytest.raises(StreamlingError) as caught:
         run_pipeline(path, pg_settings(), spark)
     message = str(caught.value)
-    assert message.startswith("postgres sink 'out': value too long for type character varying(3)")
-    assert "column name" in message
+    assert message.startswith(
+        f'postgres sink \'out\' (table "{schema}"."short"): column "name" (character varying(3)) cannot hold a '
+    )
+    assert message.endswith("value too long for type character varying(3)")
     assert fetch(pg_connect, f'SELECT count(*) FROM "{schema}".short') == [(0,)]
 
 

@@ -21,7 +21,7 @@ from streamling.kafka.avro import (
     wide_decimal_strings,
 )
 from streamling.kafka.clients import connection_options, kafka_config
-from streamling.sources.kafka import _allocate, _op
+from streamling.sources.kafka import _allocate, _decode_json, _op
 
 
 def test_connection_options_put_secrets_under_redacted_keys() -> None:
@@ -136,8 +136,20 @@ def test_decoder_reads_older_writer_with_defaults_and_names_bad_frames() -> None
     with pytest.raises(StreamlingError) as info:
         decoder.decode([payloads[0], b"\x01junk"], [M(10), M(11)], 3)
     assert str(info.value) == (
-        "message at topic 't' partition 3 offset 11 is not Confluent-framed Avro (expected magic byte 0 and a 4-byte schema id)"
+        "message at topic 't' partition 3 offset 11: not Confluent-framed Avro (first byte 0x01, expected 0x00)"
     )
+    # With a `rejected` list (on_error: dead_letter) bad records are listed by index and left out of the batch.
+    rejected: list[tuple[int, str]] = []
+    batch = decoder.decode([b"\x00\x01", payloads[1], b""], [M(20), M(21), M(22)], 3, rejected)
+    assert batch.to_pylist() == [{"id": 2, "c": "app"}]
+    assert rejected == [
+        (
+            0,
+            "message at topic 't' partition 3 offset 20: not Confluent-framed Avro (2 bytes; a frame starts with "
+            "0x00 and a 4-byte schema id)",
+        ),
+        (2, "message at topic 't' partition 3 offset 22 has an empty payload (tombstone); Avro records are required"),
+    ]
     assert info.value.user_facing
 
 
@@ -171,3 +183,28 @@ def test_dbz_op_header_values() -> None:
     assert [_op(h) for h in (None, [], [("dbz.op", b"c")], [("x", b"1"), ("dbz.op", b"d")], [("dbz.op", b"?")])] == [
         "i", "i", "i", "d", None,
     ]  # fmt: skip
+
+
+def test_json_decoding_fails_on_the_first_bad_message_or_lists_every_bad_one() -> None:
+    class M:
+        def __init__(self, offset: int, value: bytes | None) -> None:
+            self._offset, self._value = offset, value
+
+        def offset(self) -> int:
+            return self._offset
+
+        def value(self) -> bytes | None:
+            return self._value
+
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("_gs_op", pa.string())])
+    messages = [M(5, b'{"id": 1}'), M(6, b'{"id": "x"}'), M(7, None), M(8, b'{"id": 2}')]
+    with pytest.raises(StreamlingError) as info:
+        _decode_json(messages, "topic 't' partition 0", schema)
+    assert str(info.value) == "message at topic 't' partition 0 offset 7 has an empty payload (tombstone)"
+    rejected: list[tuple[int, str]] = []
+    batch = _decode_json(messages, "topic 't' partition 0", schema, rejected)
+    assert batch.to_pylist() == [{"id": 1}, {"id": 2}]
+    assert [(i, text.split(":")[0]) for i, text in rejected] == [
+        (1, "message at topic 't' partition 0 offset 6 is not valid JSON for the declared schema"),
+        (2, "message at topic 't' partition 0 offset 7 has an empty payload (tombstone)"),
+    ]

@@ -227,8 +227,17 @@ class AvroDecoder:
             self._writers[schema_id] = writer
         return writer
 
-    def decode(self, payloads: Sequence[bytes | None], messages: Sequence[Any], partition: int) -> pa.RecordBatch:
-        """Decode one partition's payloads; `messages` (with ``offset()``) only serve error messages."""
+    def decode(
+        self,
+        payloads: Sequence[bytes | None],
+        messages: Sequence[Any],
+        partition: int,
+        rejected: list[tuple[int, str]] | None = None,
+    ) -> pa.RecordBatch:
+        """Decode one partition's payloads; `messages` (with ``offset()``) only serve error messages.
+
+        A bad record raises a user error naming it, unless `rejected` is given: then its index and error are
+        appended there and the batch holds the other records only."""
         read = self._fastavro.schemaless_reader
         resolved = self._resolved
         rows = []
@@ -238,7 +247,7 @@ class AvroDecoder:
                 writer, reader = resolved[payload[:5]]  # KeyError: a new schema id, or a malformed frame
                 append(read(io.BytesIO(payload[5:]), writer, reader))
         except Exception:
-            rows = self._decode_checked(payloads, [m.offset() for m in messages], partition)
+            rows = self._decode_checked(payloads, [m.offset() for m in messages], partition, rejected)
         batch = pa.RecordBatch.from_pylist(rows, schema=self.raw_schema)
         if not self.decimals:
             return batch
@@ -254,27 +263,56 @@ class AvroDecoder:
             arrays.append(column)
         return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
 
-    def _decode_checked(self, payloads: Sequence[bytes | None], offsets: Sequence[int], partition: int) -> list:
+    def _decode_checked(
+        self,
+        payloads: Sequence[bytes | None],
+        offsets: Sequence[int],
+        partition: int,
+        rejected: list[tuple[int, str]] | None,
+    ) -> list:
         """The slow path: validate every frame, learn new schema ids, and name the offending message."""
-        read = self._fastavro.schemaless_reader
         rows = []
-        for payload, offset in zip(payloads, offsets, strict=True):
+        for index, (payload, offset) in enumerate(zip(payloads, offsets, strict=True)):
             where = f"message at topic '{self.topic}' partition {partition} offset {offset}"
-            if not payload:
-                raise StreamlingError.user(f"{where} has an empty payload (tombstone); Avro records are required")
-            if len(payload) < 5 or payload[0] != 0:
-                raise StreamlingError.user(
-                    f"{where} is not Confluent-framed Avro (expected magic byte 0 and a 4-byte schema id)"
-                )
-            frame = payload[:5]
-            if frame not in self._resolved:
-                self._resolved[frame] = self._writer(int.from_bytes(payload[1:5], "big"), where)
-            writer, reader = self._resolved[frame]
             try:
-                rows.append(read(io.BytesIO(payload[5:]), writer, reader))
-            except Exception as exc:
-                raise StreamlingError.user(f"{where}: cannot decode Avro: {exc}") from None
+                rows.append(self._decode_one(payload, where))
+            except BadRecord as exc:
+                if rejected is None:
+                    raise StreamlingError.user(f"{where}{exc}") from None
+                rejected.append((index, f"{where}{exc}"))
         return rows
+
+    def _decode_one(self, payload: bytes | None, where: str) -> Any:
+        if not payload:
+            raise BadRecord(" has an empty payload (tombstone); Avro records are required")
+        if payload[0] != 0:
+            raise BadRecord(f": not Confluent-framed Avro (first byte 0x{payload[0]:02x}, expected 0x00)")
+        if len(payload) < 5:
+            raise BadRecord(
+                f": not Confluent-framed Avro ({len(payload)} bytes; a frame starts with 0x00 and a 4-byte schema id)"
+            )
+        frame = payload[:5]
+        if frame not in self._resolved:
+            schema_id = int.from_bytes(payload[1:5], "big")
+            try:
+                self._resolved[frame] = self._writer(schema_id, where)
+            except StreamlingError as exc:
+                # A registry that cannot answer, or a stale reader schema, is not this record's fault: fail the
+                # run (naming the record). A user error from the registry lookup (an id it does not know) is.
+                if exc.message.startswith(where):
+                    raise
+                if exc.retriable:
+                    raise exc.context(where) from None
+                raise BadRecord(f": schema id {schema_id}: {exc.message}") from None
+        writer, reader = self._resolved[frame]
+        try:
+            return self._fastavro.schemaless_reader(io.BytesIO(payload[5:]), writer, reader)
+        except Exception as exc:
+            raise BadRecord(f": cannot decode Avro: {exc}") from None
+
+
+class BadRecord(Exception):
+    """A record that cannot be read (its text continues the ``message at …`` that names it)."""
 
 
 def avro_schema_for(schema: T.StructType, name: str) -> dict[str, Any]:

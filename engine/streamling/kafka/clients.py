@@ -7,15 +7,20 @@ and logs (``spark.redaction.regex``).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from streamling.config.model import KafkaConnectionSettings, KafkaSourceSettings
+from streamling.errors import StreamlingError
 
+log = logging.getLogger("streamling.kafka")
 _REGISTRIES: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
+_PRODUCERS: dict[str, Any] = {}
+_PRODUCERS_LOCK = threading.Lock()
 
 
 def connection_options(settings: KafkaConnectionSettings) -> dict[str, str]:
@@ -72,3 +77,40 @@ def registry(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
             client = SchemaRegistryClient(conf)
             _REGISTRIES[key] = client
         return client
+
+
+def producer(config: Mapping[str, Any]):  # type: ignore[no-untyped-def]
+    """One producer per Python worker and configuration, reused across epochs."""
+    from confluent_kafka import Producer
+
+    key = json.dumps({k: v for k, v in config.items() if k != "logger"}, sort_keys=True)
+    with _PRODUCERS_LOCK:
+        found = _PRODUCERS.get(key)
+        if found is None:
+            found = Producer(dict(config))
+            _PRODUCERS[key] = found
+        return found
+
+
+def ensure_topic(options: Mapping[str, str], topic: str, partitions: int, label: str) -> None:
+    """Create `topic` unless it exists (another writer may create it at the same moment)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(kafka_config(options))
+    try:
+        existing = admin.list_topics(timeout=10).topics
+    except KafkaException as exc:
+        raise StreamlingError.retry(f"cannot reach Kafka brokers {options['kafka_brokers']}: {exc}") from None
+    if topic in existing:
+        log.info("%s: topic '%s' already exists, skipping creation", label, topic)
+        return
+    future = admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic]
+    try:
+        future.result(timeout=30)
+        log.info("%s: created topic '%s' with %d partitions", label, topic, partitions)
+    except KafkaException as exc:
+        if "TOPIC_ALREADY_EXISTS" in str(exc):
+            log.info("%s: topic '%s' already exists, skipping creation", label, topic)
+            return
+        raise StreamlingError.retry(f"failed to create topic '{topic}': {exc}") from None

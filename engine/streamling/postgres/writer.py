@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -30,9 +31,10 @@ import pyarrow.csv as pacsv
 from psycopg import sql
 
 from streamling.config.model import PostgresSinkSettings
+from streamling.dead_letters import DeadLetter, DeadLetterTarget, row_letter
 from streamling.errors import StreamlingError
 from streamling.operators import Epoch, Written
-from streamling.postgres.connection import connect, with_retries
+from streamling.postgres.connection import connect, reason, with_retries
 from streamling.postgres.progress import ProgressKey, already_applied, record
 from streamling.postgres.types import Column
 from streamling.runtime.faults import crash_point
@@ -61,6 +63,8 @@ class WritePlan:
     deduplicate: bool
     batch_size: int | None
     progress: ProgressKey
+    dead_letter: DeadLetterTarget | None = None
+    """With ``on_error: dead_letter``: rows Postgres rejects go there, in the transaction that applies the rest."""
 
     @property
     def target(self) -> sql.Composed:
@@ -293,28 +297,42 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
         for i in range(0, round_rows.num_rows, size):
             rows = round_rows.slice(i, size)
             deletes = pc.any(pc.equal(rows.column(GS_OP), "d")).as_py() is True
-            chunks.append((to_csv(rows, plan.columns), merge_statements(plan, epoch.id, deletes)))
+            chunks.append(Chunk(rows, to_csv(rows, plan.columns), merge_statements(plan, epoch.id, deletes)))
     prepared = time.perf_counter()
 
     def attempt() -> Written:
         conn = _connection(plan)
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                if _skip(cur, plan, epoch, stream, streams):
+                    return Written()
+                cur.execute(staging_ddl(plan))
+                for chunk in chunks:
+                    _apply(cur, plan, chunk.payload, chunk.statements)
+                crash_point("during_write", epoch.id)
+                record(cur, plan.progress, epoch, stream, streams, table.num_rows)
+            return received
+        except psycopg.Error as exc:
+            if not is_row_error(exc):
+                raise
+        # Some row cannot be stored: find it (and with dead letters every such row) in a new transaction.
         with conn.transaction(), conn.cursor() as cur:
-            if already_applied(cur, plan.progress, epoch, stream, streams):
-                log.info(
-                    "%s: epoch %d of '%s' already applied (stream %d); skipped",
-                    plan.label,
-                    epoch.id,
-                    epoch.source,
-                    stream,
-                )
+            if _skip(cur, plan, epoch, stream, streams):
                 return Written()
             cur.execute(staging_ddl(plan))
-            for payload, statements in chunks:
-                cur.execute(sql.SQL("TRUNCATE {}").format(plan.staging))
-                with cur.copy(copy_statement(plan)) as copy:
-                    copy.write(payload)
-                for statement, params in statements:
-                    cur.execute(statement, params)
+            rejected: list[DeadLetter] = []
+            for chunk in chunks:
+                _apply_isolating(cur, plan, chunk.rows, chunk.statements, rejected)
+            if plan.dead_letter is not None:
+                plan.dead_letter.deliver(rejected, cur)
+                log.warning(
+                    "%s: epoch %d: %d row(s) rejected by Postgres went to dead-letter %s; first: %s",
+                    plan.label,
+                    epoch.id,
+                    len(rejected),
+                    plan.dead_letter.where,
+                    rejected[0].error if rejected else "-",
+                )
             crash_point("during_write", epoch.id)
             record(cur, plan.progress, epoch, stream, streams, table.num_rows)
         return received
@@ -333,6 +351,101 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
         time.perf_counter() - prepared,
     )
     return applied
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Rows merged with one COPY and one set of statements."""
+
+    rows: pa.Table
+    payload: bytes
+    statements: list[tuple[sql.Composable, tuple[Any, ...]]]
+
+
+def is_row_error(exc: psycopg.Error) -> bool:
+    """A data exception (class 22) or an integrity violation (23): some row's values cannot be stored. The
+    upsert's own key conflicts never raise (``ON CONFLICT``), so a 23 comes from another constraint."""
+    return (exc.sqlstate or "").startswith(("22", "23"))
+
+
+def _skip(cur: psycopg.Cursor, plan: WritePlan, epoch: Epoch, stream: int, streams: int) -> bool:
+    if not already_applied(cur, plan.progress, epoch, stream, streams):
+        return False
+    log.info("%s: epoch %d of '%s' already applied (stream %d); skipped", plan.label, epoch.id, epoch.source, stream)
+    return True
+
+
+def _apply(cur: psycopg.Cursor, plan: WritePlan, payload: bytes, statements: list) -> None:  # type: ignore[type-arg]
+    cur.execute(sql.SQL("TRUNCATE {}").format(plan.staging))
+    with cur.copy(copy_statement(plan)) as copy:
+        copy.write(payload)
+    for statement, params in statements:
+        cur.execute(statement, params)
+
+
+def _apply_isolating(
+    cur: psycopg.Cursor,
+    plan: WritePlan,
+    rows: pa.Table,
+    statements: list,  # type: ignore[type-arg]
+    rejected: list[DeadLetter],
+) -> None:
+    """Apply `rows` under a savepoint; when Postgres rejects one, retry the halves until single rows fail.
+    Without a dead-letter target the first rejected row (in input order) fails the run, naming it."""
+    try:
+        with cur.connection.transaction():
+            _apply(cur, plan, to_csv(rows, plan.columns), statements)
+        return
+    except psycopg.Error as exc:
+        if not is_row_error(exc):
+            raise
+        if rows.num_rows > 1:
+            half = rows.num_rows // 2
+            _apply_isolating(cur, plan, rows.slice(0, half), statements, rejected)
+            _apply_isolating(cur, plan, rows.slice(half), statements, rejected)
+            return
+        row = rows.to_pylist()[0]
+        problem = rejected_row(plan, row, exc)
+        if plan.dead_letter is None:
+            raise StreamlingError.user(f"{plan.label} (table {_shown_table(plan)}): {problem}") from None
+        rejected.append(row_letter(problem, row, plan.keys))
+
+
+EXCERPT = 40
+_COPY_COLUMN = re.compile(r"^COPY [^,]+, line \d+, column (.+?): ")
+
+
+def rejected_row(plan: WritePlan, row: dict[str, Any], exc: psycopg.Error) -> str:
+    """Why Postgres rejected `row`, naming the column (when Postgres says which), its type and the row's key;
+    the value itself only as a short excerpt, never the whole row."""
+    key = ", ".join(f"{k}={_excerpt(row.get(k))}" for k in plan.keys)
+    diag = exc.diag
+    primary = (diag.message_primary or reason(exc)).strip()
+    detail = (diag.message_detail or "").strip()
+    if detail and not detail.startswith("Failing row contains"):  # that one repeats the whole row
+        primary += f" ({detail})"
+    column = diag.column_name
+    if column is None:
+        found = _COPY_COLUMN.match((diag.context or "").strip())
+        column = found.group(1) if found else None
+    types = {c.name: t for c, t in zip(plan.columns, plan.staging_types, strict=True)}
+    if column not in types:
+        return f"row {key}: {primary}"
+    value = row.get(column)
+    if exc.sqlstate == "22001" and isinstance(value, str):
+        holds = f"cannot hold a {len(value)}-character value"
+    else:
+        holds = f"cannot hold the value {_excerpt(value)}"
+    return f'column "{column}" ({types[column]}) {holds} (row {key}): {primary}'
+
+
+def _excerpt(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=json_default)
+    return text if len(text) <= EXCERPT else f"{text[:EXCERPT]}… ({len(text)} characters)"
+
+
+def _shown_table(plan: WritePlan) -> str:
+    return ".".join('"' + name.replace('"', '""') + '"' for name in (plan.schema, plan.table))
 
 
 def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan, epoch: Epoch, streams: int):  # type: ignore[no-untyped-def]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Literal
 
@@ -23,7 +22,8 @@ from pyspark.sql.types import StructType
 from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError
 from streamling.kafka.avro import avro_schema_for
-from streamling.kafka.clients import connection_options, kafka_config, registry
+from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, registry
+from streamling.kafka.clients import producer as cached_producer
 from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec
@@ -50,27 +50,10 @@ class KafkaSinkSpec(SinkSpec):
         return value.lower() if isinstance(value, str) else value
 
 
-_PRODUCERS: dict[str, Any] = {}
-_PRODUCERS_LOCK = threading.Lock()
-
-
-def _producer(config: Mapping[str, Any]):  # type: ignore[no-untyped-def]
-    """One producer per Python worker and configuration, reused across epochs."""
-    from confluent_kafka import Producer
-
-    key = json.dumps({k: v for k, v in config.items() if k != "logger"}, sort_keys=True)
-    with _PRODUCERS_LOCK:
-        producer = _PRODUCERS.get(key)
-        if producer is None:
-            producer = Producer(dict(config))
-            _PRODUCERS[key] = producer
-        return producer
-
-
 def produce_partition(batches: Iterator[pa.RecordBatch], plan: Mapping[str, Any]) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: produce every row of this partition, flush, and report how many were sent, by
     operation (`Written` counts per batch, vectorised)."""
-    producer = _producer(plan["producer"])
+    producer = cached_producer(plan["producer"])
     topic, keys, label = plan["topic"], plan["keys"], plan["label"]
     failures: list[str] = []
 
@@ -176,7 +159,7 @@ class KafkaSink(Sink[KafkaSinkSpec]):
         return kafka_config(self.connection, **extra)
 
     def initialize(self, ctx: RunContext) -> None:
-        self._ensure_topic()
+        ensure_topic(self.connection, self.spec.topic, self.spec.topic_partitions, self.label)
         schema = ""
         if self.spec.data_format == "avro":
             from confluent_kafka.schema_registry import Schema
@@ -203,31 +186,6 @@ class KafkaSink(Sink[KafkaSinkSpec]):
             "avro_schema": schema,
             "schema_id": self.schema_id or 0,
         }
-
-    def _ensure_topic(self) -> None:
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        admin = AdminClient(kafka_config(self.connection))
-        topic = self.spec.topic
-        try:
-            existing = admin.list_topics(timeout=10).topics
-        except KafkaException as exc:
-            raise StreamlingError.retry(
-                f"cannot reach Kafka brokers {self.connection['kafka_brokers']}: {exc}"
-            ) from None
-        if topic in existing:
-            log.info("%s: topic '%s' already exists, skipping creation", self.label, topic)
-            return
-        future = admin.create_topics([NewTopic(topic, num_partitions=self.spec.topic_partitions)])[topic]
-        try:
-            future.result(timeout=30)
-            log.info("%s: created topic '%s' with %d partitions", self.label, topic, self.spec.topic_partitions)
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" in str(exc):
-                log.info("%s: topic '%s' already exists, skipping creation", self.label, topic)
-                return
-            raise StreamlingError.retry(f"failed to create topic '{topic}': {exc}") from None
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         return rows_of(self.stage(df, epoch)())

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
+from streamling.dead_letters import DeadLetterTarget
 from streamling.operators import AppliedEpoch, Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
 from streamling.postgres import catalog, progress
@@ -26,14 +27,14 @@ from streamling.postgres.connection import connect, with_retries
 from streamling.postgres.progress import ProgressKey
 from streamling.postgres.types import Column, columns_of
 from streamling.postgres.writer import ORDER_COLUMN, WritePlan, write_partition, write_stream
-from streamling.topology.spec import SinkSpec
+from streamling.topology.spec import ErrorHandlingSpec, SinkSpec
 from streamling.types import GS_OP, exact_columns, map_in_arrow
 
 log = logging.getLogger("streamling.postgres")
 COMPARISONS = ("=", ">", ">=", "<", "<=", "!=", "<>")
 
 
-class PostgresSinkSpec(SinkSpec):
+class PostgresSinkSpec(SinkSpec, ErrorHandlingSpec):
     type: Literal["postgres"]
     identity_labels: ClassVar[tuple[str, ...]] = ("schema", "table")
     schema_: str = Field(default="public", alias="schema", min_length=1)
@@ -76,6 +77,10 @@ class PostgresWriterSink(Sink[Any]):
         self.columns: list[Column] = []
         self.plan: WritePlan | None = None
         self._conn: psycopg.Connection | None = None
+        spec = getattr(self.spec, "dead_letter", None)
+        self.dead_letter = (
+            DeadLetterTarget.of(spec, self.settings, self.name, self.label, self.connection) if spec else None
+        )
 
     @property
     def label(self) -> str:
@@ -135,6 +140,7 @@ class PostgresWriterSink(Sink[Any]):
             deduplicate=getattr(spec, "deduplicate", True) and getattr(spec, "on_conflict", "update") == "update",
             batch_size=spec.batch_size,
             progress=ProgressKey(spec.schema_, ctx.settings.application_id, self.name),
+            dead_letter=self.dead_letter,
         )
 
     @property
@@ -217,5 +223,7 @@ class PostgresSink(PostgresWriterSink):
             return catalog.verify_table(cur, self.label, spec.schema_, spec.table, self.columns, self.keys)
 
         staging_types = self._with_connection(prepare)
+        if self.dead_letter is not None:
+            self.dead_letter.prepare()
         self.plan = self.write_plan(ctx, spec.table, staging_types, self.keys)
         log.info("%s writes to %s.%s (key %s)", self.label, spec.schema_, spec.table, ", ".join(self.keys))

@@ -26,6 +26,7 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from streamling.dead_letters import DeadLetter, DeadLetterTarget
 from streamling.errors import StreamlingError, first_line
 from streamling.kafka.avro import AvroDecoder
 from streamling.kafka.avro import spark_schema as avro_spark_schema
@@ -34,7 +35,7 @@ from streamling.operators import RunContext, Source
 from streamling.plugins.registry import operator
 from streamling.sources.pacing import Pacer
 from streamling.state import StateBackend
-from streamling.topology.spec import SourceSpec
+from streamling.topology.spec import ErrorHandlingSpec, SourceSpec
 from streamling.types import GS_OP, check_column_types, parse_type
 
 log = logging.getLogger("streamling.kafka")
@@ -52,7 +53,7 @@ READ_STALL_TIMEOUT_SEC = 60.0
 PARTITION_REFRESH_SEC = 10.0
 
 
-class KafkaSourceSpec(SourceSpec):
+class KafkaSourceSpec(SourceSpec, ErrorHandlingSpec):
     type: Literal["kafka"]
     identity_labels: ClassVar[tuple[str, ...]] = ("topic",)
     topic: str = Field(min_length=1)
@@ -329,18 +330,44 @@ class KafkaStreamReader(DataSourceStreamReader):
             raise exc.context(f"kafka source '{self.options['source']}'") from None
 
     def _convert(self, messages: list, partition: int, arrow_schema: pa.Schema) -> pa.RecordBatch:  # type: ignore[type-arg]
+        """With ``on_error: dead_letter`` the bad records are delivered to the dead-letter target here, in the
+        task, before the batch is returned: the epoch commits only after every task returned, so a dead letter
+        is written before its position is committed (at-least-once; a Postgres table drops repeats). Carrying
+        the bad records out as a side output instead would put raw bytes and headers through the DataFrame of
+        every epoch and need one more pass over the batch on the driver."""
+        target = DeadLetterTarget.from_options(self.options)
+        rejected: list[tuple[int, str]] | None = [] if target is not None else None
         ops = [_op(m.headers()) for m in messages]
         if None in ops:
-            bad = messages[ops.index(None)]
-            value = dict(bad.headers() or []).get("dbz.op") or b""
-            raise StreamlingError.user(
-                f"message at topic '{self.topic}' partition {partition} offset {bad.offset()} has an unknown dbz.op "
-                f"header {value.decode('utf-8', 'replace')!r}; expected c, r, u or d"
-            )
-        if self.options["data_format"] == "avro":
-            values = _decoder(self.options).decode([m.value() for m in messages], messages, partition)
+            for index, op in enumerate(ops):
+                if op is not None:
+                    continue
+                bad = messages[index]
+                value = dict(bad.headers() or []).get("dbz.op") or b""
+                error = (
+                    f"message at topic '{self.topic}' partition {partition} offset {bad.offset()} has an unknown "
+                    f"dbz.op header {value.decode('utf-8', 'replace')!r}; expected c, r, u or d"
+                )
+                if rejected is None:
+                    raise StreamlingError.user(error)
+                rejected.append((index, error))
+            kept = [m for m, op in zip(messages, ops, strict=True) if op is not None]
+            known = [i for i, op in enumerate(ops) if op is not None]
         else:
-            values = _decode_json(messages, f"topic '{self.topic}' partition {partition}", arrow_schema)
+            kept, known = messages, None
+        decoded: list[tuple[int, str]] | None = [] if rejected is not None else None
+        if self.options["data_format"] == "avro":
+            values = _decoder(self.options).decode([m.value() for m in kept], kept, partition, decoded)
+        else:
+            values = _decode_json(kept, f"topic '{self.topic}' partition {partition}", arrow_schema, decoded)
+        if rejected is not None and decoded is not None:
+            rejected += [(known[i] if known is not None else i, error) for i, error in decoded]
+        if rejected:
+            assert target is not None
+            target.deliver([_letter(messages[i], error) for i, error in sorted(rejected)])
+            bad = {i for i, _ in rejected}
+            messages = [m for i, m in enumerate(messages) if i not in bad]
+            ops = [op for i, op in enumerate(ops) if i not in bad]
         # A value field named _gs_op is superseded by the header-derived one (the schema drops it too).
         columns = [c for c, name in zip(values.columns, values.schema.names, strict=True) if name != GS_OP]
         if self.options.get("include_metadata") == "true":
@@ -369,6 +396,18 @@ def _op(headers: list | None) -> str | None:  # type: ignore[type-arg]
     return "i"
 
 
+def _letter(message: Any, error: str) -> DeadLetter:
+    return DeadLetter(
+        error=error,
+        topic=message.topic(),
+        partition=message.partition(),
+        offset=message.offset(),
+        key=message.key(),
+        value=message.value(),
+        headers=list(message.headers() or []),
+    )
+
+
 def _allocate(current: Mapping[str, int], pending: Mapping[str, int], take: int) -> Iterator[tuple[str, int, int]]:
     """Share `take` rows across partitions in proportion to what each has pending."""
     total = sum(pending.values())
@@ -384,31 +423,57 @@ def _allocate(current: Mapping[str, int], pending: Mapping[str, int], take: int)
         yield k, offset, shares.get(k, 0)
 
 
-def _decode_json(messages: list, where: str, arrow_schema: pa.Schema) -> pa.RecordBatch:  # type: ignore[type-arg]
+def _decode_json(
+    messages: list,  # type: ignore[type-arg]
+    where: str,
+    arrow_schema: pa.Schema,
+    rejected: list[tuple[int, str]] | None = None,
+) -> pa.RecordBatch:
+    """JSON payloads → Arrow; a bad one raises naming it, or with `rejected` is listed there and left out."""
     import pyarrow.json as pajson
 
     value_fields = [f for f in arrow_schema if f.name != GS_OP and f.name not in METADATA_COLUMNS.fieldNames()]
     value_schema = pa.schema(value_fields)
-    payloads = []
-    for m in messages:
+    options = pajson.ParseOptions(explicit_schema=value_schema, unexpected_field_behavior="ignore")
+    problems: dict[int, str] = {}
+    payloads: dict[int, bytes] = {}
+    for i, m in enumerate(messages):
         payload = m.value()
         if not payload:
-            raise StreamlingError.user(f"message at {where} offset {m.offset()} has an empty payload (tombstone)")
-        payloads.append(payload.replace(b"\n", b" ").replace(b"\r", b" "))
-    options = pajson.ParseOptions(explicit_schema=value_schema, unexpected_field_behavior="ignore")
+            problems[i] = f"message at {where} offset {m.offset()} has an empty payload (tombstone)"
+            if rejected is None:
+                break
+            continue
+        payloads[i] = payload.replace(b"\n", b" ").replace(b"\r", b" ")
+    if problems and rejected is None:
+        raise StreamlingError.user(next(iter(problems.values())))
+    empty = pa.RecordBatch.from_pylist([], value_schema)
+    if not payloads:
+        if rejected is not None:
+            rejected += sorted(problems.items())
+        return empty
     try:
-        table = pajson.read_json(pa.py_buffer(b"\n".join(payloads)), parse_options=options)
+        table = pajson.read_json(pa.py_buffer(b"\n".join(payloads.values())), parse_options=options)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        for m, payload in zip(messages, payloads, strict=True):
+        for i, payload in payloads.items():
             try:
                 pajson.read_json(pa.py_buffer(payload), parse_options=options)
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 reason = str(exc).splitlines()[0]
-                raise StreamlingError.user(
-                    f"message at {where} offset {m.offset()} is not valid JSON for the declared schema: {reason}"
-                ) from None
-        raise
-    return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], value_schema)
+                problem = (
+                    f"message at {where} offset {messages[i].offset()} is not valid JSON for the declared schema: "
+                    f"{reason}"
+                )
+                if rejected is None:
+                    raise StreamlingError.user(problem) from None
+                problems[i] = problem
+        if rejected is None:
+            raise
+        good = [p for i, p in payloads.items() if i not in problems]
+        table = pajson.read_json(pa.py_buffer(b"\n".join(good)), parse_options=options) if good else None
+    if rejected is not None:
+        rejected += sorted(problems.items())
+    return table.combine_chunks().to_batches()[0] if table is not None and table.num_rows else empty
 
 
 class KafkaDataSource(DataSource):
@@ -433,6 +498,11 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connection = connection_options(self.settings.kafka_source)
+        self.dead_letter = (
+            DeadLetterTarget.of(self.spec.dead_letter, self.settings, self.name, self.label, None)
+            if self.spec.dead_letter is not None
+            else None
+        )
         self._reader_schema: tuple[str, int, int] | None = None
         self._consumer = None
         self._ending: dict[str, int] | None = None
@@ -493,6 +563,8 @@ class KafkaSource(Source[KafkaSourceSpec]):
 
     def initialize(self, ctx: RunContext) -> None:
         list_partitions(self._driver_consumer(), self.topic)  # fail fast when the topic is missing
+        if self.dead_letter is not None:
+            self.dead_letter.prepare()
 
     def load_position(self, state: StateBackend) -> dict[str, Any]:
         """State backend offsets win, then the consumer group's, then `starting_offsets`."""
@@ -588,6 +660,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
             "data_format": self.spec.data_format,
             "include_metadata": str(self.spec.include_metadata).lower(),
             "validate_writer_schema_ordering": str(self.spec.validate_writer_schema_ordering).lower(),
+            **(self.dead_letter.to_options() if self.dead_letter is not None else {}),
             "spark_schema": self.schema().json(),
             "parallelism": str(spark.sparkContext.defaultParallelism),
             "batch_rows": str(min(self.spec.record_batch_size or self.settings.record_batch_size, 50_000)),

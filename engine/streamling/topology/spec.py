@@ -6,10 +6,13 @@ which other nodes it reads (`input_names`), which is all the graph needs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from streamling.postgres.catalog import check_identifier
 
 
 class TelemetrySpec(BaseModel):
@@ -44,6 +47,66 @@ class NodeSpec(BaseModel):
 
     def labels(self) -> dict[str, Any]:
         return dict(self.telemetry.labels) if self.telemetry else {}
+
+
+KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+class DeadLetterSpec(BaseModel):
+    """Where a node's bad records go: a Kafka topic (``kafka_sink`` connection) or a Postgres table
+    (``postgres_sink`` connection, ``schema.table`` or ``table`` in ``public``), exactly one of them."""
+
+    model_config = ConfigDict(extra="forbid")
+    topic: str | None = None
+    table: str | None = None
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str | None) -> str | None:
+        if value is not None and not KAFKA_TOPIC.fullmatch(value):
+            raise ValueError("must be a Kafka topic name: 1 to 249 of the characters a-z A-Z 0-9 . _ -")
+        return value
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = value.split(".")
+        if len(parts) > 2 or not all(parts):
+            raise ValueError("must be 'table' or 'schema.table'")
+        for part in parts:
+            check_identifier(part)
+        return value
+
+    @model_validator(mode="after")
+    def _one_target(self) -> DeadLetterSpec:
+        if (self.topic is None) == (self.table is None):
+            raise ValueError("set exactly one of 'topic' (a Kafka topic) or 'table' (a Postgres table)")
+        return self
+
+    @property
+    def schema_and_table(self) -> tuple[str, str]:
+        assert self.table is not None
+        schema, _, table = self.table.rpartition(".")
+        return schema or "public", table
+
+
+class ErrorHandlingSpec(BaseModel):
+    """``on_error`` of a node that detects bad records (the Kafka source, the Postgres sink): ``fail`` stops the
+    pipeline before its position moves past the record; ``dead_letter`` routes the record to `dead_letter`."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    on_error: Literal["fail", "dead_letter"] = "fail"
+    dead_letter: DeadLetterSpec | None = None
+
+    @model_validator(mode="after")
+    def _dead_letter_matches(self) -> ErrorHandlingSpec:
+        if self.on_error == "dead_letter" and self.dead_letter is None:
+            raise ValueError("field 'dead_letter' ({topic: …} or {table: …}) is required with on_error: dead_letter")
+        if self.on_error != "dead_letter" and self.dead_letter is not None:
+            raise ValueError("field 'dead_letter' applies only with on_error: dead_letter")
+        return self
 
 
 def split_columns(value: str | list[str] | None) -> list[str]:
