@@ -147,10 +147,10 @@ def summarize(values: list[float]) -> dict:
     }
 
 
-def record(name: str, payload: dict) -> Path:
-    RESULTS.mkdir(exist_ok=True)
+def record(name: str, payload: dict, directory: Path = RESULTS) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"{name}-{stamp}.json"
+    path = directory / f"{name}-{stamp}.json"
     path.write_text(json.dumps({"scenario": name, "recorded_at": stamp, "machine": machine(), **payload}, indent=2))
     return path
 

@@ -110,10 +110,13 @@ def zigzag_long(value: int) -> bytes:
     return bytes(out)
 
 
-def keyed_payloads(schema_id: int) -> Callable[[int], bytes]:
-    """Payload of record ``i`` with ``id = i``: `id` is the first field, so the pool entry's tail is reused as is."""
+def keyed_payloads(schema_id: int, key_space: int | None = None) -> Callable[[int], bytes]:
+    """Payload of record ``i`` with ``id = i % key_space`` (or ``i``): `id` is the first field, so the pool entry's
+    tail is reused as is. With a key space that is a multiple of 10, each id always has the same ``sel_key``."""
     tails = [_avro({**pool_record(j), "id": 0})[1:] for j in range(POOL)]  # id 0 encodes as one byte
     prefix = framed(schema_id, b"")
+    if key_space:
+        return lambda i: prefix + zigzag_long(i % key_space) + tails[i % POOL]
     return lambda i: prefix + zigzag_long(i) + tails[i % POOL]
 
 
@@ -156,11 +159,14 @@ def send_all(prod, topic: str, payloads: Iterable[bytes], partitions: int) -> in
     return n
 
 
-def produce(env: dict[str, str], topic: str, records: int, partitions: int, *, keyed: bool = False) -> None:
-    """A new topic of ``records`` records: the pool cycled (ids repeat), or ``keyed`` (``id = i``)."""
+def produce(
+    env: dict[str, str], topic: str, records: int, partitions: int, *, keyed: bool = False, key_space: int | None = None
+) -> None:
+    """A new topic of ``records`` records: the pool cycled (ids repeat every 1,000), or ``keyed``
+    (``id = i % key_space``, or ``i``)."""
     schema_id = create_topic(env, topic, partitions)
     if keyed:
-        encode = keyed_payloads(schema_id)
+        encode = keyed_payloads(schema_id, key_space)
         payloads: Iterable[bytes] = (encode(i) for i in range(records))
     else:
         pool = payload_pool(schema_id)
