@@ -663,7 +663,8 @@ def markdown(payload: dict) -> str:
 def ensure_quix_venv() -> None:
     """bench/.venv-quix with quixstreams 3.28.1: it pins confluent-kafka 2.12.x, so not in the product's venv."""
     python = QUIX_VENV / "bin" / "python"
-    if python.exists() and subprocess.run([str(python), "-c", "import quixstreams, fastavro, psycopg"]).returncode == 0:
+    check = [str(python), "-c", "import quixstreams, fastavro, psycopg"]
+    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
         return
     print(f"creating {QUIX_VENV} ({', '.join(QUIX_PACKAGES)}) ...", flush=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(QUIX_VENV)], check=True)
