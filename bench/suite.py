@@ -113,13 +113,11 @@ class Sink:
     """One run's target table, its checks and clean-up."""
 
     def __init__(self, pg: dict[str, str]) -> None:
-        import psycopg
         from job import connect_from_env
 
         self.pg = pg
         self.schema = f"bench_{uuid.uuid4().hex[:10]}"
         self.table = "events"
-        self._psycopg = psycopg
         self.conn = connect_from_env(pg)
         self.conn.autocommit = True
 
@@ -395,8 +393,7 @@ class Watcher:
     """Polls the sink for newly visible ids; the time a row is first seen is the poll's start (the snapshot)."""
 
     def __init__(self, sink: Sink) -> None:
-        self.probe = sink.probe()
-        self.seen: dict[int, tuple[int, float]] = {}  # id → (ts ms, visible at, epoch s)
+        self.seen: dict[int, tuple[int, float]] = {}  # id → (its ts in ms, first seen at in epoch seconds)
         self.stop = threading.Event()
         self.sink = sink
         self.thread = threading.Thread(target=self._run, daemon=True)
