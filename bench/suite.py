@@ -719,7 +719,7 @@ def main() -> None:
         "smoke": opts.smoke,
         "runs": runs,
         "warmup": warmup,
-        "runs_note": "smoke: fewer counted runs than the >= 5 of a real run" if runs < 5 else "",
+        "runs_note": f"{runs} counted run(s): fewer than the >= 5 of a real measurement" if runs < 5 else "",
         "scale": opts.scale,
         "sizes": {k: v for k, v in vars(sizes).items()},
         "contenders": {
