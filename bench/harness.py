@@ -12,7 +12,9 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +35,8 @@ class Measurement:
     stderr: str = field(default="", repr=False)
     cpu_series: list[tuple[float, float]] = field(default_factory=list, repr=False)
     """(wall-clock time, CPU seconds of the process tree so far), one per sample: CPU spent in a time window."""
+    first_row_sec: float | None = None
+    """Launch to the first time `first_row` answered true (the cold start), when it was given."""
 
     def recorded(self) -> dict:
         """What goes into the results JSON (no logs, no samples)."""
@@ -47,14 +51,48 @@ class Measurement:
         return after[0] - before[-1]
 
 
-def measure(cmd: list[str], env: dict[str, str], cwd: Path, interval: float = 0.1) -> Measurement:
-    started = time.perf_counter()
+def measure(
+    cmd: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    interval: float = 0.1,
+    *,
+    first_row: Callable[[], bool] | None = None,
+    started: Callable[[subprocess.Popen], None] | None = None,
+) -> Measurement:
+    """Run ``cmd`` to its end, sampling its process tree every ``interval`` seconds.
+
+    ``first_row`` is polled from a thread (every 20 ms, its own connection's cost is not the tree's) until it
+    answers true: the time from launch to then is ``first_row_sec``. ``started`` gets the process right after
+    launch, so another thread can stop it (the latency scenario runs a streaming process until SIGTERM).
+    """
+    started_at = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if started is not None:
+        started(proc)
     root = psutil.Process(proc.pid)
     cpu_by_pid: dict[int, float] = {}
     peak = 0
     series: list[tuple[float, float]] = []
     stderr_chunks: list[str] = []
+    first: list[float] = []
+    # stderr is read concurrently: a chatty process must never block on a full pipe while we sample it
+    reader = threading.Thread(target=lambda: stderr_chunks.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    watcher = None
+    if first_row is not None:
+
+        def watch() -> None:
+            while True:
+                if first_row():
+                    first.append(time.perf_counter() - started_at)
+                    return
+                if proc.poll() is not None:
+                    return
+                time.sleep(0.02)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
     while proc.poll() is None:
         rss = 0
         try:
@@ -72,9 +110,11 @@ def measure(cmd: list[str], env: dict[str, str], cwd: Path, interval: float = 0.
         peak = max(peak, rss)
         series.append((time.time(), sum(cpu_by_pid.values())))
         time.sleep(interval)
-    _, err = proc.communicate()
-    stderr_chunks.append(err or "")
-    wall = time.perf_counter() - started
+    proc.wait()
+    wall = time.perf_counter() - started_at
+    reader.join()
+    if watcher is not None:
+        watcher.join(timeout=10)
     return Measurement(
         wall_sec=round(wall, 3),
         cpu_sec=round(sum(cpu_by_pid.values()), 2),
@@ -83,6 +123,7 @@ def measure(cmd: list[str], env: dict[str, str], cwd: Path, interval: float = 0.
         stderr_tail="".join(stderr_chunks)[-2000:],
         stderr="".join(stderr_chunks),
         cpu_series=series,
+        first_row_sec=round(first[0], 3) if first else None,
     )
 
 
@@ -106,10 +147,10 @@ def summarize(values: list[float]) -> dict:
     }
 
 
-def record(name: str, payload: dict) -> Path:
-    RESULTS.mkdir(exist_ok=True)
+def record(name: str, payload: dict, directory: Path = RESULTS) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = RESULTS / f"{name}-{stamp}.json"
+    path = directory / f"{name}-{stamp}.json"
     path.write_text(json.dumps({"scenario": name, "recorded_at": stamp, "machine": machine(), **payload}, indent=2))
     return path
 

@@ -13,113 +13,24 @@ The original's baseline is ~108,000 input records/s on 8 vCPUs.
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import textwrap
 import uuid
-from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import measure, record, streamling_cmd, summarize
+from kafka_data import payload_pool, produce, services_env
 
-REPO = Path(__file__).resolve().parent.parent
-SCHEMA = {
-    "type": "record",
-    "name": "Event",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "user_id", "type": "string"},
-        {"name": "email", "type": "string"},
-        {"name": "country", "type": "string"},
-        {"name": "device", "type": "string"},
-        {"name": "amount", "type": "double"},
-        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 4}},
-        {"name": "ts", "type": "long"},
-        {"name": "sel_key", "type": "int"},
-    ],
-}
 SQLS = {
     "projection": "SELECT id, user_id, email, lower(country) AS country, device, amount, "
     "amount * 1.1 AS amount_with_fee, price, ts FROM events",
     "filter": "SELECT id, user_id, email, country, ts FROM events WHERE sel_key = 0",
 }
 WRITTEN = re.compile(r"sink 'sink': (\d+) rows written")
-
-
-def services_env() -> dict[str, str]:
-    subprocess.run([sys.executable, str(REPO / "infra" / "services"), "up", "kafka", "registry"], check=True)
-    out = subprocess.run(
-        [sys.executable, str(REPO / "infra" / "services"), "env", "kafka", "registry"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines())
-
-
-def payload_pool(schema_id: int) -> list[bytes]:
-    """The 1,000 distinct framed payloads the topic cycles through."""
-    import fastavro
-
-    parsed = fastavro.parse_schema(SCHEMA)
-    countries, devices = ["US", "DE", "FR", "BR", "IN"], ["ios", "android", "web"]
-    pool = []
-    for i in range(1000):
-        out = io.BytesIO()
-        fastavro.schemaless_writer(
-            out,
-            parsed,
-            {
-                "id": 1_000_000 + i,
-                "user_id": f"user_{i:05d}",
-                "email": f"user{i}@example.com",
-                "country": countries[i % 5],
-                "device": devices[i % 3],
-                "amount": round(i * 3.7, 2),
-                "price": Decimal(f"{i}.{(i * 37) % 10000:04d}"),
-                "ts": 1_700_000_000_000 + i,
-                "sel_key": i % 10,
-            },
-        )
-        pool.append(b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue())
-    return pool
-
-
-def produce(env: dict[str, str], topic: str, records: int, partitions: int) -> None:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-
-    brokers = env["STREAMLING__KAFKA_SOURCE__BROKERS"]
-    admin = AdminClient({"bootstrap.servers": brokers})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(timeout=30)
-    registry = SchemaRegistryClient({"url": env["STREAMLING__KAFKA_SOURCE__SCHEMA_REGISTRY_URL"]})
-    pool = payload_pool(registry.register_schema(f"{topic}-value", Schema(json.dumps(SCHEMA), "AVRO")))
-    producer = Producer(
-        {
-            "bootstrap.servers": brokers,
-            "linger.ms": 20,
-            "batch.num.messages": 10000,
-            "queue.buffering.max.messages": 1_000_000,
-            "compression.type": "lz4",
-        }
-    )
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, pool[i % 1000], partition=i % partitions, headers=[("dbz.op", b"c")])
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 10000 == 0:
-            producer.poll(0)
-    producer.flush(120)
 
 
 def main() -> None:

@@ -1,0 +1,115 @@
+"""Peer: a hand-written single-process loop — confluent-kafka, fastavro, psycopg COPY + merge.
+
+    python bench/peers/hand_loop.py --topic T --group G --job upsert --schema S --table T [--follow]
+
+The practical ceiling for a Python client with no framework around it: consume in batches, strip the 5-byte
+Confluent framing, decode with fastavro's ``schemaless_reader`` (writer schema fetched once per schema id from the
+registry), filter and project in plain Python, and for ``--job upsert`` COPY the batch into a temp table and merge it
+with ``INSERT … ON CONFLICT DO UPDATE``, then commit the consumer offsets (at-least-once). Without ``--follow`` it
+stops at the high watermarks read at start (the pipeline's ``ending_offsets: latest``); with it, it runs until
+SIGTERM and writes whatever each poll returned (the latency scenario). Connections come from the same
+``STREAMLING__…`` environment the pipeline reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from job import JOBS, Upserter, connect_from_env, high_watermarks
+
+
+def main() -> None:
+    args = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    args.add_argument("--topic", required=True)
+    args.add_argument("--group", required=True)
+    args.add_argument("--job", choices=sorted(JOBS), required=True)
+    args.add_argument("--schema")
+    args.add_argument("--table")
+    args.add_argument("--batch", type=int, default=100_000, help="records per write (and offset commit)")
+    args.add_argument("--follow", action="store_true", help="run until SIGTERM, writing every poll's records")
+    opts = args.parse_args()
+
+    import fastavro
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    started = time.perf_counter()
+    env = dict(os.environ)
+    brokers = env["STREAMLING__KAFKA_SOURCE__BROKERS"]
+    registry = SchemaRegistryClient({"url": env["STREAMLING__KAFKA_SOURCE__SCHEMA_REGISTRY_URL"]})
+    job = JOBS[opts.job]
+    upserter = Upserter(connect_from_env(env), opts.schema, opts.table) if opts.job == "upsert" else None
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+
+    ends = None if opts.follow else high_watermarks(brokers, opts.topic)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": brokers,
+            "group.id": opts.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.max.bytes": 16 * 1024 * 1024,
+            "queued.min.messages": 20000,
+        }
+    )
+    partitions = sorted(consumer.list_topics(opts.topic, timeout=30).topics[opts.topic].partitions)
+    consumer.assign([TopicPartition(opts.topic, p) for p in partitions])
+    writers: dict[int, object] = {}
+    position: dict[int, int] = {}
+    pending: list[tuple] = []
+    consumed = written = 0
+    keep, project = job.keep, job.project
+    schemaless_reader = fastavro.schemaless_reader
+
+    def flush() -> None:
+        nonlocal written
+        if upserter is not None and pending:
+            written += upserter.write(pending)
+        elif upserter is None:
+            written += len(pending)
+        pending.clear()
+        consumer.commit(asynchronous=False)
+
+    while not stop:
+        msgs = consumer.consume(num_messages=10000, timeout=0.05 if opts.follow else 0.5)
+        for m in msgs:
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise RuntimeError(f"consume failed: {m.error()}")
+            value = m.value()
+            schema_id = int.from_bytes(value[1:5], "big")
+            writer = writers.get(schema_id)
+            if writer is None:
+                writer = writers[schema_id] = fastavro.parse_schema(
+                    json.loads(registry.get_schema(schema_id).schema_str)
+                )
+            record = schemaless_reader(io.BytesIO(value[5:]), writer, None)
+            if keep is None or keep(record):
+                pending.append(project(record))
+            position[m.partition()] = m.offset() + 1
+        consumed += len(msgs)
+        drained = ends is not None and all(position.get(p, 0) >= end for p, end in ends.items())
+        if msgs and (len(pending) >= opts.batch or drained or opts.follow):
+            flush()
+        if drained:
+            break
+    if pending:
+        flush()
+    consumer.close()
+    run = time.perf_counter() - started
+    print(json.dumps({"consumed": consumed, "written": written, "run_sec": round(run, 3)}))
+    print(f"hand loop: {consumed} consumed, {written} written, finished in {run:.1f}s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

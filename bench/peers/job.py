@@ -1,0 +1,119 @@
+"""The peers' side of each scenario: the same projection / filter as the pipeline's SQL, and the Postgres upsert.
+
+Imported by the hand-written loop (the project's venv) and by the Quix Streams app (its own venv), so it needs
+only psycopg and confluent-kafka. The SQL each job mirrors lives in bench/suite.py next to its name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+
+@dataclass(frozen=True)
+class Job:
+    keep: Callable[[dict], bool] | None
+    project: Callable[[dict], tuple]
+    columns: tuple[str, ...]
+
+
+JOBS = {
+    # SELECT id, user_id, email, lower(country) AS country, device, amount, amount * 1.1 AS amount_with_fee, price, ts
+    "projection": Job(
+        None,
+        lambda r: (
+            r["id"],
+            r["user_id"],
+            r["email"],
+            r["country"].lower(),
+            r["device"],
+            r["amount"],
+            r["amount"] * 1.1,
+            r["price"],
+            r["ts"],
+        ),
+        ("id", "user_id", "email", "country", "device", "amount", "amount_with_fee", "price", "ts"),
+    ),
+    # SELECT id, user_id, email, country, ts FROM events WHERE sel_key = 0
+    "filter": Job(
+        lambda r: r["sel_key"] == 0,
+        lambda r: (r["id"], r["user_id"], r["email"], r["country"], r["ts"]),
+        ("id", "user_id", "email", "country", "ts"),
+    ),
+    # SELECT id, user_id, email, country, amount, price, ts FROM events WHERE sel_key <> 0  → Postgres upsert on id
+    "upsert": Job(
+        lambda r: r["sel_key"] != 0,
+        lambda r: (r["id"], r["user_id"], r["email"], r["country"], r["amount"], r["price"], r["ts"]),
+        ("id", "user_id", "email", "country", "amount", "price", "ts"),
+    ),
+}
+UPSERT_TYPES = ("bigint", "text", "text", "text", "double precision", "numeric(20,4)", "bigint")
+"""The column types the pipeline's Postgres sink creates for the upsert job's SQL (id is the primary key)."""
+
+
+def connect_from_env(env: dict[str, str]) -> psycopg.Connection:
+    p = "STREAMLING__POSTGRES_SINK__"
+    return psycopg.connect(
+        host=env[p + "HOST"],
+        port=int(env[p + "PORT"]),
+        user=env[p + "USER"],
+        password=env[p + "PASS"],
+        dbname=env[p + "DB"],
+    )
+
+
+class Upserter:
+    """COPY into a temporary staging table, then one ``INSERT … ON CONFLICT (id) DO UPDATE`` merge per batch,
+    in one transaction: the fastest upsert a Python client can issue (the last row per id wins)."""
+
+    def __init__(self, conn: psycopg.Connection, schema: str, table: str) -> None:
+        self.conn = conn
+        cols = JOBS["upsert"].columns
+        target = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
+        defs = sql.SQL(", ").join(
+            sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in zip(cols, UPSERT_TYPES, strict=True)
+        )
+        names = sql.SQL(", ").join(map(sql.Identifier, cols))
+        with conn.cursor() as cur:
+            cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY (id))").format(target, defs))
+            cur.execute(sql.SQL("CREATE TEMP TABLE _stage ({}) ON COMMIT DELETE ROWS").format(defs))
+        conn.commit()
+        self.copy = sql.SQL("COPY _stage ({}) FROM STDIN").format(names)
+        updates = sql.SQL(", ").join(
+            sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in cols[1:]
+        )
+        self.merge = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM _stage ON CONFLICT (id) DO UPDATE SET {}").format(
+            target, names, names, updates
+        )
+
+    def write(self, rows: list[tuple]) -> int:
+        """Upsert one batch in one transaction; returns the distinct ids written."""
+        last = {row[0]: row for row in rows}  # one merge may not touch a key twice
+        with self.conn.cursor() as cur:
+            with cur.copy(self.copy) as copy:
+                for row in last.values():
+                    copy.write_row(row)
+            cur.execute(self.merge)
+        self.conn.commit()
+        return len(last)
+
+
+def high_watermarks(brokers: str, topic: str) -> dict[int, int]:
+    """Each partition's end offset now: the peers stop there, like the pipeline's ``ending_offsets: latest``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": brokers, "group.id": "bench-watermarks", "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(topic, timeout=30).topics[topic]
+        ends = {}
+        for p in sorted(meta.partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            if high > low:
+                ends[p] = high
+        return ends
+    finally:
+        consumer.close()

@@ -1,0 +1,95 @@
+"""The benchmark suite's smoke variant: one command, every scenario, every contender, exact sink contents.
+
+Runs ``bench/suite.py --smoke`` as a user would, against the real local broker, registry and Postgres, with the
+real CLI, the hand-written loop and Quix Streams (its venv is created on first use). Speed is not asserted here
+(no timing assertions in tests); what is asserted is that the harness produces a complete result, and that every
+run of every contender left exactly the expected rows in its sink.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CONTENDERS = {"streamling", "hand_loop", "quix"}
+
+pytestmark = pytest.mark.e2e
+
+
+def _numbers(stats: dict, *keys: str) -> None:
+    for key in keys:
+        assert stats[key]["median"] > 0, (key, stats[key])
+        assert stats[key]["min"] <= stats[key]["median"] <= stats[key]["max"], (key, stats[key])
+
+
+def _exact(runs: list[dict], count_key: str) -> None:
+    assert runs, "no counted runs"
+    for run in runs:
+        assert run["extra"][count_key] == run["extra"]["expected_rows"], run["extra"]
+        assert run["returncode"] in (0, -15), run
+
+
+def test_smoke_suite_records_every_scenario_and_peer(tmp_path: Path, postgres_env, kafka_env) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "suite.py"), "--smoke", "--results", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    [path] = tmp_path.glob("suite-*.json")
+    table = path.with_suffix(".md").read_text()
+    result = json.loads(path.read_text())
+    assert result["smoke"] is True and result["runs"] == 1 and result["runs_note"]
+    scenarios = result["scenarios"]
+    assert set(scenarios) == {
+        "kafka_avro_sql_blackhole",
+        "kafka_avro_sql_postgres_upsert",
+        "cold_start_first_row",
+        "latency_steady_rate",
+        "scale_curve",
+    }
+
+    blackhole = scenarios["kafka_avro_sql_blackhole"]["sqls"]["filter"]
+    upsert = scenarios["kafka_avro_sql_postgres_upsert"]
+    for block, count_key in ((blackhole, "rows_out"), (upsert, "rows_in_sink")):
+        assert set(block["contenders"]) == CONTENDERS
+        for stats in block["contenders"].values():
+            _numbers(stats, "rec_per_sec", "cpu_sec_per_million", "peak_rss_mb")
+            _exact(stats["runs"], count_key)
+        assert set(block["ratios"]) == {"hand_loop", "quix"}
+        assert all(r["rec_per_sec"] > 0 for r in block["ratios"].values())
+    assert upsert["expected_rows"] == 1125  # ids 0..1249 (5,000 records, key space 1,250) without multiples of 10
+
+    cold = scenarios["cold_start_first_row"]
+    assert set(cold["contenders"]) == CONTENDERS
+    for stats in cold["contenders"].values():
+        _numbers(stats, "first_row_sec", "peak_rss_mb")
+        _exact(stats["runs"], "rows_in_sink")
+        assert stats["first_row_sec"]["max"] <= stats["wall_sec"]["max"]
+
+    latency = scenarios["latency_steady_rate"]
+    assert set(latency["contenders"]) == CONTENDERS
+    for stats in latency["contenders"].values():
+        _numbers(stats, "p50_ms", "p99_ms", "achieved_rate")
+        assert stats["p50_ms"]["median"] <= stats["p99_ms"]["median"] <= stats["max_ms"]["median"]
+        _exact(stats["runs"], "rows_in_sink")
+    assert set(latency["ratios"]) == {"hand_loop", "quix"}
+
+    cells = scenarios["scale_curve"]["cells"]
+    assert {(c["master"], c["partitions"]) for c in cells} == {("local[1]", 2), ("local[2]", 2)}
+    for cell in cells:
+        _numbers(cell, "rec_per_sec", "cpu_sec_per_million")
+        _exact(cell["runs"], "rows_out")
+
+    for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5."):
+        assert heading in table
+    for contender in CONTENDERS:
+        assert f"| {contender} |" in table
