@@ -23,6 +23,7 @@ def connection_options(settings: KafkaConnectionSettings) -> dict[str, str]:
         "kafka_brokers": settings.brokers,
         "kafka_security_protocol": settings.security_protocol,
         "registry_url": settings.schema_registry_url,
+        "unavailable_timeout_sec": str(settings.unavailable_timeout_sec),
     }
     optional = {
         "kafka_sasl_mechanism": settings.sasl_mechanism,
@@ -46,6 +47,9 @@ def kafka_config(options: Mapping[str, str], **extra: Any) -> dict[str, Any]:
         "bootstrap.servers": options["kafka_brokers"],
         "security.protocol": options.get("kafka_security_protocol", "plaintext"),
         "logger": logging.getLogger("streamling.kafka.client"),  # librdkafka's own log lines, not raw stderr
+        # While a broker is down, one failed reconnect (and its log line) per second, backing off to 10 s,
+        # rather than librdkafka's default of several per second.
+        "reconnect.backoff.ms": 1000,
     }
     if "sasl" in config["security.protocol"]:
         for key in ("mechanism", "username", "password"):
