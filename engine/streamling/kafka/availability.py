@@ -54,7 +54,6 @@ def transient_kafka_error(error) -> bool:  # type: ignore[no-untyped-def]
 
 def is_unavailable(exc: BaseException) -> bool:
     """The service could not be reached or answered "try later": worth waiting for."""
-    import httpx
     from confluent_kafka import KafkaException
     from confluent_kafka.schema_registry import SchemaRegistryError
 
@@ -64,7 +63,13 @@ def is_unavailable(exc: BaseException) -> bool:
         return bool(exc.args) and transient_kafka_error(exc.args[0])
     if isinstance(exc, SchemaRegistryError):
         return is_retriable(exc.http_status_code)
-    return isinstance(exc, httpx.TransportError | ConnectionError | TimeoutError)
+    return isinstance(exc, ConnectionError | TimeoutError) or _http_transport_error(exc)
+
+
+def _http_transport_error(exc: BaseException) -> bool:
+    """The registry client's connect/read failures: ``TransportError`` of httpx or of httpx2, whichever the
+    installed confluent-kafka uses."""
+    return any(c.__name__ == "TransportError" and c.__module__ in ("httpx", "httpx2") for c in type(exc).__mro__)
 
 
 def describe(exc: BaseException) -> str:

@@ -8,7 +8,9 @@ and logs (``spark.redaction.regex``).
 from __future__ import annotations
 
 import logging
+import re
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +18,33 @@ from streamling.config.model import KafkaConnectionSettings, KafkaSourceSettings
 
 _REGISTRIES: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
+REPEAT_WINDOW_SEC = 60.0
+
+
+class _DropRepeats(logging.Filter):
+    """librdkafka logs every failed reconnect, so an unreachable broker would flood the log: the first line of
+    each kind passes, its repeats (numbers aside) within REPEAT_WINDOW_SEC do not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        with self._lock:
+            last = self._seen.get(key)
+            if last is not None and now - last < REPEAT_WINDOW_SEC:
+                return False
+            if len(self._seen) > 1000:
+                self._seen.clear()
+            self._seen[key] = now
+        return True
+
+
+_CLIENT_LOG = logging.getLogger("streamling.kafka.client")
+_CLIENT_LOG.addFilter(_DropRepeats())
 
 
 def connection_options(settings: KafkaConnectionSettings) -> dict[str, str]:
@@ -46,9 +75,8 @@ def kafka_config(options: Mapping[str, str], **extra: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": options["kafka_brokers"],
         "security.protocol": options.get("kafka_security_protocol", "plaintext"),
-        "logger": logging.getLogger("streamling.kafka.client"),  # librdkafka's own log lines, not raw stderr
-        # While a broker is down, one failed reconnect (and its log line) per second, backing off to 10 s,
-        # rather than librdkafka's default of several per second.
+        "logger": _CLIENT_LOG,  # librdkafka's own log lines, not raw stderr; repeats dropped
+        # While a broker is down, at most one reconnect per second, backing off to 10 s.
         "reconnect.backoff.ms": 1000,
     }
     if "sasl" in config["security.protocol"]:

@@ -35,6 +35,7 @@ from streamling.operators import RunContext, Source
 from streamling.plugins.registry import operator
 from streamling.sources.pacing import Pacer
 from streamling.state import StateBackend
+from streamling.telemetry.logs import configure_worker_logging
 from streamling.topology.spec import SourceSpec
 from streamling.types import GS_OP, check_column_types, parse_type
 
@@ -51,6 +52,7 @@ DBZ_OPS = {b"c": "i", b"r": "i", b"u": "u", b"d": "d"}
 MIN_ROWS_PER_TASK = 20_000
 READ_STALL_TIMEOUT_SEC = 60.0
 PROBE_AFTER_SEC = 5.0  # a read that got nothing this long checks whether the broker is reachable
+PROBE_TIMEOUT_SEC = 3.0
 PARTITION_REFRESH_SEC = 10.0
 
 
@@ -127,11 +129,11 @@ def _consumer(options: Mapping[str, str], purpose: str):  # type: ignore[no-unty
     )
 
 
-def list_partitions(consumer, topic: str) -> list[int]:  # type: ignore[no-untyped-def]
+def list_partitions(consumer, topic: str, timeout: float = 10) -> list[int]:  # type: ignore[no-untyped-def]
     from confluent_kafka import KafkaException
 
     try:
-        metadata = consumer.list_topics(topic, timeout=10)
+        metadata = consumer.list_topics(topic, timeout=timeout)
     except KafkaException as exc:
         raise StreamlingError.unavailable(f"cannot read metadata of topic '{topic}': {exc.args[0].str()}") from None
     info = metadata.topics.get(topic)
@@ -255,6 +257,7 @@ class KafkaStreamReader(DataSourceStreamReader):
     # Driver side (the streaming source runner): offsets and planning.
     def _admin(self):  # type: ignore[no-untyped-def]
         if self._consumer is None:
+            configure_worker_logging(self.options.get("log_level", "info"), self.options.get("log_format", "text"))
             self._consumer = _consumer(self.options, "plan")
         return self._consumer
 
@@ -315,6 +318,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         assert isinstance(partition, _Range)
         from confluent_kafka import KafkaError, TopicPartition
 
+        configure_worker_logging(self.options.get("log_level", "info"), self.options.get("log_format", "text"))
         consumer = _reader_consumer(self.options)
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         consumer.assign([TopicPartition(self.topic, partition.partition, partition.start)])
@@ -373,7 +377,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         """Ask for the topic's metadata: librdkafka reports an unreachable broker there, not in ``consume``.
         Returns True when an outage just ended; raises once the outage outlasted the patience."""
         try:
-            list_partitions(consumer, self.topic)
+            list_partitions(consumer, self.topic, timeout=PROBE_TIMEOUT_SEC)
         except StreamlingError as exc:
             if not is_unavailable(exc) or not outage.failed(exc.message):
                 raise exc.context(f"kafka source '{self.options['source']}'") from None
@@ -662,17 +666,26 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def stream(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
     ) -> DataFrame:
+        options = self.reader_options(start, replay_end, spark.sparkContext.defaultParallelism)
+        return spark.readStream.format(KafkaDataSource.name()).options(**options).load()
+
+    def reader_options(
+        self, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None, parallelism: int
+    ) -> dict[str, str]:
+        """Everything `KafkaStreamReader` needs, as the string options a Spark data source receives."""
         options = {
             **self._options(),
             "start": json.dumps({k: int(v) for k, v in start.items()}),
             "replay_end": json.dumps({k: int(v) for k, v in replay_end.items()} if replay_end is not None else None),
             "ending": json.dumps(self._ending or {}),
             "starting_offsets": self.spec.starting_offsets,
+            "log_level": self.settings.log_level,
+            "log_format": self.settings.log_format,
             "data_format": self.spec.data_format,
             "include_metadata": str(self.spec.include_metadata).lower(),
             "validate_writer_schema_ordering": str(self.spec.validate_writer_schema_ordering).lower(),
             "spark_schema": self.schema().json(),
-            "parallelism": str(spark.sparkContext.defaultParallelism),
+            "parallelism": str(parallelism),
             "batch_rows": str(min(self.spec.record_batch_size or self.settings.record_batch_size, 50_000)),
             **Pacer.options(
                 self.spec.record_batch_size or self.settings.record_batch_size, self.settings.checkpoint_interval_sec
@@ -683,7 +696,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
             options.update(
                 reader_schema=schema_str, reader_schema_version=str(version), reader_schema_id=str(schema_id)
             )
-        return spark.readStream.format(KafkaDataSource.name()).options(**options).load()
+        return options
 
     def terminate(self) -> None:
         if self._consumer is not None:
