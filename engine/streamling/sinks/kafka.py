@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError
-from streamling.kafka.availability import Outage
+from streamling.kafka.availability import Outage, wait_out
 from streamling.kafka.avro import avro_schema_for
 from streamling.kafka.clients import connection_options, kafka_config, registry
 from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
@@ -187,7 +187,8 @@ class KafkaSink(Sink[KafkaSinkSpec]):
         return kafka_config(self.connection, **extra)
 
     def initialize(self, ctx: RunContext) -> None:
-        self._ensure_topic()
+        patience = self.settings.kafka_sink.unavailable_timeout_sec
+        wait_out(self._ensure_topic, Outage(self.label, "broker", patience))
         schema = ""
         if self.spec.data_format == "avro":
             from confluent_kafka.schema_registry import Schema
@@ -196,7 +197,10 @@ class KafkaSink(Sink[KafkaSinkSpec]):
             schema = json.dumps(avro_schema_for(self.value_schema, self.spec.topic))
             subject = f"{self.spec.topic}-value"
             try:
-                self.schema_id = registry(self.connection).register_schema(subject, Schema(schema, "AVRO"))
+                self.schema_id = wait_out(
+                    lambda: registry(self.connection).register_schema(subject, Schema(schema, "AVRO")),
+                    Outage(self.label, "Schema Registry", patience),
+                )
             except Exception as exc:
                 raise StreamlingError.retry(
                     f"failed to register the Avro schema under subject '{subject}': {exc}"
@@ -225,7 +229,7 @@ class KafkaSink(Sink[KafkaSinkSpec]):
         try:
             existing = admin.list_topics(timeout=10).topics
         except KafkaException as exc:
-            raise StreamlingError.retry(
+            raise StreamlingError.unavailable(
                 f"cannot reach Kafka brokers {self.connection['kafka_brokers']}: {exc}"
             ) from None
         if topic in existing:

@@ -282,7 +282,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         consumer = self._admin()
         now = time.monotonic()
         if now - self._partitions_at > PARTITION_REFRESH_SEC:
-            self._partitions = list_partitions(consumer, self.topic)
+            timeout = PROBE_TIMEOUT_SEC if self._outage.ongoing else 10  # a quick answer while waiting it out
+            self._partitions = list_partitions(consumer, self.topic, timeout=timeout)
             self._partitions_at = now
         current = {k: int(v) for k, v in start.items()}
         new = [p for p in self._partitions if str(p) not in current and self.ending is None]
