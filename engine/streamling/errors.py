@@ -37,6 +37,12 @@ class StreamlingError(Exception):
     def retry(cls, message: str, cause: BaseException | None = None) -> StreamlingError:
         return StreamlingRetriableError(message, retriable=True, cause=cause)
 
+    @classmethod
+    def unavailable(cls, message: str) -> StreamlingError:
+        """A retriable error because a service (a Kafka broker, the Schema Registry) could not be reached:
+        callers may wait it out rather than fail."""
+        return StreamlingUnavailableError(message, retriable=True)
+
     def context(self, what: str) -> StreamlingError:
         """The same error (class and flags) with `what` prepended."""
         err = type(self).__new__(type(self))
@@ -57,6 +63,10 @@ class StreamlingRetriableError(StreamlingError):
     """A retriable error; a class of its own for the same reason as StreamlingUserError."""
 
 
+class StreamlingUnavailableError(StreamlingRetriableError):
+    """A retriable error raised because a service could not be reached (see `StreamlingError.unavailable`)."""
+
+
 class InvalidPipelineError(StreamlingError):
     """The pipeline failed validation; `errors` lists every problem found."""
 
@@ -65,7 +75,10 @@ class InvalidPipelineError(StreamlingError):
         self.errors = errors
 
 
-_EMBEDDED = re.compile(r"streamling\.errors\.(StreamlingError|StreamlingUserError|StreamlingRetriableError): (.+)")
+_EMBEDDED = re.compile(
+    r"streamling\.errors\.(StreamlingError|StreamlingUserError|StreamlingRetriableError|StreamlingUnavailableError)"
+    r": (.+)"
+)
 
 
 def embedded_error(exc: BaseException) -> StreamlingError | None:
@@ -75,7 +88,9 @@ def embedded_error(exc: BaseException) -> StreamlingError | None:
         return None
     kind, message = found[-1]
     return StreamlingError(
-        message.strip(), user_facing=kind == "StreamlingUserError", retriable=kind == "StreamlingRetriableError"
+        message.strip(),
+        user_facing=kind == "StreamlingUserError",
+        retriable=kind in ("StreamlingRetriableError", "StreamlingUnavailableError"),
     )
 
 

@@ -28,6 +28,7 @@ SCHEMA = {
 }
 RECORDS = 20
 LONG_NAME = "n" * 42
+UNKNOWN_SCHEMA_ID = 999_999
 
 
 @pytest.fixture
@@ -43,7 +44,8 @@ def schema(pg_connect) -> Iterator[str]:
 
 def produce(kafka, poison: dict[int, str]) -> tuple[str, list[bytes]]:
     """`RECORDS` events at offsets 0…19 of a one-partition topic, record i with id i, except where `poison`
-    says: ``non_avro`` (the payload ``hello``), ``unknown_op`` (``dbz.op: z``), ``too_long`` (a 42-char name).
+    says: ``non_avro`` (the payload ``hello``), ``unknown_op`` (``dbz.op: z``), ``too_long`` (a 42-char name),
+    ``unknown_schema`` (framed with a schema id the registry never issued).
     Returns the topic and the payloads sent."""
     topic = kafka.topic("poison", partitions=1)
     schema_id = kafka.register(topic, SCHEMA)
@@ -53,7 +55,8 @@ def produce(kafka, poison: dict[int, str]) -> tuple[str, list[bytes]]:
         kind = poison.get(i)
         out = io.BytesIO()
         fastavro.schemaless_writer(out, parsed, {"id": i, "name": LONG_NAME if kind == "too_long" else f"e{i}"})
-        value = b"hello" if kind == "non_avro" else b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+        framed_as = UNKNOWN_SCHEMA_ID if kind == "unknown_schema" else schema_id
+        value = b"hello" if kind == "non_avro" else b"\x00" + framed_as.to_bytes(4, "big") + out.getvalue()
         op = b"z" if kind == "unknown_op" else b"c"
         values.append(value)
         kafka.send(topic, value, key=str(i).encode(), headers=[("dbz.op", op)], partition=0)
@@ -82,6 +85,11 @@ def ids(pg_connect, schema: str) -> list[int]:
             "non_avro",
             "kafka source 'src': message at topic '{topic}' partition 0 offset 7: not Confluent-framed Avro "
             "(first byte 0x68, expected 0x00)",
+        ),
+        (
+            "unknown_schema",
+            "kafka source 'src': message at topic '{topic}' partition 0 offset 7: schema id 999999: not in the "
+            "Schema Registry",
         ),
         (
             "unknown_op",
@@ -115,22 +123,35 @@ ERRORS = {
     8: "message at topic '{topic}' partition 0 offset 8 has an unknown dbz.op header 'z'; expected c, r, u or d",
     12: 'column "name" (character varying(10)) cannot hold a 42-character value (row id=12): value too long for '
     "type character varying(10)",
+    16: "message at topic '{topic}' partition 0 offset 16: schema id 999999: not in the Schema Registry",
 }
 
 
 def test_dead_letter_table_takes_bad_records_and_a_rerun_adds_no_duplicates(
     spark, make_settings, write_pipeline, kafka, postgres_env, pg_connect, schema, tmp_path
 ) -> None:
-    topic, values = produce(kafka, POISON)
+    topic, values = produce(kafka, POISON | {16: "unknown_schema"})
     target = f", on_error: dead_letter, dead_letter: {{table: {schema}.dead}}"
     path = pipeline(write_pipeline, topic, schema, target, target)
     env = kafka.env | postgres_env
     run_pipeline(path, make_settings(environ=env, job_mode=True), spark)
-    assert ids(pg_connect, schema) == GOOD
+    assert ids(pg_connect, schema) == [i for i in GOOD if i != 16]
     assert state_offsets(tmp_path, "src", topic) == {0: RECORDS}  # committed past the dead letters
     expected = [
         ("src", f"{topic}:0:3", ERRORS[3].format(topic=topic), topic, 0, 3, b"3", b"hello", [["dbz.op", "c"]], None),
         ("src", f"{topic}:0:8", ERRORS[8].format(topic=topic), topic, 0, 8, b"8", values[8], [["dbz.op", "z"]], None),
+        (
+            "src",
+            f"{topic}:0:16",
+            ERRORS[16].format(topic=topic),
+            topic,
+            0,
+            16,
+            b"16",
+            values[16],
+            [["dbz.op", "c"]],
+            None,
+        ),
         ("out", "row:", ERRORS[12], None, None, None, None, None, None, {"id": 12}),
     ]
     assert _dead(pg_connect, schema) == expected
@@ -142,7 +163,7 @@ def test_dead_letter_table_takes_bad_records_and_a_rerun_adds_no_duplicates(
     again = make_settings(environ=env, job_mode=True, **{"state_backend.sqlite.database_path": str(tmp_path / "2.db")})
     run_pipeline(path, again, spark)
     assert _dead(pg_connect, schema) == expected
-    assert ids(pg_connect, schema) == GOOD
+    assert ids(pg_connect, schema) == [i for i in GOOD if i != 16]
 
 
 def test_dead_letter_topic_takes_bad_records_with_their_error(

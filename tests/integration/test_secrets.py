@@ -186,6 +186,7 @@ def test_kafka_with_sasl_against_the_local_broker_shows_no_secret(tmp_path: Path
     )
     env = {k: v for k, v in kafka.env.items() if "KAFKA" in k}
     env |= {"STREAMLING__KAFKA_SOURCE__SASL_MECHANISM": "SCRAM-SHA-512", "STREAMLING__JOB_MODE": "true"}
+    env["STREAMLING__KAFKA_SOURCE__UNAVAILABLE_TIMEOUT_SEC"] = "1"  # the broker drops the connection: waited out 1 s
     ran = streamling(tmp_path, "p.yaml", env=env)
     assert ran.returncode == 1, ran.stderr
     assert (
@@ -282,6 +283,7 @@ def test_schema_registry_unreachable_shows_no_secret(tmp_path: Path, spark, capf
         "STREAMLING__KAFKA_SINK__BROKERS": kafka_env["STREAMLING__KAFKA_SINK__BROKERS"],
         "STREAMLING__KAFKA_SINK__SECURITY_PROTOCOL": "plaintext",
         "STREAMLING__KAFKA_SINK__SCHEMA_REGISTRY_URL": f"http://127.0.0.1:{port}",
+        "STREAMLING__KAFKA_SINK__UNAVAILABLE_TIMEOUT_SEC": "1",  # waited out for 1 s, then the final error
     }
     said = run_in_process(path, environ, tmp_path, capfd)
     assert "kafka sink 'copy': failed to register the Avro schema under subject 'secrets_copy-value'" in said

@@ -168,6 +168,8 @@ class KafkaConnectionSettings(_Section):
     schema_registry_username: str | None = None
     schema_registry_password: SecretStr | None = None
     client_id: str | None = None
+    unavailable_timeout_sec: Seconds = 300.0
+    """How long an unreachable broker or Schema Registry is waited out before the run fails."""
 
     @field_validator("security_protocol", mode="before")
     @classmethod

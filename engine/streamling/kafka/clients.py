@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +23,33 @@ _REGISTRIES: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
 _PRODUCERS: dict[str, Any] = {}
 _PRODUCERS_LOCK = threading.Lock()
+REPEAT_WINDOW_SEC = 60.0
+
+
+class _DropRepeats(logging.Filter):
+    """librdkafka logs every failed reconnect, so an unreachable broker would flood the log: the first line of
+    each kind passes, its repeats (numbers aside) within REPEAT_WINDOW_SEC do not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        with self._lock:
+            last = self._seen.get(key)
+            if last is not None and now - last < REPEAT_WINDOW_SEC:
+                return False
+            if len(self._seen) > 1000:
+                self._seen.clear()
+            self._seen[key] = now
+        return True
+
+
+_CLIENT_LOG = logging.getLogger("streamling.kafka.client")
+_CLIENT_LOG.addFilter(_DropRepeats())
 
 
 def connection_options(settings: KafkaConnectionSettings) -> dict[str, str]:
@@ -28,6 +57,7 @@ def connection_options(settings: KafkaConnectionSettings) -> dict[str, str]:
         "kafka_brokers": settings.brokers,
         "kafka_security_protocol": settings.security_protocol,
         "registry_url": settings.schema_registry_url,
+        "unavailable_timeout_sec": str(settings.unavailable_timeout_sec),
     }
     optional = {
         "kafka_sasl_mechanism": settings.sasl_mechanism,
@@ -50,7 +80,9 @@ def kafka_config(options: Mapping[str, str], **extra: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": options["kafka_brokers"],
         "security.protocol": options.get("kafka_security_protocol", "plaintext"),
-        "logger": logging.getLogger("streamling.kafka.client"),  # librdkafka's own log lines, not raw stderr
+        "logger": _CLIENT_LOG,  # librdkafka's own log lines, not raw stderr; repeats dropped
+        # While a broker is down, at most one reconnect per second, backing off to 10 s.
+        "reconnect.backoff.ms": 1000,
     }
     if "sasl" in config["security.protocol"]:
         for key in ("mechanism", "username", "password"):
@@ -101,7 +133,7 @@ def ensure_topic(options: Mapping[str, str], topic: str, partitions: int, label:
     try:
         existing = admin.list_topics(timeout=10).topics
     except KafkaException as exc:
-        raise StreamlingError.retry(f"cannot reach Kafka brokers {options['kafka_brokers']}: {exc}") from None
+        raise StreamlingError.unavailable(f"cannot reach Kafka brokers {options['kafka_brokers']}: {exc}") from None
     if topic in existing:
         log.info("%s: topic '%s' already exists, skipping creation", label, topic)
         return

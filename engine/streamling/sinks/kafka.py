@@ -3,7 +3,8 @@ operation in the ``dbz.op`` header (``c``/``u``/``d``) rather than in the body.
 
 Executors produce their partitions in parallel (``mapInArrow``) with one producer per Python worker and
 flush before the task ends; any delivery failure fails the task, so the epoch is acknowledged only after
-every message of it is in Kafka.
+every message of it is in Kafka. While the broker is unreachable librdkafka keeps the messages and retries
+(idempotently) for ``kafka_sink.unavailable_timeout_sec``, and the flush waits as long.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError
+from streamling.kafka.availability import Outage, wait_out
 from streamling.kafka.avro import avro_schema_for
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, registry
 from streamling.kafka.clients import producer as cached_producer
@@ -31,7 +33,7 @@ from streamling.types import GS_OP, json_default, map_in_arrow
 
 log = logging.getLogger("streamling.kafka")
 OPS_TO_DBZ = {"i": b"c", "u": b"u", "d": b"d"}
-FLUSH_TIMEOUT_SEC = 120.0
+FLUSH_STEP_SEC = 10.0
 
 
 class KafkaSinkSpec(SinkSpec):
@@ -80,9 +82,16 @@ def produce_partition(batches: Iterator[pa.RecordBatch], plan: Mapping[str, Any]
                     producer.poll(0.5)  # local queue full: let deliveries drain
             sent += 1
         producer.poll(0)
-    remaining = producer.flush(FLUSH_TIMEOUT_SEC)
+    outage = Outage(label, "broker", plan["unavailable_timeout_sec"])
+    remaining = producer.flush(FLUSH_STEP_SEC)
+    while remaining and not failures:
+        if not outage.failed(f"{remaining} messages not delivered after {FLUSH_STEP_SEC:.0f} s"):
+            break
+        remaining = producer.flush(FLUSH_STEP_SEC)
     if remaining:
-        failures.append(f"{remaining} messages still undelivered after {FLUSH_TIMEOUT_SEC:.0f}s")
+        failures.append(f"{remaining} messages still undelivered after {plan['unavailable_timeout_sec']:.0f}s")
+    elif not failures:
+        outage.recovered()
     if failures:
         raise StreamlingError.retry(f"{label}: delivery to topic '{topic}' failed: {'; '.join(failures)}")
     yield pa.RecordBatch.from_pydict(
@@ -153,13 +162,19 @@ class KafkaSink(Sink[KafkaSinkSpec]):
             "acks": "all",
             "linger.ms": self.spec.batch_flush_interval if self.spec.batch_flush_interval is not None else 20,
             "queue.buffering.max.messages": 500_000,
+            # Undelivered messages are retried this long (then their delivery fails and so does the epoch).
+            "message.timeout.ms": max(1000, int(self.settings.kafka_sink.unavailable_timeout_sec * 1000)),
         }
         if self.spec.batch_size:
             extra["batch.num.messages"] = self.spec.batch_size
         return kafka_config(self.connection, **extra)
 
     def initialize(self, ctx: RunContext) -> None:
-        ensure_topic(self.connection, self.spec.topic, self.spec.topic_partitions, self.label)
+        patience = self.settings.kafka_sink.unavailable_timeout_sec
+        wait_out(
+            lambda: ensure_topic(self.connection, self.spec.topic, self.spec.topic_partitions, self.label),
+            Outage(self.label, "broker", patience),
+        )
         schema = ""
         if self.spec.data_format == "avro":
             from confluent_kafka.schema_registry import Schema
@@ -168,7 +183,10 @@ class KafkaSink(Sink[KafkaSinkSpec]):
             schema = json.dumps(avro_schema_for(self.value_schema, self.spec.topic))
             subject = f"{self.spec.topic}-value"
             try:
-                self.schema_id = registry(self.connection).register_schema(subject, Schema(schema, "AVRO"))
+                self.schema_id = wait_out(
+                    lambda: registry(self.connection).register_schema(subject, Schema(schema, "AVRO")),
+                    Outage(self.label, "Schema Registry", patience),
+                )
             except Exception as exc:
                 raise StreamlingError.retry(
                     f"failed to register the Avro schema under subject '{subject}': {exc}"
@@ -185,6 +203,7 @@ class KafkaSink(Sink[KafkaSinkSpec]):
             "format": self.spec.data_format,
             "avro_schema": schema,
             "schema_id": self.schema_id or 0,
+            "unavailable_timeout_sec": self.settings.kafka_sink.unavailable_timeout_sec,
         }
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:

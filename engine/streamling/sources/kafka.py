@@ -28,6 +28,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from streamling.dead_letters import DeadLetter, DeadLetterTarget
 from streamling.errors import StreamlingError, first_line
+from streamling.kafka.availability import Outage, describe, is_unavailable, transient_kafka_error, wait_out
 from streamling.kafka.avro import AvroDecoder
 from streamling.kafka.avro import spark_schema as avro_spark_schema
 from streamling.kafka.clients import connection_options, kafka_config, registry
@@ -35,6 +36,7 @@ from streamling.operators import RunContext, Source
 from streamling.plugins.registry import operator
 from streamling.sources.pacing import Pacer
 from streamling.state import StateBackend
+from streamling.telemetry.logs import configure_worker_logging
 from streamling.topology.spec import ErrorHandlingSpec, SourceSpec
 from streamling.types import GS_OP, check_column_types, parse_type
 
@@ -50,6 +52,8 @@ METADATA_COLUMNS = T.StructType(
 DBZ_OPS = {b"c": "i", b"r": "i", b"u": "u", b"d": "d"}
 MIN_ROWS_PER_TASK = 20_000
 READ_STALL_TIMEOUT_SEC = 60.0
+PROBE_AFTER_SEC = 5.0  # a read that got nothing this long checks whether the broker is reachable
+PROBE_TIMEOUT_SEC = 3.0
 PARTITION_REFRESH_SEC = 10.0
 
 
@@ -97,6 +101,11 @@ def subject_of(topic: str) -> str:
     return f"{topic}-value"
 
 
+def patience(options: Mapping[str, str]) -> float:
+    """How long an unreachable broker or registry is waited out (`unavailable_timeout_sec`)."""
+    return float(options.get("unavailable_timeout_sec", "300"))
+
+
 # ---------------------------------------------------------------- shared by driver and reader processes
 
 
@@ -121,37 +130,49 @@ def _consumer(options: Mapping[str, str], purpose: str):  # type: ignore[no-unty
     )
 
 
-def list_partitions(consumer, topic: str) -> list[int]:  # type: ignore[no-untyped-def]
+def list_partitions(consumer, topic: str, timeout: float = 10) -> list[int]:  # type: ignore[no-untyped-def]
     from confluent_kafka import KafkaException
 
     try:
-        metadata = consumer.list_topics(topic, timeout=10)
+        metadata = consumer.list_topics(topic, timeout=timeout)
     except KafkaException as exc:
-        raise StreamlingError.retry(f"cannot read metadata of topic '{topic}': {exc.args[0].str()}") from None
+        raise StreamlingError.unavailable(f"cannot read metadata of topic '{topic}': {exc.args[0].str()}") from None
     info = metadata.topics.get(topic)
     if info is None or info.error is not None:
         reason = info.error.str() if info is not None and info.error is not None else "not found"
+        if info is not None and info.error is not None and transient_kafka_error(info.error):
+            raise StreamlingError.unavailable(f"topic '{topic}' is not available: {reason}")
         raise StreamlingError.retry(f"topic '{topic}' is not available: {reason}")
     return sorted(info.partitions)
 
 
+def high_watermark(consumer, topic: str, partition: int) -> int:  # type: ignore[no-untyped-def]
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)[1]
+    except KafkaException as exc:
+        raise StreamlingError.unavailable(
+            f"cannot read the end offset of topic '{topic}' partition {partition}: {describe(exc)}"
+        ) from None
+
+
 def initial_offsets(consumer, topic: str, partitions: list[int], starting: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
     """Offsets for `starting_offsets`: earliest, latest, or the first record at/after an epoch-ms."""
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     out: dict[str, int] = {}
-    if starting.isdigit():
-        asked = [TopicPartition(topic, p, int(starting)) for p in partitions]
-        for tp in consumer.offsets_for_times(asked, timeout=10):
-            out[str(tp.partition)] = (
-                tp.offset
-                if tp.offset >= 0
-                else consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10, cached=False)[1]
-            )
-        return out
-    for p in partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
-        out[str(p)] = low if starting == "earliest" else high
+    try:
+        if starting.isdigit():
+            asked = [TopicPartition(topic, p, int(starting)) for p in partitions]
+            for tp in consumer.offsets_for_times(asked, timeout=10):
+                out[str(tp.partition)] = tp.offset if tp.offset >= 0 else high_watermark(consumer, topic, tp.partition)
+            return out
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+            out[str(p)] = low if starting == "earliest" else high
+    except KafkaException as exc:
+        raise StreamlingError.unavailable(f"cannot read the offsets of topic '{topic}': {describe(exc)}") from None
     return out
 
 
@@ -189,16 +210,24 @@ def _decoder(options: Mapping[str, str]) -> AvroDecoder:
     if decoder is None:
         client = registry(options)
         subject = subject_of(options["topic"])
+        outage = Outage(f"kafka source '{options['source']}'", "Schema Registry", patience(options))
 
         def fetch_writer(schema_id: int) -> tuple[str, list[tuple[str, int]]]:
-            try:
+            """A new writer schema id blocks this read until the registry answers (or the patience ends), so no
+            position moves past records that could not be decoded."""
+
+            def fetch() -> tuple[str, list[tuple[str, int]]]:
                 schema = client.get_schema(schema_id)
-                versions = [(v.subject, v.version) for v in client.get_schema_versions(schema_id)]
+                return schema.schema_str, [(v.subject, v.version) for v in client.get_schema_versions(schema_id)]
+
+            try:
+                return wait_out(fetch, outage)
             except Exception as exc:
+                if getattr(exc, "http_status_code", None) == 404:  # the id is unknown: the record's fault
+                    raise StreamlingError.user("not in the Schema Registry") from None
                 raise StreamlingError.retry(
                     f"failed to fetch schema id {schema_id} from the Schema Registry: {exc}"
                 ) from None
-            return schema.schema_str, versions
 
         decoder = AvroDecoder(
             json.loads(options["reader_schema"]),
@@ -226,10 +255,12 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._partitions: list[int] = []
         self._partitions_at = 0.0
         self.replay_end = json.loads(options.get("replay_end") or "null")
+        self._outage = Outage(f"kafka source '{options['source']}'", "broker", patience(options))
 
     # Driver side (the streaming source runner): offsets and planning.
     def _admin(self):  # type: ignore[no-untyped-def]
         if self._consumer is None:
+            configure_worker_logging(self.options.get("log_level", "info"), self.options.get("log_format", "text"))
             self._consumer = _consumer(self.options, "plan")
         return self._consumer
 
@@ -237,16 +268,25 @@ class KafkaStreamReader(DataSourceStreamReader):
         return {k: v for k, v in self.start.items()}
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
-        from confluent_kafka import TopicPartition
-
+        """While the broker is unreachable the end stays at `start`: no new epoch, for up to the patience."""
         if self.replay_end is not None:  # the first epoch repeats one a sink already applied
             end, self.replay_end = self.replay_end, None
             return {k: int(v) for k, v in end.items()}
+        try:
+            end = self._latest(start, limit)
+        except StreamlingError as exc:
+            if not is_unavailable(exc) or not self._outage.failed(exc.message):
+                raise
+            return {k: int(v) for k, v in start.items()}
+        self._outage.recovered()
+        return end
 
+    def _latest(self, start: dict, limit: Any) -> dict:
         consumer = self._admin()
         now = time.monotonic()
         if now - self._partitions_at > PARTITION_REFRESH_SEC:
-            self._partitions = list_partitions(consumer, self.topic)
+            timeout = PROBE_TIMEOUT_SEC if self._outage.ongoing else 10  # a quick answer while waiting it out
+            self._partitions = list_partitions(consumer, self.topic, timeout=timeout)
             self._partitions_at = now
         current = {k: int(v) for k, v in start.items()}
         new = [p for p in self._partitions if str(p) not in current and self.ending is None]
@@ -258,7 +298,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             if self.ending is not None:
                 high = self.ending.get(key, offset)
             else:
-                high = consumer.get_watermark_offsets(TopicPartition(self.topic, int(key)), timeout=10, cached=False)[1]
+                high = high_watermark(consumer, self.topic, int(key))
             if high > offset:
                 pending[key] = high - offset
         at_end = self.ending is not None
@@ -282,32 +322,46 @@ class KafkaStreamReader(DataSourceStreamReader):
         assert isinstance(partition, _Range)
         from confluent_kafka import KafkaError, TopicPartition
 
+        configure_worker_logging(self.options.get("log_level", "info"), self.options.get("log_format", "text"))
         consumer = _reader_consumer(self.options)
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         consumer.assign([TopicPartition(self.topic, partition.partition, partition.start)])
+        where = f"topic '{self.topic}' partition {partition.partition}"
+        outage = Outage(f"kafka source '{self.options['source']}' ({where})", "broker", patience(self.options))
         try:
             position, pending = partition.start, []
-            last_progress = time.monotonic()
+            last_progress = last_probe = time.monotonic()
             while position < partition.end:
                 messages = consumer.consume(min(self.batch_rows, partition.end - position, 10_000), timeout=1.0)
+                if not messages and time.monotonic() - max(last_progress, last_probe) > PROBE_AFTER_SEC:
+                    last_probe = time.monotonic()
+                    if self._probe(consumer, outage):
+                        last_progress = time.monotonic()  # reachable again: the stall timeout starts anew
                 if not messages:
-                    if time.monotonic() - last_progress > READ_STALL_TIMEOUT_SEC:
+                    # While the broker is unreachable librdkafka reconnects, and the outage's patience applies.
+                    stall = (
+                        max(READ_STALL_TIMEOUT_SEC, outage.timeout_sec) if outage.ongoing else READ_STALL_TIMEOUT_SEC
+                    )
+                    if time.monotonic() - last_progress > stall:
                         raise StreamlingError.retry(
                             f"topic '{self.topic}' partition {partition.partition}: no records after offset "
-                            f"{position - 1} for {READ_STALL_TIMEOUT_SEC:.0f}s, expected up to {partition.end - 1}"
+                            f"{position - 1} for {stall:.0f}s, expected up to {partition.end - 1}"
                         )
                     continue
-                last_progress = time.monotonic()
                 errors = [m.error() for m in messages if m.error() is not None]
                 if errors:
                     fatal = [e for e in errors if e.code() != KafkaError._PARTITION_EOF]
+                    waiting = [e for e in fatal if transient_kafka_error(e)]
+                    if waiting and len(waiting) == len(fatal) and outage.failed(waiting[0].str()):
+                        fatal = []
                     if fatal:
-                        raise StreamlingError.retry(
-                            f"topic '{self.topic}' partition {partition.partition}: {fatal[0].str()}"
-                        )
+                        raise StreamlingError.retry(f"{where}: {fatal[0].str()}")
                     messages = [m for m in messages if m.error() is None]
-                    position = partition.end  # end of the log: a compacted or deleted tail, nothing more
+                    if any(e.code() == KafkaError._PARTITION_EOF for e in errors):
+                        position = partition.end  # end of the log: a compacted or deleted tail, nothing more
                 if messages:
+                    last_progress = time.monotonic()
+                    outage.recovered()
                     # Offsets only grow within a partition: look at the last one, trim the rare overshoot.
                     if messages[-1].offset() >= partition.end:
                         messages = [m for m in messages if m.offset() < partition.end]
@@ -322,6 +376,20 @@ class KafkaStreamReader(DataSourceStreamReader):
                 yield self._to_batch(pending, partition.partition, arrow_schema)
         finally:
             consumer.unassign()
+
+    def _probe(self, consumer, outage: Outage) -> bool:  # type: ignore[no-untyped-def]
+        """Ask for the topic's metadata: librdkafka reports an unreachable broker there, not in ``consume``.
+        Returns True when an outage just ended; raises once the outage outlasted the patience."""
+        try:
+            list_partitions(consumer, self.topic, timeout=PROBE_TIMEOUT_SEC)
+        except StreamlingError as exc:
+            if not is_unavailable(exc) or not outage.failed(exc.message):
+                raise exc.context(f"kafka source '{self.options['source']}'") from None
+            return False
+        if outage.ongoing:
+            outage.recovered()
+            return True
+        return False
 
     def _to_batch(self, messages: list, partition: int, arrow_schema: pa.Schema) -> pa.RecordBatch:  # type: ignore[type-arg]
         try:
@@ -506,7 +574,8 @@ class KafkaSource(Source[KafkaSourceSpec]):
         self._reader_schema: tuple[str, int, int] | None = None
         self._consumer = None
         self._ending: dict[str, int] | None = None
-        self._ending: dict[str, int] | None = None
+        self._group_pending: dict[int, int] = {}  # consumer-group offsets not committed yet (broker unreachable)
+        self._group_outage = self._outage("broker")
 
     @property
     def label(self) -> str:
@@ -519,12 +588,18 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def _options(self) -> dict[str, str]:
         return {**self.connection, "app": self.settings.application_id, "source": self.name, "topic": self.topic}
 
+    def _outage(self, service: str) -> Outage:
+        return Outage(self.label, service, patience(self.connection))
+
     def reader_schema(self) -> tuple[str, int, int]:
-        """The latest schema of ``<topic>-value`` as (schema, version, id), captured once per run."""
+        """The latest schema of ``<topic>-value`` as (schema, version, id), captured once per run; an unreachable
+        registry is waited for."""
         if self._reader_schema is None:
             subject = subject_of(self.topic)
             try:
-                latest = registry(self.connection).get_latest_version(subject)
+                latest = wait_out(
+                    lambda: registry(self.connection).get_latest_version(subject), self._outage("Schema Registry")
+                )
             except Exception as exc:
                 raise StreamlingError.user(
                     f"{self.label}: failed to fetch the Avro schema of subject '{subject}' from the Schema Registry "
@@ -562,12 +637,16 @@ class KafkaSource(Source[KafkaSourceSpec]):
         return self._consumer
 
     def initialize(self, ctx: RunContext) -> None:
-        list_partitions(self._driver_consumer(), self.topic)  # fail fast when the topic is missing
+        # Fail fast when the topic is missing; wait while the broker is unreachable.
+        wait_out(lambda: list_partitions(self._driver_consumer(), self.topic), self._outage("broker"))
         if self.dead_letter is not None:
             self.dead_letter.prepare()
 
     def load_position(self, state: StateBackend) -> dict[str, Any]:
         """State backend offsets win, then the consumer group's, then `starting_offsets`."""
+        return wait_out(lambda: self._load_position(state), self._outage("broker"))
+
+    def _load_position(self, state: StateBackend) -> dict[str, Any]:
         from confluent_kafka import TopicPartition
 
         consumer = self._driver_consumer()
@@ -604,13 +683,8 @@ class KafkaSource(Source[KafkaSourceSpec]):
         return saved or None
 
     def _high_watermarks(self, partitions: list[int]) -> dict[int, int]:
-        from confluent_kafka import TopicPartition
-
         consumer = self._driver_consumer()
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10, cached=False)[1]
-            for p in partitions
-        }
+        return {p: high_watermark(consumer, self.topic, p) for p in partitions}
 
     def is_exhausted(self, position: Mapping[str, Any]) -> bool:
         if self._ending is None:
@@ -639,30 +713,55 @@ class KafkaSource(Source[KafkaSourceSpec]):
         }
 
     def commit_checkpoint(self, epoch) -> None:  # type: ignore[no-untyped-def]
+        """Mirror the committed positions to the consumer group. The state backend already holds them, so while
+        the broker is unreachable the offsets wait and go out with a later epoch's commit."""
         if not self.connection.get("kafka_group_id"):
             return
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
-        changed = [TopicPartition(self.topic, int(p), int(o)) for p, o in epoch.end.items() if epoch.start.get(p) != o]
-        if changed:
+        self._group_pending.update({int(p): int(o) for p, o in epoch.end.items() if epoch.start.get(p) != o})
+        if not self._group_pending:
+            return
+        changed = [TopicPartition(self.topic, p, o) for p, o in sorted(self._group_pending.items())]
+        try:
+            # A metadata request first: it fails within seconds when the broker is down, where a commit would
+            # block for the whole session timeout waiting for the group coordinator.
+            list_partitions(self._driver_consumer(), self.topic)
             self._driver_consumer().commit(offsets=changed, asynchronous=False)
-            log.debug("%s committed group offsets %s", self.label, {tp.partition: tp.offset for tp in changed})
+        except (KafkaException, StreamlingError) as exc:
+            if is_unavailable(exc) and self._group_outage.failed(describe(exc)):
+                return
+            raise StreamlingError.retry(
+                f"{self.label}: cannot commit consumer group offsets: {describe(exc)}"
+            ) from None
+        self._group_outage.recovered()
+        self._group_pending.clear()
+        log.debug("%s committed group offsets %s", self.label, {tp.partition: tp.offset for tp in changed})
 
     def stream(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
     ) -> DataFrame:
+        options = self.reader_options(start, replay_end, spark.sparkContext.defaultParallelism)
+        return spark.readStream.format(KafkaDataSource.name()).options(**options).load()
+
+    def reader_options(
+        self, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None, parallelism: int
+    ) -> dict[str, str]:
+        """Everything `KafkaStreamReader` needs, as the string options a Spark data source receives."""
         options = {
             **self._options(),
             "start": json.dumps({k: int(v) for k, v in start.items()}),
             "replay_end": json.dumps({k: int(v) for k, v in replay_end.items()} if replay_end is not None else None),
             "ending": json.dumps(self._ending or {}),
             "starting_offsets": self.spec.starting_offsets,
+            "log_level": self.settings.log_level,
+            "log_format": self.settings.log_format,
             "data_format": self.spec.data_format,
             "include_metadata": str(self.spec.include_metadata).lower(),
             "validate_writer_schema_ordering": str(self.spec.validate_writer_schema_ordering).lower(),
             **(self.dead_letter.to_options() if self.dead_letter is not None else {}),
             "spark_schema": self.schema().json(),
-            "parallelism": str(spark.sparkContext.defaultParallelism),
+            "parallelism": str(parallelism),
             "batch_rows": str(min(self.spec.record_batch_size or self.settings.record_batch_size, 50_000)),
             **Pacer.options(
                 self.spec.record_batch_size or self.settings.record_batch_size, self.settings.checkpoint_interval_sec
@@ -673,7 +772,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
             options.update(
                 reader_schema=schema_str, reader_schema_version=str(version), reader_schema_id=str(schema_id)
             )
-        return spark.readStream.format(KafkaDataSource.name()).options(**options).load()
+        return options
 
     def terminate(self) -> None:
         if self._consumer is not None:

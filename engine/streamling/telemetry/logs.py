@@ -40,3 +40,12 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     logger.propagate = False
     # py4j logs every callback at INFO; keep it to warnings.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def configure_worker_logging(level: str = "info", fmt: str = "text") -> None:
+    """The same stderr logging in a Spark Python worker (where no CLI set it up), once per process; elsewhere
+    (the driver, a test calling a reader directly) logging stays as its owner configured it."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    in_worker = getattr(spec, "name", "").startswith("pyspark.")
+    if in_worker and not logging.getLogger("streamling").handlers:
+        configure_logging(level, fmt)
