@@ -67,6 +67,9 @@ def main() -> None:
         state_dir=tempfile.mkdtemp(prefix="quix-state-"),
         use_changelog_topics=False,
         loglevel="WARNING",
+        # As the other contenders: the local broker answers fetches far above fetch.max.bytes, and librdkafka's
+        # default (50 MB) lets a response outgrow receive.message.max.bytes on a deep topic, so nothing is read.
+        consumer_extra_config={"fetch.max.bytes": 16 * 1024 * 1024, "receive.message.max.bytes": 1_000_000_000},
     )
     deserializer = AvroDeserializer(
         schema_registry_client_config=SchemaRegistryClientConfig(
