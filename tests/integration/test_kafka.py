@@ -321,10 +321,13 @@ def test_kafka_sql_kafka_round_trip_with_headers(spark, make_settings, write_pip
           out: {{type: kafka, from: big, topic: {sink_topic}, topic_partitions: 3, compression: gzip}}
         """)
     run = Background(path, settings_for(make_settings, kafka), spark)
-    messages = []
-    run.wait_until(
-        lambda: bool(messages.extend(kafka.read_all(sink_topic, 32 - len(messages), timeout=2))) or len(messages) >= 32
-    )
+    messages: list[dict] = []
+
+    def all_arrived() -> bool:  # read_all reads the topic from the start: replace, never accumulate
+        messages[:] = kafka.read_all(sink_topic, 32, timeout=2)
+        return len(messages) >= 32
+
+    run.wait_until(all_arrived)
     run.finish()
     by_id = {int(m["key"]): m for m in messages}
     assert sorted(by_id) == list(range(8, 40))
