@@ -57,7 +57,11 @@ def main() -> None:
             "group.id": opts.group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            # The local broker answers a fetch far above fetch.max.bytes (~25 MB per partition of a deep topic):
+            # with librdkafka's default receive.message.max.bytes (100 MB) a 4-partition response is dropped and
+            # retried for ever.
             "fetch.max.bytes": 16 * 1024 * 1024,
+            "receive.message.max.bytes": 1_000_000_000,
             "queued.min.messages": 20000,
         }
     )

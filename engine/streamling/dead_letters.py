@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,7 +30,7 @@ from streamling.config.model import PostgresSinkSettings, Settings
 from streamling.errors import StreamlingError
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, producer
 from streamling.postgres import catalog
-from streamling.postgres.connection import connect, with_retries
+from streamling.postgres.connection import cached_connection, connect, drop_cached_connection, with_retries
 from streamling.topology.spec import DeadLetterSpec
 from streamling.types import json_default
 
@@ -188,7 +187,7 @@ class DeadLetterTarget:
             assert self.postgres is not None
 
             def attempt() -> None:
-                conn = _connection(self.postgres, self.label)
+                conn = cached_connection(self.postgres, self.label, autocommit=True)
                 with conn.transaction(), conn.cursor() as own:
                     self._insert(own, letters, failed_at)
 
@@ -196,7 +195,7 @@ class DeadLetterTarget:
                 attempt,
                 f"{self.label}: dead-letter {self.where}",
                 self.postgres.retry_timeout_sec,
-                on_retry=lambda: _drop_connection(self.postgres),
+                on_retry=lambda: drop_cached_connection(self.postgres, autocommit=True),
             )
 
     def _insert(self, cur: psycopg.Cursor, letters: Sequence[DeadLetter], failed_at: datetime) -> None:
@@ -295,31 +294,3 @@ def table_ddl(schema: str, table: str) -> sql.Composed:
 def _headers_json(headers: Sequence[tuple[str, bytes | None]]) -> list[list[str | None]]:
     """Header values as text (undecodable bytes escaped), in order; a header name may repeat."""
     return [[k, None if v is None else bytes(v).decode("utf-8", "backslashreplace")] for k, v in headers]
-
-
-_CONNECTIONS: dict[str, psycopg.Connection] = {}
-_CONNECTIONS_LOCK = threading.Lock()
-
-
-def _key(settings: PostgresSinkSettings) -> str:
-    return settings.model_dump_json() + settings.password.get_secret_value()
-
-
-def _connection(settings: PostgresSinkSettings, label: str) -> psycopg.Connection:
-    """One autocommit connection per Python worker and destination, reused across epochs."""
-    with _CONNECTIONS_LOCK:
-        conn = _CONNECTIONS.get(_key(settings))
-        if conn is None or conn.closed or conn.broken:
-            conn = connect(settings, label, autocommit=True)
-            _CONNECTIONS[_key(settings)] = conn
-        return conn
-
-
-def _drop_connection(settings: PostgresSinkSettings) -> None:
-    with _CONNECTIONS_LOCK:
-        conn = _CONNECTIONS.pop(_key(settings), None)
-    if conn is not None:
-        try:
-            conn.close()
-        except psycopg.Error:
-            pass

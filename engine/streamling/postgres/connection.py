@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -62,6 +63,42 @@ def connect(settings: PostgresConnectionSettings, where: str, *, autocommit: boo
         return psycopg.connect(**settings.conninfo(), autocommit=autocommit)
     except psycopg.Error as exc:
         raise StreamlingError.retry(f"{where}: cannot connect: {reason(exc)}") from None
+
+
+_CACHED: dict[tuple[str, bool], psycopg.Connection] = {}
+_CACHED_LOCK = threading.Lock()
+
+
+def _cache_key(settings: PostgresConnectionSettings, autocommit: bool) -> tuple[str, bool]:
+    return settings.model_dump_json() + settings.password.get_secret_value(), autocommit
+
+
+def cached_connection(
+    settings: PostgresConnectionSettings, where: str, *, autocommit: bool = False
+) -> psycopg.Connection:
+    """One connection per process, destination and commit mode, reused across epochs: Spark's Python workers
+    outlive a task, so executors keep theirs. Sessions run in UTC (timestamps are rendered and parsed as such)."""
+    key = _cache_key(settings, autocommit)
+    with _CACHED_LOCK:
+        conn = _CACHED.get(key)
+        if conn is None or conn.closed or conn.broken:
+            conn = connect(settings, where, autocommit=autocommit)
+            conn.execute("SET TIME ZONE 'UTC'")
+            if not autocommit:
+                conn.commit()
+            _CACHED[key] = conn
+        return conn
+
+
+def drop_cached_connection(settings: PostgresConnectionSettings, *, autocommit: bool = False) -> None:
+    """Forget (and close) a cached connection after a failure, so the next attempt connects afresh."""
+    with _CACHED_LOCK:
+        conn = _CACHED.pop(_cache_key(settings, autocommit), None)
+    if conn is not None:
+        try:
+            conn.close()
+        except psycopg.Error:
+            pass
 
 
 def with_retries(

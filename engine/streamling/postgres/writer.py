@@ -17,7 +17,6 @@ import io
 import json
 import logging
 import re
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +33,8 @@ from streamling.config.model import PostgresSinkSettings
 from streamling.dead_letters import DeadLetter, DeadLetterTarget, row_letter
 from streamling.errors import StreamlingError
 from streamling.operators import Epoch, Written
-from streamling.postgres.connection import connect, reason, with_retries
+from streamling.postgres import catalog
+from streamling.postgres.connection import cached_connection, drop_cached_connection, reason, with_retries
 from streamling.postgres.progress import ProgressKey, already_applied, record
 from streamling.postgres.types import Column
 from streamling.runtime.faults import crash_point
@@ -253,35 +253,6 @@ def merge_statements(
 # ---------------------------------------------------------------- writing
 
 
-_CONNECTIONS: dict[str, psycopg.Connection] = {}
-_CONNECTIONS_LOCK = threading.Lock()
-
-
-def _connection(plan: WritePlan) -> psycopg.Connection:
-    """One connection per process and destination, reused across epochs (executors keep theirs)."""
-    key = plan.connection.model_dump_json() + plan.connection.password.get_secret_value()
-    with _CONNECTIONS_LOCK:
-        conn = _CONNECTIONS.get(key)
-        if conn is None or conn.closed or conn.broken:
-            conn = connect(plan.connection, plan.label)
-            with conn.cursor() as cur:
-                cur.execute("SET TIME ZONE 'UTC'")
-            conn.commit()
-            _CONNECTIONS[key] = conn
-        return conn
-
-
-def _drop_connection(plan: WritePlan) -> None:
-    key = plan.connection.model_dump_json() + plan.connection.password.get_secret_value()
-    with _CONNECTIONS_LOCK:
-        conn = _CONNECTIONS.pop(key, None)
-    if conn is not None:
-        try:
-            conn.close()
-        except psycopg.Error:
-            pass
-
-
 def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0, streams: int = 1) -> Written:
     """Apply `table` (the stream's rows of the epoch, in input order) and record the epoch; returns the
     stream's rows by ``_gs_op`` as received (before deduplication), nothing when this stream had already
@@ -301,7 +272,7 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
     prepared = time.perf_counter()
 
     def attempt() -> Written:
-        conn = _connection(plan)
+        conn = cached_connection(plan.connection, plan.label)
         try:
             with conn.transaction(), conn.cursor() as cur:
                 if _skip(cur, plan, epoch, stream, streams):
@@ -338,7 +309,7 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
         return received
 
     applied = with_retries(
-        attempt, plan.label, plan.connection.retry_timeout_sec, on_retry=lambda: _drop_connection(plan)
+        attempt, plan.label, plan.connection.retry_timeout_sec, on_retry=lambda: drop_cached_connection(plan.connection)
     )
     log.debug(
         "%s: epoch %d stream %d: %d rows, %d chunks; prepared in %.3fs, applied in %.3fs",
@@ -407,7 +378,8 @@ def _apply_isolating(
         row = rows.to_pylist()[0]
         problem = rejected_row(plan, row, exc)
         if plan.dead_letter is None:
-            raise StreamlingError.user(f"{plan.label} (table {_shown_table(plan)}): {problem}") from None
+            table = catalog.qualified(plan.schema, plan.table).as_string()
+            raise StreamlingError.user(f"{plan.label} (table {table}): {problem}") from None
         rejected.append(row_letter(problem, row, plan.keys))
 
 
@@ -442,10 +414,6 @@ def rejected_row(plan: WritePlan, row: dict[str, Any], exc: psycopg.Error) -> st
 def _excerpt(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=json_default)
     return text if len(text) <= EXCERPT else f"{text[:EXCERPT]}… ({len(text)} characters)"
-
-
-def _shown_table(plan: WritePlan) -> str:
-    return ".".join('"' + name.replace('"', '""') + '"' for name in (plan.schema, plan.table))
 
 
 def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan, epoch: Epoch, streams: int):  # type: ignore[no-untyped-def]
