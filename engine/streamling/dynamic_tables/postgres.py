@@ -2,8 +2,9 @@
 fill too; lookups read it on every batch, so external inserts show up without a restart.
 
 The driver creates the table and inserts a populating node's values. The executors look values up
-through `PostgresLookup`, which keeps one autocommit connection per Python worker (module-level, so it
-outlives batches and tasks) and, with ``cache_ttl_ms``, reuses answers for that long.
+through `PostgresLookup`, which uses the Python worker's cached autocommit connection
+(`postgres.connection.cached_connection`, outliving batches and tasks) and, with ``cache_ttl_ms``, reuses
+answers for that long.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import psycopg
 from psycopg import sql
 
 from streamling.config.model import PostgresSinkSettings
-from streamling.postgres.connection import connect, with_retries
+from streamling.postgres import catalog
+from streamling.postgres.connection import cached_connection, connect, drop_cached_connection, with_retries
 
 T = TypeVar("T")
 MAX_CACHED_ANSWERS = 200_000
@@ -42,11 +44,11 @@ class PostgresTable:
 
     @property
     def qualified(self) -> sql.Composed:
-        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(self.table))
+        return catalog.qualified(self.schema, self.table)
 
     @property
     def key(self) -> Hashable:
-        """Identifies the table and the connection in a worker's caches (kept in memory only)."""
+        """Identifies the table and the connection in a worker's answer cache (kept in memory only)."""
         return (self.node, self.schema, self.table, tuple(sorted(self.connection.conninfo().items())))
 
     def retrying(self, attempt: Callable[[], T], on_retry: Callable[[], None]) -> T:
@@ -126,8 +128,6 @@ class PostgresLookup:
         return found
 
 
-_CONNECTIONS: dict[Hashable, psycopg.Connection] = {}
-"""One connection per table per Python worker; Spark reuses workers, so this lives across batches."""
 _ANSWERS: dict[Hashable, dict[str, tuple[bool, float]]] = {}
 """value → (present, expires at) per table, used only when ``cache_ttl_ms`` > 0."""
 _LOCK = threading.Lock()
@@ -138,7 +138,8 @@ def _query(target: PostgresTable, values: list[str]) -> set[str]:
     statement = sql.SQL("SELECT value FROM {} WHERE value = ANY(%s)").format(target.qualified)
 
     def attempt() -> set[str]:
-        conn = _connection(target)
+        # Autocommit: every lookup reads the latest committed rows, and no transaction stays open.
+        conn = cached_connection(target.connection, target.where, autocommit=True)
         found: set[str] = set()
         with conn.cursor() as cur:
             for chunk in _chunks(values, target.max_batch_size):
@@ -147,21 +148,7 @@ def _query(target: PostgresTable, values: list[str]) -> set[str]:
         return found
 
     with _LOCK:
-        return target.retrying(attempt, lambda: _close(target))
-
-
-def _connection(target: PostgresTable) -> psycopg.Connection:
-    conn = _CONNECTIONS.get(target.key)
-    if conn is None or conn.closed:
-        # Autocommit: every lookup reads the latest committed rows, and no transaction stays open.
-        conn = _CONNECTIONS[target.key] = connect(target.connection, "Postgres", autocommit=True)
-    return conn
-
-
-def _close(target: PostgresTable) -> None:
-    conn = _CONNECTIONS.pop(target.key, None)
-    if conn is not None:
-        conn.close()
+        return target.retrying(attempt, lambda: drop_cached_connection(target.connection, autocommit=True))
 
 
 def _forget_expired(answers: dict[str, tuple[bool, float]], now: float) -> None:
