@@ -34,6 +34,65 @@ def test_star_keeps_gs_op_and_explicit_duplicate_is_dropped() -> None:
     assert render("SELECT *, _gs_op FROM a") == "SELECT * FROM `va` AS `a`"
 
 
+@pytest.mark.parametrize(
+    ("sql", "rendered"),
+    [
+        ("SELECT *, 'd' AS _gs_op FROM a", "SELECT * EXCEPT (_gs_op), 'd' AS _gs_op FROM `va` AS `a`"),
+        ("SELECT 'd' AS _gs_op, * FROM a", "SELECT * EXCEPT (_gs_op), 'd' AS _gs_op FROM `va` AS `a`"),
+        ("SELECT t.*, 'd' AS _gs_op FROM a t", "SELECT t.* EXCEPT (_gs_op), 'd' AS _gs_op FROM `va` AS `t`"),
+        (
+            "SELECT * EXCEPT (amount), 'd' AS _gs_op FROM a",
+            "SELECT * EXCEPT (amount, _gs_op), 'd' AS _gs_op FROM `va` AS `a`",
+        ),
+        ("SELECT * EXCEPT (_gs_op), 'd' AS _gs_op FROM a", "SELECT * EXCEPT (_gs_op), 'd' AS _gs_op FROM `va` AS `a`"),
+        ("SELECT *, _gs_op, 'u' AS _gs_op FROM a", "SELECT * EXCEPT (_gs_op), 'u' AS _gs_op FROM `va` AS `a`"),
+        (
+            "SELECT *, CASE WHEN amount < 0 THEN 'd' ELSE _gs_op END AS _gs_op FROM a",
+            "SELECT * EXCEPT (_gs_op), CASE WHEN amount < 0 THEN 'd' ELSE _gs_op END AS _gs_op FROM `va` AS `a`",
+        ),
+        (
+            "WITH x AS (SELECT *, 'd' AS _gs_op FROM a) SELECT * FROM x",
+            "WITH x AS (SELECT * EXCEPT (_gs_op), 'd' AS _gs_op FROM `va` AS `a`) SELECT * FROM x",
+        ),
+        (
+            "SELECT * FROM (SELECT *, 'd' AS _gs_op FROM a) s",
+            "SELECT * FROM (SELECT * EXCEPT (_gs_op), 'd' AS _gs_op FROM `va` AS `a`) AS s",
+        ),
+    ],
+)
+def test_explicit_gs_op_next_to_a_star_is_kept_and_the_star_leaves_its_input_one_out(sql: str, rendered: str) -> None:
+    assert render(sql) == rendered
+
+
+def test_union_star_branches_all_take_gs_op_last() -> None:
+    """Spark unions by position: a star branch keeps `_gs_op` where its input has it, an explicit one
+    next to a star comes last, so every star branch of a set operation puts it last."""
+    assert render("SELECT * FROM a UNION ALL SELECT *, 'd' AS _gs_op FROM b") == (
+        "SELECT * EXCEPT (_gs_op), _gs_op FROM `va` AS `a` UNION ALL "
+        "SELECT * EXCEPT (_gs_op), 'd' AS _gs_op FROM `vb` AS `b`"
+    )
+    assert render("(SELECT *, 'u' AS _gs_op FROM a) UNION ALL (SELECT * FROM b) UNION ALL SELECT id, x FROM b") == (
+        "(SELECT * EXCEPT (_gs_op), 'u' AS _gs_op FROM `va` AS `a`) UNION ALL "
+        "(SELECT * EXCEPT (_gs_op), _gs_op FROM `vb` AS `b`) UNION ALL SELECT id, x, _gs_op FROM `vb` AS `b`"
+    )
+
+
+def test_ctes_of_a_union_get_gs_op() -> None:
+    assert render("WITH x AS (SELECT id FROM a) SELECT * FROM x UNION ALL SELECT id FROM b") == (
+        "WITH x AS (SELECT id, _gs_op FROM `va` AS `a`) SELECT * EXCEPT (_gs_op), _gs_op FROM x "
+        "UNION ALL SELECT id, _gs_op FROM `vb` AS `b`"
+    )
+
+
+def test_star_over_values_gets_insert() -> None:
+    assert render("SELECT * FROM VALUES (1, 2) AS t(id, x)") == (
+        "SELECT *, 'i' AS _gs_op FROM VALUES (1, 2) AS t(id, x)"
+    )
+    assert render("SELECT *, 'd' AS _gs_op FROM VALUES (1, 2) AS t(id, x)") == (
+        "SELECT *, 'd' AS _gs_op FROM VALUES (1, 2) AS t(id, x)"
+    )
+
+
 def test_explicit_gs_op_is_kept_once() -> None:
     assert render("SELECT id, _gs_op, _gs_op FROM a") == "SELECT id, _gs_op FROM `va` AS `a`"
     assert render("SELECT id, 'd' AS _gs_op FROM a") == "SELECT id, 'd' AS _gs_op FROM `va` AS `a`"

@@ -150,35 +150,101 @@ def _stateful(select: exp.Select) -> bool:
     )
 
 
+def _is_star(projection: exp.Expression) -> bool:
+    return isinstance(projection, exp.Star) or (isinstance(projection, exp.Column) and projection.is_star)
+
+
+def _star_of(projection: exp.Expression) -> exp.Star:
+    """The Star node of ``*`` or ``t.*`` (where its ``EXCEPT`` list lives)."""
+    return projection if isinstance(projection, exp.Star) else projection.this
+
+
+def _excludes_gs_op(star: exp.Expression) -> bool:
+    return any(c.name == GS_OP for c in _star_of(star).args.get("except_") or [])
+
+
+def _exclude_gs_op(star: exp.Expression) -> None:
+    node = _star_of(star)
+    node.set("except_", [*(node.args.get("except_") or []), exp.column(GS_OP)])
+
+
+def _is_input_gs_op(projection: exp.Expression) -> bool:
+    """``_gs_op``, ``t._gs_op`` or ``_gs_op AS _gs_op``: the input's own operation, not a new value."""
+    inner = projection.this if isinstance(projection, exp.Alias) else projection
+    return isinstance(inner, exp.Column) and inner.name == GS_OP
+
+
 def _ensure_gs_op(query: exp.Expression) -> None:
     """Give every row-producing SELECT exactly one ``_gs_op``: kept from its input when the projection
-    omits it, ``'i'`` when the SELECT has no input carrying one (a VALUES-free constant SELECT)."""
+    omits it, ``'i'`` when the SELECT has no input carrying one (a constant SELECT or VALUES), and an
+    explicit value (``'d' AS _gs_op``) kept even next to a star, which then leaves its input's out."""
+    with_ = query.args.get("with_") or query.args.get("with")
+    if with_ is not None:
+        for cte in with_.expressions:
+            _ensure_gs_op(cte.this)
     if isinstance(query, exp.Subquery | exp.Paren):
         _ensure_gs_op(query.this)
         return
     if isinstance(query, exp.SetOperation):
         _ensure_gs_op(query.this)
         _ensure_gs_op(query.expression)
+        _gs_op_last_in_star_branches(query)
         return
     if not isinstance(query, exp.Select) or _stateful(query):
         return  # rejected by the stateless guard, which gives the clearer error
-    for cte in query.find_all(exp.CTE):
-        if cte.find_ancestor(exp.Select) is query:
-            _ensure_gs_op(cte.this)
     source = query.args.get("from_") or query.args.get("from")
     if source is not None:
         _ensure_gs_op(source.this)
-    projections = query.expressions
-    has_star = any(isinstance(p, exp.Star) or (isinstance(p, exp.Column) and p.is_star) for p in projections)
-    explicit = [p for p in projections if p.alias_or_name == GS_OP]
-    if has_star:
-        for p in explicit:
+    carries = _reads_gs_op(query)
+    carrying = _carrying_stars(query)
+    explicit = _explicit_gs_op(query)
+    chosen = next((p for p in explicit if not (carrying and _is_input_gs_op(p))), None)
+    for p in explicit:
+        if p is not chosen:
             p.pop()
+    if chosen is not None:
+        if carrying:  # the star must not carry the input's _gs_op too: it goes, and the value comes last
+            for star in carrying:
+                _exclude_gs_op(star)
+            chosen.pop()
+            query.select(chosen, copy=False)
         return
-    if explicit:
-        for p in explicit[1:]:
-            p.pop()
+    if carrying:
         return
-    reads_node = source is not None and isinstance(source.this, exp.Table | exp.Subquery)
-    column = exp.column(GS_OP) if reads_node else exp.alias_(exp.Literal.string("i"), GS_OP)
-    query.select(column, copy=False)
+    query.select(exp.column(GS_OP) if carries else exp.alias_(exp.Literal.string("i"), GS_OP), copy=False)
+
+
+def _reads_gs_op(select: exp.Select) -> bool:
+    """Whether the SELECT's input carries ``_gs_op``: a node, a CTE or a query (each given one), not VALUES."""
+    source = select.args.get("from_") or select.args.get("from")
+    inner = source.this if source is not None else None
+    while isinstance(inner, exp.Subquery | exp.Paren):
+        inner = inner.this
+    return isinstance(inner, exp.Table | exp.Select | exp.SetOperation)
+
+
+def _carrying_stars(select: exp.Select) -> list[exp.Expression]:
+    """The stars that bring the input's ``_gs_op`` along."""
+    if not _reads_gs_op(select):
+        return []
+    return [p for p in select.expressions if _is_star(p) and not _excludes_gs_op(p)]
+
+
+def _explicit_gs_op(select: exp.Select) -> list[exp.Expression]:
+    return [p for p in select.expressions if not _is_star(p) and p.alias_or_name == GS_OP]
+
+
+def _gs_op_last_in_star_branches(query: exp.Expression) -> None:
+    """Spark unions by position, and a star puts ``_gs_op`` wherever its input has it, while an explicit
+    ``_gs_op`` next to a star comes last: so in a set operation every star branch takes ``_gs_op`` last."""
+    if isinstance(query, exp.Subquery | exp.Paren):
+        _gs_op_last_in_star_branches(query.this)
+    elif isinstance(query, exp.SetOperation):
+        _gs_op_last_in_star_branches(query.this)
+        _gs_op_last_in_star_branches(query.expression)
+    elif isinstance(query, exp.Select) and not _stateful(query):
+        carrying = _carrying_stars(query)
+        if carrying and not _explicit_gs_op(query):
+            for star in carrying:
+                _exclude_gs_op(star)
+            query.select(exp.column(GS_OP), copy=False)
