@@ -76,6 +76,16 @@ class Operator(Generic[S]):
         """How errors and logs name this node: ``print sink 'out'``."""
         return f"{self.spec.type} {self.kind} '{self.name}'"
 
+    def primary_key(self) -> list[str]:
+        """The node's own primary key: its ``primary_key`` field (a source may find one in its schema)."""
+        columns_of = getattr(self.spec, "primary_key_columns", None)
+        return columns_of() if columns_of else []
+
+    def warnings(self) -> list[str]:
+        """Things validation reports and a run logs once at start: settings the node took from elsewhere, or
+        fields it accepts that change nothing here."""
+        return []
+
     def bind(self, operators: Mapping[str, Operator]) -> None:
         """Called once the plan has built every operator, for nodes that use others (a SQL transform
         calling a dynamic table)."""

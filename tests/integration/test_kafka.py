@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from datetime import UTC, datetime
@@ -339,6 +340,8 @@ def test_kafka_sql_kafka_round_trip_with_headers(spark, make_settings, write_pip
     latest = kafka.registry.get_latest_version(f"{sink_topic}-value")
     assert latest.schema_id == m["schema_id"]
     assert "_gs_op" not in latest.schema.schema_str
+    # The key goes into the record's doc, where a Kafka source reading this topic finds it.
+    assert json.loads(json.loads(latest.schema.schema_str)["doc"]) == {"primaryKeys": ["id"]}
 
     # A second run reuses the topic.
     caplog.set_level("INFO", logger="streamling.kafka")

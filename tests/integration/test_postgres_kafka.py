@@ -63,3 +63,213 @@ def test_cdc_from_kafka_lands_as_the_final_state_with_exact_256_bit_values(
     assert kind == ("numeric(78,0)",)
     assert rows == [(k, *v) for k, v in sorted(expected.items())]
     assert any(len(r[2]) == 78 for r in rows)  # full 256-bit magnitudes, no exponent notation
+
+
+CUSTOMER = {
+    "type": "record",
+    "name": "Value",
+    "fields": [
+        {"name": "id", "type": "int"},
+        {"name": "name", "type": ["null", "string"], "default": None},
+        {"name": "email", "type": "string"},
+    ],
+    "connect.name": "dbserver1.inventory.customers.Value",
+}
+DEBEZIUM_ENVELOPE = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": "dbserver1.inventory.customers",
+    "fields": [
+        {"name": "before", "type": ["null", CUSTOMER], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {
+            "name": "source",
+            "type": {
+                "type": "record",
+                "name": "Source",
+                "namespace": "io.debezium.connector.postgresql",
+                "fields": [
+                    {"name": "version", "type": "string"},
+                    {"name": "connector", "type": "string"},
+                    {"name": "name", "type": "string"},
+                    {"name": "ts_ms", "type": "long"},
+                    {
+                        "name": "snapshot",
+                        "type": [
+                            {
+                                "type": "string",
+                                "connect.version": 1,
+                                "connect.parameters": {"allowed": "true,last,false,incremental"},
+                                "connect.default": "false",
+                                "connect.name": "io.debezium.data.Enum",
+                            },
+                            "null",
+                        ],
+                        "default": "false",
+                    },
+                    {"name": "db", "type": "string"},
+                    {"name": "sequence", "type": ["null", "string"], "default": None},
+                    {"name": "schema", "type": "string"},
+                    {"name": "table", "type": "string"},
+                    {"name": "txId", "type": ["null", "long"], "default": None},
+                    {"name": "lsn", "type": ["null", "long"], "default": None},
+                    {"name": "xmin", "type": ["null", "long"], "default": None},
+                ],
+                "connect.name": "io.debezium.connector.postgresql.Source",
+            },
+        },
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+        {
+            "name": "transaction",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "block",
+                    "namespace": "event",
+                    "fields": [
+                        {"name": "id", "type": "string"},
+                        {"name": "total_order", "type": "long"},
+                        {"name": "data_collection_order", "type": "long"},
+                    ],
+                },
+            ],
+            "default": None,
+        },
+    ],
+    "connect.name": "dbserver1.inventory.customers.Envelope",
+}
+
+
+def debezium_event(op: str, before: dict | None, after: dict | None, lsn: int) -> dict:
+    return {
+        "before": before,
+        "after": after,
+        "source": {
+            "version": "2.5.0.Final",
+            "connector": "postgresql",
+            "name": "dbserver1",
+            "ts_ms": 1_700_000_000_000 + lsn,
+            "snapshot": "true" if op == "r" else "false",
+            "db": "inventory",
+            "sequence": None,
+            "schema": "inventory",
+            "table": "customers",
+            "txId": 500 + lsn,
+            "lsn": lsn,
+            "xmin": None,
+        },
+        "op": op,
+        "ts_ms": 1_700_000_000_100 + lsn,
+        "transaction": None,
+    }
+
+
+def test_debezium_envelope_with_a_reused_value_record_lands_as_the_final_table(
+    spark, make_settings, write_pipeline, kafka, postgres_env, pg_connect
+) -> None:
+    """A Debezium change stream as it arrives from a Postgres connector: `before` and `after` are both the
+    record `Value` (defined once, then referenced), the operation is the body's `op`, there is no `dbz.op`
+    header. SQL unpacks the envelope; the sink applies snapshot reads, inserts, updates and a delete."""
+
+    def customer(i: int, name: str) -> dict:
+        return {"id": i, "name": name, "email": f"c{i}@example.com"}
+
+    events = [debezium_event("r", None, customer(i, f"n{i}"), i) for i in range(1, 6)]
+    events += [
+        debezium_event("c", None, customer(6, "new"), 10),
+        debezium_event("u", customer(2, "n2"), customer(2, "renamed"), 11),
+        debezium_event("d", customer(3, "n3"), None, 12),
+        debezium_event("u", customer(6, "new"), customer(6, "newer"), 13),
+    ]
+    topic = kafka.topic("dbz", partitions=2)
+
+    def entity(i: int) -> int:
+        return (events[i]["after"] or events[i]["before"])["id"]
+
+    # Debezium keys by the row's primary key, so each row's changes stay in order in one partition.
+    kafka.produce_avro(topic, DEBEZIUM_ENVELOPE, events, ops=[None] * len(events), partition_of=lambda i: entity(i) % 2)
+    schema = f"dbz_{uuid.uuid4().hex[:10]}"
+    path = write_pipeline(f"""
+        sources:
+          customers_cdc: {{type: kafka, topic: {topic}, ending_offsets: latest}}
+        transforms:
+          customers:
+            type: sql
+            primary_key: id
+            sql: >
+              SELECT COALESCE(after.id, before.id) AS id, after.name AS name, after.email AS email,
+                     source.lsn AS lsn,
+                     CASE op WHEN 'd' THEN 'd' WHEN 'u' THEN 'u' ELSE 'i' END AS _gs_op
+              FROM customers_cdc
+        sinks:
+          out: {{type: postgres, from: customers, schema: {schema}, table: customers}}
+        """)
+    run_pipeline(path, make_settings(environ={**kafka.env, **postgres_env}, job_mode=True), spark)
+    with pg_connect() as conn:
+        rows = conn.execute(f'SELECT id, name, email, lsn FROM "{schema}".customers ORDER BY id').fetchall()
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    assert rows == [
+        (1, "n1", "c1@example.com", 1),
+        (2, "renamed", "c2@example.com", 11),
+        (4, "n4", "c4@example.com", 4),
+        (5, "n5", "c5@example.com", 5),
+        (6, "newer", "c6@example.com", 13),
+    ]
+
+
+ACCOUNT = {
+    "type": "record",
+    "name": "Account",
+    "doc": '{"primaryKeys": ["region", "id"]}',
+    "fields": [
+        {"name": "region", "type": "string"},
+        {"name": "id", "type": "long"},
+        {"name": "balance", "type": "long"},
+    ],
+}
+
+
+def test_primary_key_declared_in_the_avro_doc_keys_the_postgres_sink(
+    spark, make_settings, write_pipeline, kafka, postgres_env, pg_connect
+) -> None:
+    """No `primary_key` in the YAML: the key comes from the registered record's doc, --validate says so, and
+    the sink upserts and deletes by it. The same pipeline on a schema without that doc is invalid."""
+    from streamling.api import validate_pipeline
+
+    topic = kafka.topic("accounts", partitions=1)
+    records = [{"region": r, "id": i, "balance": 10 * i} for r in ("eu", "us") for i in range(1, 4)]
+    records += [{"region": "eu", "id": 2, "balance": 999}, {"region": "us", "id": 3, "balance": 0}]
+    kafka.produce_avro(topic, ACCOUNT, records, ops=[b"c"] * 6 + [b"u", b"d"], partition_of=lambda i: 0)
+    schema = f"doc_{uuid.uuid4().hex[:10]}"
+    path = write_pipeline(f"""
+        sources:
+          accounts: {{type: kafka, topic: {topic}, ending_offsets: latest}}
+        sinks:
+          out: {{type: postgres, from: accounts, schema: {schema}, table: accounts}}
+        """)
+    settings = make_settings(environ={**kafka.env, **postgres_env}, job_mode=True)
+    report = validate_pipeline(path, settings, spark)
+    assert report.errors == []
+    assert report.warnings == [
+        f'kafka source \'accounts\': no primary_key given; using ["region", "id"] declared in the doc of the '
+        f"Avro schema of subject '{topic}-value'"
+    ]
+    run_pipeline(path, settings, spark)
+    with pg_connect() as conn:
+        rows = conn.execute(f'SELECT region, id, balance FROM "{schema}".accounts ORDER BY 1, 2').fetchall()
+        key = conn.execute(
+            "SELECT array_agg(a.attname ORDER BY a.attnum) FROM pg_index i JOIN pg_attribute a "
+            "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass "
+            "AND i.indisprimary",
+            (f'"{schema}".accounts',),
+        ).fetchone()
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    assert rows == [("eu", 1, 10), ("eu", 2, 999), ("eu", 3, 30), ("us", 1, 10), ("us", 2, 20)]
+    assert sorted(key[0]) == ["id", "region"]
+
+    plain = kafka.topic("accounts_plain", partitions=1)
+    kafka.register(plain, {k: v for k, v in ACCOUNT.items() if k != "doc"})
+    report = validate_pipeline(write_pipeline(path.read_text().replace(topic, plain), "plain.yaml"), settings, spark)
+    assert report.errors == ["postgres sink 'out' requires a primary key"]

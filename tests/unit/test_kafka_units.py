@@ -17,6 +17,7 @@ from streamling.kafka.avro import (
     AvroDecoder,
     avro_schema_for,
     decimal128_from_bytes,
+    doc_primary_keys,
     spark_schema,
     wide_decimal_strings,
 )
@@ -87,6 +88,116 @@ def test_multi_type_unions_are_rejected_by_name() -> None:
     schema = {"type": "record", "name": "R", "fields": [{"name": "v", "type": ["null", "int", "string"]}]}
     with pytest.raises(StreamlingError, match=r"Avro field 'v': unions of \['int', 'string'\] are not supported"):
         spark_schema(schema, "s-value")
+
+
+class Offset:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
+
+
+VALUE = {
+    "type": "record",
+    "name": "Value",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": ["null", "string"], "default": None},
+        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+        {"name": "hash", "type": {"type": "fixed", "name": "Hash", "size": 4}},
+        {
+            "name": "amount",
+            "type": {
+                "type": "fixed",
+                "name": "Amount",
+                "size": 8,
+                "logicalType": "decimal",
+                "precision": 12,
+                "scale": 2,
+            },
+        },
+        {"name": "at", "type": {"type": "int", "logicalType": "time-millis"}},
+    ],
+}
+ENVELOPE = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": "dbserver1.inventory.customers",
+    "fields": [
+        {"name": "before", "type": ["null", VALUE], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {"name": "kinds", "type": {"type": "array", "items": "Kind"}},
+        {"name": "hashes", "type": {"type": "map", "values": "dbserver1.inventory.customers.Hash"}},
+        {"name": "total", "type": "Amount"},
+        {"name": "op", "type": "string"},
+    ],
+}
+VALUE_COLUMNS = "struct<id:bigint,name:string,kind:string,hash:binary,amount:decimal(12,2),at:int>"
+
+
+def test_named_types_can_be_reused_by_short_or_full_name() -> None:
+    """A Debezium envelope: `after` is the record `Value` defined in `before`; an enum, a fixed and a fixed
+    decimal are each used again, by short name within the namespace and by full name."""
+    assert spark_schema(ENVELOPE, "s-value").simpleString() == (
+        f"struct<before:{VALUE_COLUMNS},after:{VALUE_COLUMNS},kinds:array<string>,hashes:map<string,binary>,"
+        "total:decimal(12,2),op:string>"
+    )
+
+
+def test_named_type_from_another_namespace_needs_its_full_name() -> None:
+    other = {"type": "record", "name": "Money", "namespace": "common", "fields": [{"name": "cents", "type": "long"}]}
+    schema = {
+        "type": "record",
+        "name": "Order",
+        "namespace": "shop",
+        "fields": [{"name": "price", "type": other}, {"name": "refund", "type": ["null", "common.Money"]}],
+    }
+    assert spark_schema(schema, "s-value").simpleString() == (
+        "struct<price:struct<cents:bigint>,refund:struct<cents:bigint>>"
+    )
+    schema["fields"][1]["type"] = ["null", "Money"]  # short name, resolved in namespace 'shop': not defined
+    with pytest.raises(StreamlingError, match=r"^schema of subject 's-value' is not valid Avro: type 'shop.Money' is"):
+        spark_schema(schema, "s-value")
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ([{"name": "next", "type": ["null", "Node"]}], "next"),
+        ([{"name": "tree", "type": {"type": "array", "items": "Node"}}], "tree[]"),
+        (
+            [{"name": "meta", "type": {"type": "record", "name": "M", "fields": [{"name": "up", "type": "M"}]}}],
+            "meta.up",
+        ),
+    ],
+)
+def test_recursive_record_is_a_user_error_naming_the_field(fields: list, where: str) -> None:
+    schema = {"type": "record", "name": "Node", "fields": [{"name": "v", "type": "long"}, *fields]}
+    with pytest.raises(StreamlingError) as info:
+        spark_schema(schema, "s-value")
+    assert info.value.user_facing
+    assert str(info.value).startswith(f"Avro field '{where}': record '")
+    assert str(info.value).endswith("contains itself; a recursive schema cannot map to Spark columns")
+
+
+def test_decoder_reads_reused_named_types() -> None:
+    value = {"id": 7, "name": "x", "kind": "B", "hash": b"abcd", "amount": Decimal("12.34"), "at": 1000}
+    record = {
+        "before": None,
+        "after": value,
+        "kinds": ["A", "B"],
+        "hashes": {"k": b"wxyz"},
+        "total": Decimal("-0.05"),
+        "op": "c",
+    }
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(ENVELOPE), record)
+    decoder = AvroDecoder(ENVELOPE, 1, "t-value", "t", lambda sid: (json.dumps(ENVELOPE), [("t-value", 1)]))
+    assert decoder.decimals == {}  # `total` shares the fixed `Amount` with a nested field: fastavro decodes it
+    batch = decoder.decode([b"\x00\x00\x00\x00\x01" + out.getvalue()], [Offset(0)], 0)
+    assert batch.to_pylist() == [{**record, "hashes": [("k", b"wxyz")]}]  # Arrow lists a map's pairs
+    assert batch.schema.field("after").type.field("amount").type == pa.decimal128(12, 2)
 
 
 def test_decimals_convert_exactly() -> None:
@@ -170,6 +281,53 @@ def test_avro_schema_for_sink_round_trips_types() -> None:
         "struct<id:bigint,price:decimal(20,4),at:timestamp,tags:array<string>,nested:struct<x:int>>"
     )
     assert parsed["fields"][1]["type"][1]["logicalType"] == "decimal"
+
+
+def test_avro_schema_for_sink_names_every_record_once_and_carries_the_primary_key() -> None:
+    inner = T.StructType([T.StructField("x", T.IntegerType())])
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType()),
+            T.StructField("a", T.StructType([T.StructField("b", inner)])),
+            T.StructField("a_b", inner),  # the path name of `a.b` as well
+            T.StructField("items", T.ArrayType(inner)),
+        ]
+    )
+    avro = avro_schema_for(schema, "orders-out", ["id"])
+    named: dict = {}
+    fastavro.parse_schema(avro, named_schemas=named)  # no record name defined twice
+    assert sorted(named) == ["orders_out", "orders_out_a", "orders_out_a_b", "orders_out_a_b_2", "orders_out_items"]
+    assert json.loads(avro["doc"]) == {"primaryKeys": ["id"]}
+
+
+@pytest.mark.parametrize(
+    ("doc", "keys"),
+    [
+        ('{"primaryKeys": ["id"]}', ["id"]),
+        ('{"primaryKeys": ["region", " id "], "other": 1}', ["region", "id"]),
+        ('{"primaryKeys": "region, id"}', ["region", "id"]),
+        ("Customer rows, keyed by id", []),
+        ('{"owner": "team-a"}', []),
+        (None, []),
+    ],
+)
+def test_primary_key_from_the_record_doc(doc: str | None, keys: list[str]) -> None:
+    schema = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}
+    if doc is not None:
+        schema["doc"] = doc
+    assert doc_primary_keys(schema, "t-value") == keys
+
+
+@pytest.mark.parametrize("declared", ["[]", "[1]", '{"id": true}', '[""]'])
+def test_malformed_primary_keys_in_the_doc_are_a_user_error(declared: str) -> None:
+    schema = {"type": "record", "name": "R", "doc": f'{{"primaryKeys": {declared}}}', "fields": []}
+    with pytest.raises(StreamlingError) as info:
+        doc_primary_keys(schema, "t-value")
+    assert info.value.user_facing
+    assert str(info.value) == (
+        f"schema of subject 't-value': its doc declares primaryKeys {json.dumps(json.loads(declared))}; expected a "
+        'list of column names, as in {"primaryKeys": ["id"]}'
+    )
 
 
 def test_allocation_is_proportional_and_exact() -> None:

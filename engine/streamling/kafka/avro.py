@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 
 WIDE_DECIMAL_KEY = "streamling.type"
 """Field metadata carrying ``decimal(p,s)`` for decimals wider than Spark's 38 digits (kept as exact strings)."""
@@ -44,18 +44,44 @@ def _non_null(schema: Any, where: str) -> tuple[Any, bool]:
     return schema, False
 
 
-def spark_field(name: str, schema: Any, where: str) -> T.StructField:
+def parse_named(schema: Mapping[str, Any], subject: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """fastavro's reading of `schema`: named types (record, enum, fixed) under their full names, namespaces
+    resolved, and every reference to one as that full name; plus the definitions by full name."""
+    import fastavro
+
+    named: dict[str, Any] = {}
+    try:
+        parsed = fastavro.parse_schema(copy.deepcopy(dict(schema)), named_schemas=named, _write_hint=False)
+    except Exception as exc:  # SchemaParseException, UnknownType (a reference to nothing), ValueError
+        detail = f"type '{exc.name}' is not defined" if hasattr(exc, "name") else first_line(exc)
+        raise StreamlingError.user(f"schema of subject '{subject}' is not valid Avro: {detail}") from None
+    return parsed, named
+
+
+def spark_field(
+    name: str, schema: Any, where: str, named: Mapping[str, Any], within: tuple[str, ...] = ()
+) -> T.StructField:
     inner, nullable = _non_null(schema, where)
     metadata: dict[str, str] = {}
-    dtype = _spark_type(inner, where, metadata)
+    dtype = _spark_type(inner, where, metadata, named, within)
     return T.StructField(name, dtype, nullable, metadata or None)
 
 
-def _spark_type(schema: Any, where: str, metadata: dict[str, str]) -> T.DataType:
+def _spark_type(
+    schema: Any, where: str, metadata: dict[str, str], named: Mapping[str, Any], within: tuple[str, ...]
+) -> T.DataType:
+    """`within`: the records being mapped around this type, to refuse one that contains itself."""
     if isinstance(schema, str):
         if schema in _PRIMITIVES:
             return _PRIMITIVES[schema]
-        raise StreamlingError.user(f"Avro field '{where}': named type references ('{schema}') are not supported")
+        if schema in within:
+            raise StreamlingError.user(
+                f"Avro field '{where}': record '{schema}' contains itself; a recursive schema cannot map to "
+                "Spark columns"
+            )
+        if schema not in named:
+            raise StreamlingError.user(f"Avro field '{where}': type '{schema}' is not defined")
+        return _spark_type(named[schema], where, metadata, named, within)
     kind = schema.get("type")
     logical = schema.get("logicalType")
     if logical == "decimal":
@@ -73,19 +99,22 @@ def _spark_type(schema: Any, where: str, metadata: dict[str, str]) -> T.DataType
     if logical == "uuid":
         return T.StringType()
     if kind == "record":
-        return T.StructType([spark_field(f["name"], f["type"], f"{where}.{f['name']}") for f in schema["fields"]])
+        inside = (*within, schema["name"])
+        return T.StructType(
+            [spark_field(f["name"], f["type"], f"{where}.{f['name']}", named, inside) for f in schema["fields"]]
+        )
     if kind == "array":
         item, nullable = _non_null(schema["items"], f"{where}[]")
-        return T.ArrayType(_spark_type(item, f"{where}[]", {}), nullable)
+        return T.ArrayType(_spark_type(item, f"{where}[]", {}, named, within), nullable)
     if kind == "map":
         value, nullable = _non_null(schema["values"], f"{where}{{}}")
-        return T.MapType(T.StringType(), _spark_type(value, f"{where}{{}}", {}), nullable)
+        return T.MapType(T.StringType(), _spark_type(value, f"{where}{{}}", {}, named, within), nullable)
     if kind == "enum":
         return T.StringType()
     if kind == "fixed":
         return T.BinaryType()
     if isinstance(kind, str | list | dict):
-        return _spark_type(kind, where, metadata)
+        return _spark_type(kind, where, metadata, named, within)
     raise StreamlingError.user(f"Avro field '{where}': unsupported schema {json.dumps(schema)}")
 
 
@@ -96,11 +125,79 @@ def record_fields(schema: Mapping[str, Any], subject: str) -> list[dict[str, Any
 
 
 def spark_schema(schema: Mapping[str, Any], subject: str) -> T.StructType:
-    return T.StructType([spark_field(f["name"], f["type"], f["name"]) for f in record_fields(schema, subject)])
+    """The Spark columns of a record schema. Named types may be referenced again after their definition (as
+    Debezium's ``before``/``after`` both of record ``Value``), by full or, within a namespace, short name."""
+    record_fields(schema, subject)
+    parsed, named = parse_named(schema, subject)
+    root = (parsed["name"],)
+    return T.StructType([spark_field(f["name"], f["type"], f["name"], named, root) for f in parsed["fields"]])
+
+
+def doc_primary_keys(schema: Mapping[str, Any], subject: str) -> list[str]:
+    """The primary key a record schema declares in its ``doc`` as ``{"primaryKeys": ["id", ...]}`` (as the
+    Kafka sink writes it); empty when there is no doc or it is plain text."""
+    doc = schema.get("doc")
+    if not isinstance(doc, str):
+        return []
+    try:
+        declared = json.loads(doc)
+    except ValueError:
+        return []
+    if not isinstance(declared, dict) or "primaryKeys" not in declared:
+        return []
+    keys = declared["primaryKeys"]
+    if isinstance(keys, str):
+        keys = keys.split(",")
+    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k.strip() for k in keys):
+        raise StreamlingError.user(
+            f"schema of subject '{subject}': its doc declares primaryKeys {json.dumps(declared['primaryKeys'])}; "
+            'expected a list of column names, as in {"primaryKeys": ["id"]}'
+        )
+    return [k.strip() for k in keys]
+
+
+def _references(schema: Any, out: set[str]) -> set[str]:
+    """The names referenced (not defined) anywhere in a parsed schema."""
+    if isinstance(schema, str):
+        if schema not in _PRIMITIVES and schema != "null":
+            out.add(schema)
+    elif isinstance(schema, list):
+        for member in schema:
+            _references(member, out)
+    elif isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind == "record":
+            for f in schema["fields"]:
+                _references(f["type"], out)
+        elif kind == "array":
+            _references(schema["items"], out)
+        elif kind == "map":
+            _references(schema["values"], out)
+        elif isinstance(kind, str | list | dict) and kind not in ("enum", "fixed"):
+            _references(kind, out)
+    return out
+
+
+def top_level_decimals(schema: Mapping[str, Any], subject: str) -> dict[str, tuple[int, int]]:
+    """Top-level decimal fields decoded outside fastavro (as raw bytes, converted with numpy): those whose
+    decimal type is written at the field. A named ``fixed`` decimal that is referenced elsewhere too stays with
+    fastavro, since stripping its logical type would change every use of it."""
+    parsed, _ = parse_named(schema, subject)
+    shared = _references(parsed, set())
+    out: dict[str, tuple[int, int]] = {}
+    for f in parsed["fields"]:
+        inner, _ = _non_null(f["type"], f["name"])
+        if not isinstance(inner, dict) or inner.get("logicalType") != "decimal":
+            continue
+        if inner.get("type") == "fixed" and inner.get("name") in shared:
+            continue
+        out[f["name"]] = (int(inner["precision"]), int(inner.get("scale", 0)))
+    return out
 
 
 def _strip(schema: Any, top_level_decimals: set[str] | None, depth: int = 0, field: str | None = None) -> Any:
-    """Drop logical types that are decoded outside fastavro: time-* (kept raw) and top-level decimals."""
+    """Drop logical types that are decoded outside fastavro: time-* (kept raw) and top-level decimals. A named
+    type is stripped where it is defined, which holds for every reference to it."""
     if isinstance(schema, list):
         return [_strip(m, top_level_decimals, depth, field) for m in schema]
     if not isinstance(schema, dict):
@@ -119,6 +216,8 @@ def _strip(schema: Any, top_level_decimals: set[str] | None, depth: int = 0, fie
         out["items"] = _strip(out["items"], top_level_decimals, depth + 1)
     elif out.get("type") == "map":
         out["values"] = _strip(out["values"], top_level_decimals, depth + 1)
+    elif isinstance(out.get("type"), dict | list):
+        out["type"] = _strip(out["type"], top_level_decimals, depth, field)
     return out
 
 
@@ -189,12 +288,8 @@ class AvroDecoder:
         self.reader_version = reader_version
         self.validate_ordering = validate_ordering
         self.fetch_writer = fetch_writer
-        fields = record_fields(reader_schema, subject)
-        self.decimals: dict[str, tuple[int, int]] = {}
-        for f in fields:
-            inner, _ = _non_null(f["type"], f["name"])
-            if isinstance(inner, dict) and inner.get("logicalType") == "decimal":
-                self.decimals[f["name"]] = (int(inner["precision"]), int(inner.get("scale", 0)))
+        record_fields(reader_schema, subject)
+        self.decimals = top_level_decimals(reader_schema, subject)
         self.columns = spark_schema(reader_schema, subject)
         self.reader = fastavro.parse_schema(_strip(copy.deepcopy(dict(reader_schema)), set(self.decimals)))
         raw_fields = []
@@ -315,8 +410,23 @@ class BadRecord(Exception):
     """A record that cannot be read (its text continues the ``message at …`` that names it)."""
 
 
-def avro_schema_for(schema: T.StructType, name: str) -> dict[str, Any]:
-    """An Avro record schema for a Spark schema (the Kafka sink registers it); every field nullable."""
+def avro_schema_for(schema: T.StructType, name: str, primary_key: Sequence[str] = ()) -> dict[str, Any]:
+    """An Avro record schema for a Spark schema (the Kafka sink registers it); every field nullable. Each
+    struct becomes a record named after its path, unique within the schema (a name defined twice is invalid
+    Avro). The primary key goes into the record's ``doc`` as ``{"primaryKeys": [...]}``, where a Kafka source
+    reading the topic finds it."""
+    safe = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+    root = safe if safe[:1].isalpha() else f"r_{safe}"
+    used = {root}
+
+    def record_name(path: str) -> str:
+        base = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in f"{root}_{path}")
+        candidate, n = base, 1
+        while candidate in used:
+            n += 1
+            candidate = f"{base}_{n}"
+        used.add(candidate)
+        return candidate
 
     def avro_type(dtype: T.DataType, field: str) -> Any:
         if isinstance(dtype, T.BooleanType):
@@ -348,7 +458,7 @@ def avro_schema_for(schema: T.StructType, name: str) -> dict[str, Any]:
         if isinstance(dtype, T.StructType):
             return {
                 "type": "record",
-                "name": f"{name}_{field}".replace(".", "_"),
+                "name": record_name(field),
                 "fields": [
                     {"name": f.name, "type": ["null", avro_type(f.dataType, f"{field}_{f.name}")], "default": None}
                     for f in dtype.fields
@@ -356,11 +466,10 @@ def avro_schema_for(schema: T.StructType, name: str) -> dict[str, Any]:
             }
         raise StreamlingError.user(f"column '{field}' of type {dtype.simpleString()} cannot be written as Avro")
 
-    safe = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
-    return {
-        "type": "record",
-        "name": safe if safe[:1].isalpha() else f"r_{safe}",
-        "fields": [
-            {"name": f.name, "type": ["null", avro_type(f.dataType, f.name)], "default": None} for f in schema.fields
-        ],
-    }
+    out: dict[str, Any] = {"type": "record", "name": root}
+    if primary_key:
+        out["doc"] = json.dumps({"primaryKeys": list(primary_key)})
+    out["fields"] = [
+        {"name": f.name, "type": ["null", avro_type(f.dataType, f.name)], "default": None} for f in schema.fields
+    ]
+    return out

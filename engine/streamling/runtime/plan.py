@@ -55,8 +55,7 @@ class Plan:
 
     def primary_key_of(self, name: str) -> list[str]:
         """A node's own primary key, else the nearest upstream one (first input first)."""
-        spec = self.pipeline.nodes[name].spec
-        own = spec.primary_key_columns() if hasattr(spec, "primary_key_columns") else []
+        own = self.operators[name].primary_key()
         if own:
             return own
         for parent in self.pipeline.inputs.get(name, []):
@@ -82,10 +81,18 @@ class Plan:
             if schema is not None:
                 self.schemas[name] = schema
             keyed = schema if schema is not None else self.schemas[parents[0]]
-            error = _primary_key_error(node, keyed)
+            try:
+                error = _primary_key_error(node.name, self.operators[name].primary_key(), keyed)
+            except StreamlingError as exc:
+                error = exc.message
             if error:
                 errors.append(error)
         return errors
+
+    @property
+    def warnings(self) -> list[str]:
+        """The operators' warnings (see `Operator.warnings`), once the plan is analysed."""
+        return [w for name in self.pipeline.topological_order() for w in self.operators[name].warnings()]
 
     def _schema_of(self, spark: SparkSession, node: Node, parents: list[str]) -> StructType | None:
         op = self.operators[node.name]
@@ -119,14 +126,12 @@ def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
     return spark.createDataFrame([], schema)
 
 
-def _primary_key_error(node: Node, schema: StructType) -> str | None:
-    columns_of = getattr(node.spec, "primary_key_columns", None)
-    wanted = columns_of() if columns_of else []
+def _primary_key_error(name: str, wanted: list[str], schema: StructType) -> str | None:
     available = schema.fieldNames()
     missing = [c for c in wanted if c not in available]
     if not missing:
         return None
     return (
-        f"Primary key validation failed for node '{node.name}': columns {json.dumps(missing)} not found in "
+        f"Primary key validation failed for node '{name}': columns {json.dumps(missing)} not found in "
         f"schema. Available columns: {json.dumps(available)}"
     )

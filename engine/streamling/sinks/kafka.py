@@ -150,7 +150,7 @@ class KafkaSink(Sink[KafkaSinkSpec]):
         self.value_schema = StructType([f for f in schema.fields if f.name != GS_OP])
         if self.spec.data_format == "avro":
             try:
-                avro_schema_for(self.value_schema, self.spec.topic)
+                avro_schema_for(self.value_schema, self.spec.topic, self.keys)
             except StreamlingError as exc:
                 return [f"{self.label}: {exc.message}"]
         return []
@@ -180,7 +180,7 @@ class KafkaSink(Sink[KafkaSinkSpec]):
             from confluent_kafka.schema_registry import Schema
 
             assert self.value_schema is not None
-            schema = json.dumps(avro_schema_for(self.value_schema, self.spec.topic))
+            schema = json.dumps(avro_schema_for(self.value_schema, self.spec.topic, self.keys))
             subject = f"{self.spec.topic}-value"
             try:
                 self.schema_id = wait_out(

@@ -29,7 +29,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from streamling.dead_letters import DeadLetter, DeadLetterTarget
 from streamling.errors import StreamlingError, first_line
 from streamling.kafka.availability import Outage, describe, is_unavailable, transient_kafka_error, wait_out
-from streamling.kafka.avro import AvroDecoder
+from streamling.kafka.avro import AvroDecoder, doc_primary_keys
 from streamling.kafka.avro import spark_schema as avro_spark_schema
 from streamling.kafka.clients import connection_options, kafka_config, registry
 from streamling.operators import RunContext, Source
@@ -607,6 +607,27 @@ class KafkaSource(Source[KafkaSourceSpec]):
                 ) from None
             self._reader_schema = (latest.schema.schema_str, int(latest.version), int(latest.schema_id))
         return self._reader_schema
+
+    def primary_key(self) -> list[str]:
+        """The YAML's ``primary_key``, else the one the Avro record's ``doc`` declares (``{"primaryKeys": [...]}``)."""
+        own = super().primary_key()
+        if own or self.spec.data_format != "avro":
+            return own
+        return doc_primary_keys(json.loads(self.reader_schema()[0]), subject_of(self.topic))
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.spec.data_format == "avro" and not super().primary_key() and self._reader_schema is not None:
+            try:
+                keys = self.primary_key()
+            except StreamlingError:
+                return []  # validation reports the bad doc as an error
+            if keys:
+                out.append(
+                    f"{self.label}: no primary_key given; using {json.dumps(keys)} declared in the doc of the Avro "
+                    f"schema of subject '{subject_of(self.topic)}'"
+                )
+        return out
 
     def schema(self) -> T.StructType:
         if self.spec.data_format == "avro":
