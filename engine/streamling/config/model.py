@@ -179,6 +179,8 @@ class KafkaConnectionSettings(_Section):
 
 class KafkaSourceSettings(KafkaConnectionSettings):
     consumer_group_id: str | None = None
+    lag_report_interval_ms: Milliseconds = Field(default=30_000, ge=0)
+    """How often each Kafka source logs its lag (records after the committed offsets); 0 turns it off."""
 
 
 class Settings(_Section):

@@ -279,7 +279,9 @@ class AvroDecoder:
         topic: str,
         fetch_writer: Callable[[int], tuple[str, list[tuple[str, int]]]],
         validate_ordering: bool = True,
+        overrides: Mapping[int, int] | None = None,
     ) -> None:
+        """`overrides`: writer schema id found in a frame → schema id to decode it with instead."""
         import fastavro
 
         self._fastavro = fastavro
@@ -288,6 +290,7 @@ class AvroDecoder:
         self.reader_version = reader_version
         self.validate_ordering = validate_ordering
         self.fetch_writer = fetch_writer
+        self.overrides = dict(overrides or {})
         record_fields(reader_schema, subject)
         self.decimals = top_level_decimals(reader_schema, subject)
         self.columns = spark_schema(reader_schema, subject)
@@ -388,7 +391,8 @@ class AvroDecoder:
             )
         frame = payload[:5]
         if frame not in self._resolved:
-            schema_id = int.from_bytes(payload[1:5], "big")
+            framed = int.from_bytes(payload[1:5], "big")
+            schema_id = self.overrides.get(framed, framed)
             try:
                 self._resolved[frame] = self._writer(schema_id, where)
             except StreamlingError as exc:
@@ -398,7 +402,8 @@ class AvroDecoder:
                     raise
                 if exc.retriable:
                     raise exc.context(where) from None
-                raise BadRecord(f": schema id {schema_id}: {exc.message}") from None
+                which = f"{framed} (read as {schema_id}, schema_id_overrides)" if framed != schema_id else framed
+                raise BadRecord(f": schema id {which}: {exc.message}") from None
         writer, reader = self._resolved[frame]
         try:
             return self._fastavro.schemaless_reader(io.BytesIO(payload[5:]), writer, reader)

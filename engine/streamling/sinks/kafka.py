@@ -1,10 +1,11 @@
 """The Kafka sink: rows → Avro (Schema Registry) or JSON messages, keyed by the primary key, with the row
 operation in the ``dbz.op`` header (``c``/``u``/``d``) rather than in the body.
 
-Executors produce their partitions in parallel (``mapInArrow``) with one producer per Python worker and
-flush before the task ends; any delivery failure fails the task, so the epoch is acknowledged only after
-every message of it is in Kafka. While the broker is unreachable librdkafka keeps the messages and retries
-(idempotently) for ``kafka_sink.unavailable_timeout_sec``, and the flush waits as long.
+With ``deduplicate`` (the default, as in the original) the epoch is shuffled by key, keeping input order, and
+only each key's last row is produced. Executors produce their partitions in parallel (``mapInArrow``) with one
+producer per Python worker and flush before the task ends; any delivery failure fails the task, so the epoch is
+acknowledged only after every message of it is in Kafka. While the broker is unreachable librdkafka keeps the
+messages and retries (idempotently) for ``kafka_sink.unavailable_timeout_sec``, and the flush waits as long.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field, PositiveInt, field_validator
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
@@ -28,8 +30,9 @@ from streamling.kafka.clients import connection_options, ensure_topic, kafka_con
 from streamling.kafka.clients import producer as cached_producer
 from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
+from streamling.postgres.writer import ORDER_COLUMN, merge_rounds
 from streamling.topology.spec import SinkSpec
-from streamling.types import GS_OP, json_default, map_in_arrow
+from streamling.types import GS_OP, exact_columns, json_default, map_in_arrow
 
 log = logging.getLogger("streamling.kafka")
 OPS_TO_DBZ = {"i": b"c", "u": b"u", "d": b"d"}
@@ -45,6 +48,10 @@ class KafkaSinkSpec(SinkSpec):
     compression: Literal["none", "gzip", "lz4"] = "lz4"
     batch_size: PositiveInt | None = None
     batch_flush_interval: Milliseconds | None = None
+    message_max_bytes: int | None = Field(default=None, ge=1000, le=1_000_000_000)
+    """The producer's ``message.max.bytes``: the largest message (and produce request) it sends."""
+    deduplicate: bool = True
+    """Within an epoch, produce only the last row per primary key."""
 
     @field_validator("compression", "data_format", mode="before")
     @classmethod
@@ -53,8 +60,11 @@ class KafkaSinkSpec(SinkSpec):
 
 
 def produce_partition(batches: Iterator[pa.RecordBatch], plan: Mapping[str, Any]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: produce every row of this partition, flush, and report how many were sent, by
-    operation (`Written` counts per batch, vectorised)."""
+    """mapInArrow body: produce every row of this partition (with ``deduplicate`` the last one per key), flush,
+    and report the rows received by operation (`Written`, vectorised; before deduplication, as the Postgres
+    sinks count)."""
+    from confluent_kafka import KafkaError, KafkaException
+
     producer = cached_producer(plan["producer"])
     topic, keys, label = plan["topic"], plan["keys"], plan["label"]
     failures: list[str] = []
@@ -66,8 +76,15 @@ def produce_partition(batches: Iterator[pa.RecordBatch], plan: Mapping[str, Any]
     encode = _avro_encoder(plan) if plan["format"] == "avro" else _json_encode
     sent = 0
     written = Written()
+    if plan["deduplicate"]:  # the partition holds whole keys in input order: produce each key's last row
+        received = list(batches)
+        table = pa.Table.from_batches(received) if received else None
+        written += Written.of(table) if table is not None else Written()
+        last = merge_rounds(table, tuple(keys), deduplicate=True) if table is not None else []
+        batches = iter(last[0].to_batches() if last else [])
     for batch in batches:
-        written += Written.of(batch)
+        if not plan["deduplicate"]:
+            written += Written.of(batch)
         ops = batch.column(GS_OP).to_pylist()
         rows = batch.drop_columns([GS_OP]).to_pylist()
         for row, op in zip(rows, ops, strict=True):
@@ -80,6 +97,14 @@ def produce_partition(batches: Iterator[pa.RecordBatch], plan: Mapping[str, Any]
                     break
                 except BufferError:
                     producer.poll(0.5)  # local queue full: let deliveries drain
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                        raise
+                    raise StreamlingError.user(
+                        f"{label}: the message for key {key.decode('utf-8', 'replace')!r} is {len(value)} bytes, more "
+                        f"than the producer's message.max.bytes ({plan['producer'].get('message.max.bytes', 1_000_000)}"
+                        "); raise message_max_bytes"
+                    ) from None
             sent += 1
         producer.poll(0)
     outage = Outage(label, "broker", plan["unavailable_timeout_sec"])
@@ -167,6 +192,8 @@ class KafkaSink(Sink[KafkaSinkSpec]):
         }
         if self.spec.batch_size:
             extra["batch.num.messages"] = self.spec.batch_size
+        if self.spec.message_max_bytes:
+            extra["message.max.bytes"] = self.spec.message_max_bytes
         return kafka_config(self.connection, **extra)
 
     def initialize(self, ctx: RunContext) -> None:
@@ -203,6 +230,7 @@ class KafkaSink(Sink[KafkaSinkSpec]):
             "format": self.spec.data_format,
             "avro_schema": schema,
             "schema_id": self.schema_id or 0,
+            "deduplicate": self.spec.deduplicate,
             "unavailable_timeout_sec": self.settings.kafka_sink.unavailable_timeout_sec,
         }
 
@@ -212,6 +240,13 @@ class KafkaSink(Sink[KafkaSinkSpec]):
     def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
         """Everything happens now, in the Spark tasks; each reports its messages by operation."""
         plan = self._plan
+        if self.spec.deduplicate:  # every row of a key in one partition, in input order
+            df = (
+                df.withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
+                .repartition(*exact_columns(self.keys))
+                .sortWithinPartitions(ORDER_COLUMN)
+                .drop(ORDER_COLUMN)
+            )
         schema = "sent long, inserts long, updates long, deletes long"
         counts = map_in_arrow(df, lambda batches: produce_partition(batches, plan), schema).collect()
         written = sum((Written(row.inserts, row.updates, row.deletes) for row in counts), Written())

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
-from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -32,6 +32,7 @@ from streamling.kafka.availability import Outage, describe, is_unavailable, tran
 from streamling.kafka.avro import AvroDecoder, doc_primary_keys
 from streamling.kafka.avro import spark_schema as avro_spark_schema
 from streamling.kafka.clients import connection_options, kafka_config, registry
+from streamling.kafka.lag import LagReporter
 from streamling.operators import RunContext, Source
 from streamling.plugins.registry import operator
 from streamling.sources.pacing import Pacer
@@ -57,6 +58,14 @@ PROBE_TIMEOUT_SEC = 3.0
 PARTITION_REFRESH_SEC = 10.0
 
 
+class SchemaIdOverride(BaseModel):
+    """Records framed with writer schema id `from` are decoded with schema `to` instead."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: PositiveInt = Field(alias="from")
+    to: PositiveInt
+
+
 class KafkaSourceSpec(SourceSpec, ErrorHandlingSpec):
     type: Literal["kafka"]
     identity_labels: ClassVar[tuple[str, ...]] = ("topic",)
@@ -68,6 +77,7 @@ class KafkaSourceSpec(SourceSpec, ErrorHandlingSpec):
     filter: str | None = None
     include_metadata: bool = False
     validate_writer_schema_ordering: bool = True
+    schema_id_overrides: list[SchemaIdOverride] = Field(default_factory=list)
     record_batch_size: PositiveInt | None = None
 
     @field_validator("starting_offsets", mode="before")
@@ -94,7 +104,17 @@ class KafkaSourceSpec(SourceSpec, ErrorHandlingSpec):
             raise ValueError("data_format 'json' requires 'schema' (column: type)")
         if self.data_format == "avro" and self.schema_:
             raise ValueError("data_format 'avro' takes its schema from the Schema Registry; remove 'schema'")
+        if self.data_format != "avro" and self.schema_id_overrides:
+            raise ValueError("field 'schema_id_overrides' applies only to data_format 'avro'")
+        seen: set[int] = set()
+        for override in self.schema_id_overrides:
+            if override.from_ in seen:
+                raise ValueError(f"field 'schema_id_overrides': schema id {override.from_} is overridden twice")
+            seen.add(override.from_)
         return self
+
+    def overrides(self) -> dict[int, int]:
+        return {o.from_: o.to for o in self.schema_id_overrides}
 
 
 def subject_of(topic: str) -> str:
@@ -205,7 +225,8 @@ _DECODERS: dict[str, AvroDecoder] = {}
 
 
 def _decoder(options: Mapping[str, str]) -> AvroDecoder:
-    key = options["reader_schema_id"] + "/" + options["topic"] + "/" + options["source"]
+    overrides = options.get("schema_id_overrides", "{}")
+    key = "/".join((options["reader_schema_id"], options["topic"], options["source"], overrides))
     decoder = _DECODERS.get(key)
     if decoder is None:
         client = registry(options)
@@ -236,6 +257,7 @@ def _decoder(options: Mapping[str, str]) -> AvroDecoder:
             options["topic"],
             fetch_writer,
             validate_ordering=options.get("validate_writer_schema_ordering", "true") == "true",
+            overrides={int(k): int(v) for k, v in json.loads(overrides).items()},
         )
         _DECODERS[key] = decoder
     return decoder
@@ -576,6 +598,14 @@ class KafkaSource(Source[KafkaSourceSpec]):
         self._ending: dict[str, int] | None = None
         self._group_pending: dict[int, int] = {}  # consumer-group offsets not committed yet (broker unreachable)
         self._group_outage = self._outage("broker")
+        self._committed: dict[str, int] | None = None  # what the state backend holds, for lag reports
+        self._lag = LagReporter(
+            self.label,
+            self.topic,
+            self.settings.kafka_source.lag_report_interval_ms / 1000,
+            lambda: self._committed,
+            lambda: _consumer(self._options(), "plan"),
+        )
 
     @property
     def label(self) -> str:
@@ -660,8 +690,25 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def initialize(self, ctx: RunContext) -> None:
         # Fail fast when the topic is missing; wait while the broker is unreachable.
         wait_out(lambda: list_partitions(self._driver_consumer(), self.topic), self._outage("broker"))
+        for override in self.spec.schema_id_overrides:
+            self._check_override(override.from_, override.to)
         if self.dead_letter is not None:
             self.dead_letter.prepare()
+
+    def _check_override(self, framed: int, used: int) -> None:
+        """A `to` schema id the registry does not know would fail on the first record framed with `from`."""
+        client = registry(self.connection)
+        try:
+            wait_out(lambda: client.get_schema(used), self._outage("Schema Registry"))
+        except Exception as exc:
+            if getattr(exc, "http_status_code", None) == 404:
+                raise StreamlingError.user(
+                    f"{self.label}: schema_id_overrides maps schema id {framed} to {used}, which is not in the "
+                    "Schema Registry"
+                ) from None
+            raise StreamlingError.retry(
+                f"{self.label}: cannot read schema id {used} from the Schema Registry: {first_line(exc)}"
+            ) from None
 
     def load_position(self, state: StateBackend) -> dict[str, Any]:
         """State backend offsets win, then the consumer group's, then `starting_offsets`."""
@@ -696,6 +743,8 @@ class KafkaSource(Source[KafkaSourceSpec]):
                 str(p): max(position[str(p)], high) for p, high in self._high_watermarks(partitions).items()
             }
             log.info("%s reads up to %s (ending_offsets=latest)", self.label, self._ending)
+        self._committed = dict(position)
+        self._lag.start()
         return position
 
     def committed_position(self, state: StateBackend) -> dict[str, Any] | None:
@@ -736,6 +785,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def commit_checkpoint(self, epoch) -> None:  # type: ignore[no-untyped-def]
         """Mirror the committed positions to the consumer group. The state backend already holds them, so while
         the broker is unreachable the offsets wait and go out with a later epoch's commit."""
+        self._committed = {**(self._committed or {}), **{str(p): int(o) for p, o in epoch.end.items()}}
         if not self.connection.get("kafka_group_id"):
             return
         from confluent_kafka import KafkaException, TopicPartition
@@ -780,6 +830,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
             "data_format": self.spec.data_format,
             "include_metadata": str(self.spec.include_metadata).lower(),
             "validate_writer_schema_ordering": str(self.spec.validate_writer_schema_ordering).lower(),
+            "schema_id_overrides": json.dumps(self.spec.overrides(), sort_keys=True),
             **(self.dead_letter.to_options() if self.dead_letter is not None else {}),
             "spark_schema": self.schema().json(),
             "parallelism": str(parallelism),
@@ -796,6 +847,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
         return options
 
     def terminate(self) -> None:
+        self._lag.stop()
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
