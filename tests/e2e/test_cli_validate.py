@@ -246,3 +246,36 @@ def test_config_file_flag(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["errors"] == [
         "job mode needs bounded sources, but these sources are unbounded: live"
     ]
+
+
+def test_validate_reports_a_primary_key_taken_from_the_avro_doc(tmp_path: Path, kafka) -> None:
+    """A Kafka Avro source without `primary_key` feeding a Postgres sink: valid, with the key from the
+    registered record's doc named under `warnings`."""
+    topic = kafka.topic("doc_key", partitions=1)
+    kafka.register(
+        topic,
+        {
+            "type": "record",
+            "name": "Row",
+            "doc": '{"primaryKeys": ["id"]}',
+            "fields": [{"name": "id", "type": "long"}, {"name": "v", "type": "string"}],
+        },
+    )
+    path = write(
+        tmp_path,
+        f"""
+        sources: {{src: {{type: kafka, topic: {topic}}}}}
+        sinks: {{out: {{type: postgres, from: src, table: rows}}}}
+        """,
+    )
+    result = run_cli(tmp_path, str(path), "--validate", env=kafka.env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "success": True,
+        "is_valid": True,
+        "errors": [],
+        "warnings": [
+            f"kafka source 'src': no primary_key given; using [\"id\"] declared in the doc of the Avro schema of "
+            f"subject '{topic}-value'"
+        ],
+    }
