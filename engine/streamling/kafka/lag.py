@@ -39,20 +39,28 @@ class LagReporter:
             self._thread.start()
 
     def stop(self) -> None:
+        """The thread closes its own consumer on the way out (it may still be waiting on a broker)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(WATERMARK_TIMEOUT_SEC * 2)
+            self._thread.join(WATERMARK_TIMEOUT_SEC)
             self._thread = None
+        else:
+            self._close()
+
+    def _close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_sec):
-            try:
-                self.report()
-            except Exception as exc:  # an unreachable broker is reported by the reads; the next tick tries again
-                log.debug("%s: lag not reported: %s", self.label, exc)
+        try:
+            while not self._stop.wait(self.interval_sec):
+                try:
+                    self.report()
+                except Exception as exc:  # an unreachable broker is reported by the reads; the next tick retries
+                    log.debug("%s: lag not reported: %s", self.label, exc)
+        finally:
+            self._close()
 
     def report(self) -> dict[int, int] | None:
         """Log and return the lag per partition; None before the source knows its position."""
@@ -65,6 +73,8 @@ class LagReporter:
             self._consumer = self.make_consumer()
         lags: dict[int, int] = {}
         for partition, offset in sorted(position.items(), key=lambda item: int(item[0])):
+            if self._stop.is_set() and self._thread is not None:
+                return None
             _, high = self._consumer.get_watermark_offsets(
                 TopicPartition(self.topic, int(partition)), timeout=WATERMARK_TIMEOUT_SEC, cached=False
             )
