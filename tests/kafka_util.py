@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import time
@@ -33,14 +34,14 @@ class KafkaTestbed:
         self.admin.create_topics([NewTopic(name, num_partitions=partitions)])[name].result(timeout=30)
         return name
 
-    def register(self, topic: str, schema: Mapping[str, Any]) -> int:
+    def register(self, topic: str, schema: Mapping[str, Any] | list[Any]) -> int:
         return self.registry.register_schema(f"{topic}-value", Schema(json.dumps(schema), "AVRO"))
 
     def produce_avro(
         self,
         topic: str,
-        schema: Mapping[str, Any],
-        records: Sequence[Mapping[str, Any]],
+        schema: Mapping[str, Any] | list[Any],
+        records: Sequence[Mapping[str, Any] | None],
         *,
         schema_id: int | None = None,
         ops: Sequence[bytes | None] | None = None,
@@ -48,15 +49,15 @@ class KafkaTestbed:
         timestamp_ms: int | None = None,
     ) -> None:
         schema_id = schema_id if schema_id is not None else self.register(topic, schema)
-        parsed = fastavro.parse_schema(dict(schema))
+        parsed = fastavro.parse_schema(copy.deepcopy(schema))  # a record, or a union such as ["null", record]
         for i, record in enumerate(records):
             out = io.BytesIO()
-            fastavro.schemaless_writer(out, parsed, dict(record))
+            fastavro.schemaless_writer(out, parsed, None if record is None else dict(record))
             op = ops[i] if ops is not None else b"c"
             self.send(
                 topic,
                 b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue(),
-                key=str(record.get("id", i)).encode(),
+                key=str((record or {}).get("id", i)).encode(),
                 headers=None if op is None else [("dbz.op", op)],
                 partition=partition_of(i) if partition_of else i % 4,
                 timestamp_ms=timestamp_ms,

@@ -408,3 +408,61 @@ def test_partitions_added_while_running_are_read_from_starting_offsets(
     run.finish()
     assert sorted(r["id"] for r in rows_of(key)) == list(range(15))
     assert state_offsets(tmp_path, "src", topic) == {0: 5, 1: 5, 2: 5}
+
+
+# How the original Streamling's Kafka sink registers a value schema: a union of null and the record, every field
+# nullable, the primary key in the record's doc.
+ORIGINAL_SINK_SCHEMA = [
+    "null",
+    {
+        "type": "record",
+        "name": "orders_out",
+        "doc": '{"primaryKeys": ["id"]}',
+        "fields": [
+            {"name": "id", "type": ["null", "long"], "default": None},
+            {"name": "name", "type": ["null", "string"], "default": None},
+            {
+                "name": "price",
+                "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}],
+                "default": None,
+            },
+        ],
+    },
+]
+
+
+def test_a_topic_written_by_the_original_sink_reads_unchanged(spark, make_settings, write_pipeline, kafka, tmp_path):
+    """A value schema whose root is ``["null", {record}]`` reads as that record's columns, keyed by the doc's
+    primary key. A value holding the union's null branch then stops the pipeline naming it, as a tombstone does."""
+    from streamling import run_pipeline
+    from streamling.api import validate_pipeline
+
+    topic = kafka.topic("original", partitions=2)
+    records = [{"id": i, "name": f"n{i}" if i % 3 else None, "price": Decimal(f"{i}.25")} for i in range(6)]
+    kafka.produce_avro(topic, ORIGINAL_SINK_SCHEMA, records, partition_of=lambda i: i % 2)
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {topic}, ending_offsets: latest}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """)
+    settings = settings_for(make_settings, kafka, job_mode=True)
+    report = validate_pipeline(path, settings, spark)
+    assert report.errors == []
+    assert report.warnings == [
+        f"kafka source 'src': no primary_key given; using [\"id\"] declared in the doc of the Avro schema of subject "
+        f"'{topic}-value'"
+    ]
+    run_pipeline(path, settings, spark)
+    assert sorted(rows_of(key), key=lambda r: r["id"]) == [{**r, "_gs_op": "i"} for r in records]
+    assert state_offsets(tmp_path, "src", topic) == {0: 3, 1: 3}
+
+    kafka.produce_avro(topic, ORIGINAL_SINK_SCHEMA, [None], partition_of=lambda i: 1)
+    with pytest.raises(StreamlingError) as info:
+        run_pipeline(path, settings, spark)
+    assert str(info.value) == (
+        f"kafka source 'src': message at topic '{topic}' partition 1 offset 3 holds an Avro null (the null branch "
+        "of the root union), like a tombstone; Avro records are required"
+    )
+    assert state_offsets(tmp_path, "src", topic) == {0: 3, 1: 3}

@@ -273,3 +273,74 @@ def test_primary_key_declared_in_the_avro_doc_keys_the_postgres_sink(
     kafka.register(plain, {k: v for k, v in ACCOUNT.items() if k != "doc"})
     report = validate_pipeline(write_pipeline(path.read_text().replace(topic, plain), "plain.yaml"), settings, spark)
     assert report.errors == ["postgres sink 'out' requires a primary key"]
+
+
+U256 = {"type": "bytes", "logicalType": "decimal", "precision": 78, "scale": 0}
+WALLET_ENVELOPE = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": "chain.wallets",
+    "fields": [
+        {
+            "name": "before",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "Value",
+                    "fields": [
+                        {"name": "id", "type": "long"},
+                        {"name": "wei", "type": U256},
+                        {"name": "history", "type": {"type": "array", "items": U256}, "default": []},
+                    ],
+                },
+            ],
+            "default": None,
+        },
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {"name": "op", "type": "string"},
+    ],
+}
+
+
+def test_wide_decimals_inside_a_debezium_record_land_exactly(
+    spark, make_settings, write_pipeline, kafka, postgres_env, pg_connect
+) -> None:
+    """A Debezium `after` record with a 256-bit `wei` (decimal(78,0)) and an array of them: read as exact
+    strings like a top-level wide decimal, `after.wei` keeps its decimal(78,0) marking through SQL and lands in
+    a numeric(78,0) column; the array lands as JSON strings."""
+    big = 2**200
+    wallets = {1: (big, [big - 1, -(2**255)]), 2: (2**256 - 1, []), 3: (7, [1])}
+    events = [
+        {"before": None, "after": {"id": i, "wei": Decimal(w), "history": [Decimal(h) for h in hs]}, "op": "c"}
+        for i, (w, hs) in wallets.items()
+    ]
+    events.append({"before": events[2]["after"], "after": None, "op": "d"})
+    topic = kafka.topic("wallets", partitions=1)
+    kafka.produce_avro(topic, WALLET_ENVELOPE, events, ops=[None] * len(events), partition_of=lambda i: 0)
+    schema = f"wide_{uuid.uuid4().hex[:10]}"
+    path = write_pipeline(f"""
+        sources:
+          wallets_cdc: {{type: kafka, topic: {topic}, ending_offsets: latest}}
+        transforms:
+          wallets:
+            type: sql
+            primary_key: id
+            sql: >
+              SELECT COALESCE(after.id, before.id) AS id, after.wei AS wei, after.history AS history,
+                     CASE op WHEN 'd' THEN 'd' ELSE 'i' END AS _gs_op
+              FROM wallets_cdc
+        sinks:
+          out: {{type: postgres, from: wallets, schema: {schema}, table: wallets}}
+        """)
+    run_pipeline(path, make_settings(environ={**kafka.env, **postgres_env}, job_mode=True), spark)
+    with pg_connect() as conn:
+        rows = conn.execute(f'SELECT id, wei::text, history FROM "{schema}".wallets ORDER BY id').fetchall()
+        kind = conn.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
+            "AND attname = 'wei'",
+            (f'"{schema}".wallets',),
+        ).fetchone()
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    assert kind == ("numeric(78,0)",)
+    assert rows == [(1, str(big), [str(big - 1), str(-(2**255))]), (2, str(2**256 - 1), [])]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 from decimal import Decimal
+from typing import Any
 
 import fastavro
 import pyarrow as pa
@@ -18,6 +20,7 @@ from streamling.kafka.avro import (
     avro_schema_for,
     decimal128_from_bytes,
     doc_primary_keys,
+    exact_decimal,
     spark_schema,
     wide_decimal_strings,
 )
@@ -366,3 +369,160 @@ def test_json_decoding_fails_on_the_first_bad_message_or_lists_every_bad_one() -
         (1, "message at topic 't' partition 0 offset 6 is not valid JSON for the declared schema"),
         (2, "message at topic 't' partition 0 offset 7 has an empty payload (tombstone)"),
     ]
+
+
+ORIGINAL_ROOT = [
+    "null",
+    {
+        "type": "record",
+        "name": "orders",
+        "doc": '{"primaryKeys": ["id"]}',
+        "fields": [
+            {"name": "id", "type": ["null", "long"], "default": None},
+            {"name": "name", "type": ["null", "string"], "default": None},
+            {
+                "name": "price",
+                "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}],
+                "default": None,
+            },
+        ],
+    },
+]
+
+
+def framed(schema: Any, record: Any, schema_id: int = 1) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(copy.deepcopy(schema)), record)
+    return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+
+def test_a_root_union_of_null_and_one_record_reads_as_that_record() -> None:
+    """The original Streamling's Kafka sink registers its value schemas as ``["null", {record}]``. The record's
+    columns and doc are used; a payload holding the null branch is a bad record, like a tombstone."""
+    assert spark_schema(ORIGINAL_ROOT, "orders-value").simpleString() == (
+        "struct<id:bigint,name:string,price:decimal(10,2)>"
+    )
+    assert doc_primary_keys(ORIGINAL_ROOT, "orders-value") == ["id"]
+    decoder = AvroDecoder(
+        ORIGINAL_ROOT, 1, "orders-value", "orders", lambda sid: (json.dumps(ORIGINAL_ROOT), [("orders-value", 1)])
+    )
+    rows = [{"id": 1, "name": "a", "price": Decimal("1.50")}, {"id": 2, "name": None, "price": None}]
+    payloads = [framed(ORIGINAL_ROOT, r) for r in rows]
+    assert decoder.decode(payloads, [Offset(0), Offset(1)], 0).to_pylist() == rows
+    null = framed(ORIGINAL_ROOT, None)
+    with pytest.raises(StreamlingError) as info:
+        decoder.decode([payloads[0], null], [Offset(5), Offset(6)], 2)
+    assert info.value.user_facing
+    assert str(info.value) == (
+        "message at topic 'orders' partition 2 offset 6 holds an Avro null (the null branch of the root union), "
+        "like a tombstone; Avro records are required"
+    )
+    rejected: list[tuple[int, str]] = []
+    batch = decoder.decode([null, payloads[1]], [Offset(7), Offset(8)], 2, rejected)
+    assert batch.to_pylist() == rows[1:]
+    assert [i for i, _ in rejected] == [0] and "offset 7 holds an Avro null" in rejected[0][1]
+
+
+@pytest.mark.parametrize(
+    "root",
+    [
+        ["null", "string"],
+        ["null", {"type": "record", "name": "A", "fields": []}, {"type": "record", "name": "B", "fields": []}],
+        {"type": "array", "items": "long"},
+        "long",
+    ],
+)
+def test_a_root_that_is_not_a_record_or_a_nullable_record_is_refused(root: Any) -> None:
+    with pytest.raises(StreamlingError) as info:
+        spark_schema(root, "t-value")
+    assert info.value.user_facing
+    assert str(info.value) == "schema of subject 't-value' must be an Avro record, or a union of null and one record"
+
+
+WIDE = {"type": "bytes", "logicalType": "decimal", "precision": 78, "scale": 0}
+WIDE_FIXED = {"type": "fixed", "name": "U256", "size": 32, "logicalType": "decimal", "precision": 76, "scale": 3}
+NESTED_WIDE = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": "chain",
+    "fields": [
+        {
+            "name": "after",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "Value",
+                    "fields": [
+                        {"name": "id", "type": "long"},
+                        {"name": "wei", "type": WIDE},
+                        {"name": "fee", "type": ["null", WIDE_FIXED]},
+                        {"name": "price", "type": {**WIDE, "precision": 20, "scale": 2}},
+                    ],
+                },
+            ],
+            "default": None,
+        },
+        {"name": "before", "type": ["null", "Value"], "default": None},
+        {"name": "amounts", "type": {"type": "array", "items": ["null", WIDE]}},
+        {"name": "by_token", "type": {"type": "map", "values": {"type": "array", "items": "U256"}}},
+        {"name": "total", "type": "U256"},
+        {"name": "plain", "type": "string"},
+    ],
+}
+
+
+def test_nested_wide_decimals_are_exact_strings_like_top_level_ones() -> None:
+    """A decimal wider than 38 digits inside a record, an array or a map reads as an exact string, as a top-level
+    one does; its struct field carries the same metadata. A named fixed wide decimal shared by several fields
+    (`U256`) reads the same everywhere."""
+    columns = spark_schema(NESTED_WIDE, "c-value")
+    value = "struct<id:bigint,wei:string,fee:string,price:decimal(20,2)>"
+    assert columns.simpleString() == (
+        f"struct<after:{value},before:{value},amounts:array<string>,by_token:map<string,array<string>>,"
+        "total:string,plain:string>"
+    )
+    assert columns["after"].dataType["wei"].metadata == {"streamling.type": "decimal(78,0)"}
+    assert columns["after"].dataType["fee"].metadata == {"streamling.type": "decimal(76,3)"}
+    assert columns["total"].metadata == {"streamling.type": "decimal(76,3)"}
+    big = 2**200
+    record = {
+        "after": {"id": 1, "wei": Decimal(big), "fee": Decimal(f"{-(2**250)}e-3"), "price": Decimal("1.25")},
+        "before": None,
+        "amounts": [Decimal(big + 1), None, Decimal(-7)],
+        "by_token": {"eth": [Decimal("0.001"), Decimal(10**70)]},
+        "total": Decimal(f"{2**240}e-3"),
+        "plain": "x",
+    }
+    second = {**record, "after": None, "before": {**record["after"], "fee": None}, "amounts": [], "by_token": {}}
+    decoder = AvroDecoder(NESTED_WIDE, 1, "c-value", "c", lambda sid: (json.dumps(NESTED_WIDE), [("c-value", 1)]))
+    batch = decoder.decode([framed(NESTED_WIDE, record), framed(NESTED_WIDE, second)], [Offset(0), Offset(1)], 0)
+    after = {"id": 1, "wei": str(big), "fee": exact_decimal(-(2**250), 3), "price": Decimal("1.25")}
+    assert batch.to_pylist() == [
+        {
+            "after": after,
+            "before": None,
+            "amounts": [str(big + 1), None, "-7"],
+            "by_token": [("eth", ["0.001", str(10**70) + ".000"])],
+            "total": exact_decimal(2**240, 3),
+            "plain": "x",
+        },
+        {
+            "after": None,
+            "before": {**after, "fee": None},
+            "amounts": [],
+            "by_token": [],
+            "total": exact_decimal(2**240, 3),
+            "plain": "x",
+        },
+    ]
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    # The source's Arrow types exactly, nested fields' nullability included (the source sets the top level's).
+    assert batch.schema.types == to_arrow_schema(columns, timezone="UTC").types
+
+
+def test_schemas_without_wide_decimals_keep_the_plain_reader() -> None:
+    """Nothing to convert after fastavro: the batch goes out as decoded (no per-row Python)."""
+    decoder = AvroDecoder(ENVELOPE, 1, "t-value", "t", lambda sid: (json.dumps(ENVELOPE), [("t-value", 1)]))
+    assert decoder.converters == {}

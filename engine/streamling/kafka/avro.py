@@ -3,6 +3,8 @@
 Decoding is the hot path of the Kafka source. Each payload goes through fastavro's C reader once, the
 rows become an Arrow batch in one ``from_pylist`` call, and top-level decimals (the costly logical
 type) are read as raw bytes and converted to ``decimal128`` with numpy, not one Python Decimal per value.
+Decimals wider than Spark's 38 digits, at any depth, are read as raw bytes too and become exact strings; a
+schema without them is converted no further after ``from_pylist``.
 """
 
 from __future__ import annotations
@@ -44,14 +46,28 @@ def _non_null(schema: Any, where: str) -> tuple[Any, bool]:
     return schema, False
 
 
-def parse_named(schema: Mapping[str, Any], subject: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def root_record(schema: Any, subject: str) -> dict[str, Any]:
+    """The record a value schema describes: the schema itself, or the one record of a root union with null,
+    which is how the original Streamling's Kafka sink registers its value schemas (``["null", {record}]``)."""
+    if isinstance(schema, list):
+        members = [m for m in schema if m != "null"]
+        if len(members) == 1 and len(schema) <= 2:
+            schema = members[0]
+    if isinstance(schema, dict) and schema.get("type") == "record":
+        return schema
+    raise StreamlingError.user(
+        f"schema of subject '{subject}' must be an Avro record, or a union of null and one record"
+    )
+
+
+def parse_named(schema: Any, subject: str) -> tuple[Any, dict[str, Any]]:
     """fastavro's reading of `schema`: named types (record, enum, fixed) under their full names, namespaces
     resolved, and every reference to one as that full name; plus the definitions by full name."""
     import fastavro
 
     named: dict[str, Any] = {}
     try:
-        parsed = fastavro.parse_schema(copy.deepcopy(dict(schema)), named_schemas=named, _write_hint=False)
+        parsed = fastavro.parse_schema(copy.deepcopy(schema), named_schemas=named, _write_hint=False)
     except Exception as exc:  # SchemaParseException, UnknownType (a reference to nothing), ValueError
         detail = f"type '{exc.name}' is not defined" if hasattr(exc, "name") else first_line(exc)
         raise StreamlingError.user(f"schema of subject '{subject}' is not valid Avro: {detail}") from None
@@ -118,25 +134,21 @@ def _spark_type(
     raise StreamlingError.user(f"Avro field '{where}': unsupported schema {json.dumps(schema)}")
 
 
-def record_fields(schema: Mapping[str, Any], subject: str) -> list[dict[str, Any]]:
-    if schema.get("type") != "record":
-        raise StreamlingError.user(f"schema of subject '{subject}' must be an Avro record")
-    return list(schema["fields"])
-
-
-def spark_schema(schema: Mapping[str, Any], subject: str) -> T.StructType:
-    """The Spark columns of a record schema. Named types may be referenced again after their definition (as
-    Debezium's ``before``/``after`` both of record ``Value``), by full or, within a namespace, short name."""
-    record_fields(schema, subject)
+def spark_schema(schema: Any, subject: str) -> T.StructType:
+    """The Spark columns of a record schema (or of a root union of null and one record). Named types may be
+    referenced again after their definition (as Debezium's ``before``/``after`` both of record ``Value``), by
+    full or, within a namespace, short name."""
+    root_record(schema, subject)
     parsed, named = parse_named(schema, subject)
-    root = (parsed["name"],)
-    return T.StructType([spark_field(f["name"], f["type"], f["name"], named, root) for f in parsed["fields"]])
+    record = root_record(parsed, subject)
+    root = (record["name"],)
+    return T.StructType([spark_field(f["name"], f["type"], f["name"], named, root) for f in record["fields"]])
 
 
-def doc_primary_keys(schema: Mapping[str, Any], subject: str) -> list[str]:
+def doc_primary_keys(schema: Any, subject: str) -> list[str]:
     """The primary key a record schema declares in its ``doc`` as ``{"primaryKeys": ["id", ...]}`` (as the
     Kafka sink writes it); empty when there is no doc or it is plain text."""
-    doc = schema.get("doc")
+    doc = root_record(schema, subject).get("doc")
     if not isinstance(doc, str):
         return []
     try:
@@ -178,14 +190,15 @@ def _references(schema: Any, out: set[str]) -> set[str]:
     return out
 
 
-def top_level_decimals(schema: Mapping[str, Any], subject: str) -> dict[str, tuple[int, int]]:
+def top_level_decimals(schema: Any, subject: str) -> dict[str, tuple[int, int]]:
     """Top-level decimal fields decoded outside fastavro (as raw bytes, converted with numpy): those whose
     decimal type is written at the field. A named ``fixed`` decimal that is referenced elsewhere too stays with
-    fastavro, since stripping its logical type would change every use of it."""
+    fastavro, since stripping its logical type would change every use of it (unless it is wide: see
+    `nested_wide_decimals`)."""
     parsed, _ = parse_named(schema, subject)
     shared = _references(parsed, set())
     out: dict[str, tuple[int, int]] = {}
-    for f in parsed["fields"]:
+    for f in root_record(parsed, subject)["fields"]:
         inner, _ = _non_null(f["type"], f["name"])
         if not isinstance(inner, dict) or inner.get("logicalType") != "decimal":
             continue
@@ -195,17 +208,24 @@ def top_level_decimals(schema: Mapping[str, Any], subject: str) -> dict[str, tup
     return out
 
 
+def _is_wide(schema: Mapping[str, Any]) -> bool:
+    return schema.get("logicalType") == "decimal" and int(schema.get("precision", 0)) > 38
+
+
 def _strip(schema: Any, top_level_decimals: set[str] | None, depth: int = 0, field: str | None = None) -> Any:
-    """Drop logical types that are decoded outside fastavro: time-* (kept raw) and top-level decimals. A named
-    type is stripped where it is defined, which holds for every reference to it."""
+    """Drop logical types that are decoded outside fastavro: time-* (kept raw), top-level decimals and every
+    wide decimal (a property of the type, so the same at each use of a named one). A named type is stripped
+    where it is defined, which holds for every reference to it."""
     if isinstance(schema, list):
         return [_strip(m, top_level_decimals, depth, field) for m in schema]
     if not isinstance(schema, dict):
         return schema
     out = dict(schema)
     logical = out.get("logicalType")
-    if logical in _RAW_LOGICAL or (
-        logical == "decimal" and depth == 1 and top_level_decimals is not None and field in top_level_decimals
+    if (
+        logical in _RAW_LOGICAL
+        or _is_wide(out)
+        or (logical == "decimal" and depth == 1 and top_level_decimals is not None and field in top_level_decimals)
     ):
         out.pop("logicalType")
     if out.get("type") == "record":
@@ -246,6 +266,69 @@ def decimal128_from_bytes(values: pa.Array, precision: int, scale: int) -> pa.Ar
     little = np.ascontiguousarray(out[:, ::-1])
     buffers = [validity, pa.py_buffer(little.tobytes())]
     return pa.Array.from_buffers(pa.decimal128(precision, scale), n, buffers, null_count=values.null_count)
+
+
+Converter = Callable[[pa.Array], pa.Array]
+
+
+def nested_wide_decimals(
+    schema: Any, named: Mapping[str, Any], final: pa.DataType
+) -> tuple[pa.DataType, Converter | None]:
+    """For a parsed Avro type that maps to Arrow type `final`: the type fastavro's rows are read into, where
+    each wide decimal (stripped to its bytes) is ``binary``, and the conversion from it to `final` (wide decimals
+    become exact strings); ``(final, None)`` when the type holds no wide decimal. Unions other than with null
+    and recursive records were refused by `spark_schema` before. The conversion takes arrays as ``from_pylist``
+    builds them (not sliced: Arrow cannot rebuild a sliced list or map with nulls from its offsets)."""
+    if isinstance(schema, list):
+        schema = next(m for m in schema if m != "null")
+    if isinstance(schema, str):
+        if schema not in named:
+            return final, None
+        schema = named[schema]
+    if _is_wide(schema):
+        scale = int(schema.get("scale", 0))
+        return pa.binary(), lambda values: wide_decimal_strings(values, scale)
+    kind = schema.get("type")
+    if schema.get("logicalType") is not None:
+        return final, None
+    if kind == "record":
+        parts = [nested_wide_decimals(f["type"], named, final.field(i).type) for i, f in enumerate(schema["fields"])]
+        if all(convert is None for _, convert in parts):
+            return final, None
+        fields = list(final)
+
+        def struct(values: pa.Array) -> pa.Array:
+            children = [values.field(i) for i in range(len(parts))]
+            return pa.StructArray.from_arrays(
+                [c if convert is None else convert(c) for c, (_, convert) in zip(children, parts, strict=True)],
+                fields=fields,
+                mask=values.is_null() if values.null_count else None,
+            )
+
+        return pa.struct([f.with_type(raw) for f, (raw, _) in zip(fields, parts, strict=True)]), struct
+    if kind == "array":
+        raw, convert = nested_wide_decimals(schema["items"], named, final.value_type)
+        if convert is None:
+            return final, None
+
+        def array(values: pa.Array) -> pa.Array:
+            mask = values.is_null() if values.null_count else None
+            return pa.ListArray.from_arrays(values.offsets, convert(values.values), type=final, mask=mask)
+
+        return pa.list_(final.value_field.with_type(raw)), array
+    if kind == "map":
+        raw, convert = nested_wide_decimals(schema["values"], named, final.item_type)
+        if convert is None:
+            return final, None
+
+        def map_(values: pa.Array) -> pa.Array:
+            mask = values.is_null() if values.null_count else None
+            return pa.MapArray.from_arrays(values.offsets, values.keys, convert(values.items), type=final, mask=mask)
+
+        return pa.map_(final.key_field, final.item_field.with_type(raw)), map_
+    if isinstance(kind, str | list | dict):
+        return nested_wide_decimals(kind, named, final)
+    return final, None
 
 
 def wide_decimal_strings(values: pa.Array, scale: int) -> pa.Array:
@@ -291,18 +374,24 @@ class AvroDecoder:
         self.validate_ordering = validate_ordering
         self.fetch_writer = fetch_writer
         self.overrides = dict(overrides or {})
-        record_fields(reader_schema, subject)
-        self.decimals = top_level_decimals(reader_schema, subject)
+        from pyspark.sql.pandas.types import to_arrow_type
+
         self.columns = spark_schema(reader_schema, subject)
-        self.reader = fastavro.parse_schema(_strip(copy.deepcopy(dict(reader_schema)), set(self.decimals)))
+        self.decimals = top_level_decimals(reader_schema, subject)
+        self.nullable_root = isinstance(reader_schema, list)  # a null payload value is then possible
+        self.reader = fastavro.parse_schema(_strip(copy.deepcopy(reader_schema), set(self.decimals)))
+        parsed, named = parse_named(reader_schema, subject)
         raw_fields = []
-        for field in self.columns.fields:
+        self.converters: dict[str, Converter] = {}  # columns holding wide decimals that fastavro left as bytes
+        for field, avro in zip(self.columns.fields, root_record(parsed, subject)["fields"], strict=True):
             if field.name in self.decimals:
                 raw_fields.append(pa.field(field.name, pa.binary(), field.nullable))
-            else:
-                from pyspark.sql.pandas.types import to_arrow_type
-
-                raw_fields.append(pa.field(field.name, to_arrow_type(field.dataType, timezone="UTC"), field.nullable))
+                continue
+            final = to_arrow_type(field.dataType, timezone="UTC")
+            raw, convert = nested_wide_decimals(avro["type"], named, final)
+            if convert is not None:
+                self.converters[field.name] = convert
+            raw_fields.append(pa.field(field.name, raw, field.nullable))
         self.raw_schema = pa.schema(raw_fields)
         self._writers: dict[int, tuple[Any, Any]] = {}
         self._resolved: dict[bytes, tuple[Any, Any]] = {}  # 5-byte frame header -> (writer, reader)
@@ -344,10 +433,12 @@ class AvroDecoder:
             for payload in payloads:
                 writer, reader = resolved[payload[:5]]  # KeyError: a new schema id, or a malformed frame
                 append(read(io.BytesIO(payload[5:]), writer, reader))
+            if self.nullable_root and None in rows:
+                raise BadRecord("null value")  # found and named by the slow path
         except Exception:
             rows = self._decode_checked(payloads, [m.offset() for m in messages], partition, rejected)
         batch = pa.RecordBatch.from_pylist(rows, schema=self.raw_schema)
-        if not self.decimals:
+        if not self.decimals and not self.converters:
             return batch
         arrays = []
         for field, column in zip(self.columns.fields, batch.columns, strict=True):
@@ -358,6 +449,8 @@ class AvroDecoder:
                     if precision <= 38
                     else wide_decimal_strings(column, scale)
                 )
+            elif field.name in self.converters:
+                column = self.converters[field.name](column)
             arrays.append(column)
         return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
 
@@ -406,9 +499,14 @@ class AvroDecoder:
                 raise BadRecord(f": schema id {which}: {exc.message}") from None
         writer, reader = self._resolved[frame]
         try:
-            return self._fastavro.schemaless_reader(io.BytesIO(payload[5:]), writer, reader)
+            row = self._fastavro.schemaless_reader(io.BytesIO(payload[5:]), writer, reader)
         except Exception as exc:
             raise BadRecord(f": cannot decode Avro: {exc}") from None
+        if row is None:
+            raise BadRecord(
+                " holds an Avro null (the null branch of the root union), like a tombstone; Avro records are required"
+            )
+        return row
 
 
 class BadRecord(Exception):
