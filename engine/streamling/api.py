@@ -3,6 +3,7 @@ these functions and nothing below them."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,8 @@ from streamling.runtime.plan import Plan
 from streamling.runtime.session import build_session
 from streamling.state import open_state_backend
 from streamling.topology.pipeline import Pipeline, ValidationReport, load_pipeline, read_pipeline_text
+
+log = logging.getLogger("streamling.api")
 
 
 def resolve_location(location: str | Path | None, settings: Settings) -> Path:
@@ -58,6 +61,7 @@ def analyze(
 ) -> tuple[Plan | None, ValidationReport]:
     plan = Plan(pipeline, settings)
     report.errors += plan.analyze(spark or build_session(settings.spark))
+    report.warnings += plan.startup_warnings() + plan.key_warnings
     return (plan if report.is_valid else None), report
 
 
@@ -73,6 +77,8 @@ def prepare_pipeline(location: str | Path | None, settings: Settings, spark: Spa
     plan, report = plan_pipeline(path, settings, spark)
     if plan is None:
         raise InvalidPipelineError(invalid_pipeline_message(path, report), report.errors)
+    for warning in report.warnings:
+        log.warning("%s", warning)
     return plan
 
 

@@ -92,6 +92,12 @@ class Operator(Generic[S]):
     def terminate(self) -> None:
         """Release resources; must be safe to call after a failed initialize."""
 
+    def startup_warnings(self) -> list[str]:
+        """One line per field this node accepts for compatibility with the original Streamling that means
+        nothing (or something else) here, naming the node, the field and what it maps to. Listed by
+        ``--validate`` and logged once when a run starts; never per epoch."""
+        return []
+
 
 SS = TypeVar("SS", bound=SourceSpec)
 

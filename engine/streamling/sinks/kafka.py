@@ -29,7 +29,7 @@ from streamling.kafka.clients import producer as cached_producer
 from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec
-from streamling.types import GS_OP, json_default, map_in_arrow
+from streamling.types import GS_OP, json_default, map_in_arrow, spread
 
 log = logging.getLogger("streamling.kafka")
 OPS_TO_DBZ = {"i": b"c", "u": b"u", "d": b"d"}
@@ -45,6 +45,9 @@ class KafkaSinkSpec(SinkSpec):
     compression: Literal["none", "gzip", "lz4"] = "lz4"
     batch_size: PositiveInt | None = None
     batch_flush_interval: Milliseconds | None = None
+    parallelism: PositiveInt | None = None
+    """Spark tasks producing per epoch (each with its worker's producer): rows are hashed by the key into this
+    many partitions first, so a key's messages keep their order."""
 
     @field_validator("compression", "data_format", mode="before")
     @classmethod
@@ -213,6 +216,7 @@ class KafkaSink(Sink[KafkaSinkSpec]):
         """Everything happens now, in the Spark tasks; each reports its messages by operation."""
         plan = self._plan
         schema = "sent long, inserts long, updates long, deletes long"
+        df = spread(df, self.spec.parallelism, self.keys)
         counts = map_in_arrow(df, lambda batches: produce_partition(batches, plan), schema).collect()
         written = sum((Written(row.inserts, row.updates, row.deletes) for row in counts), Written())
         return lambda: written

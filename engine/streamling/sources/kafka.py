@@ -69,6 +69,9 @@ class KafkaSourceSpec(SourceSpec, ErrorHandlingSpec):
     include_metadata: bool = False
     validate_writer_schema_ordering: bool = True
     record_batch_size: PositiveInt | None = None
+    parallelism: PositiveInt | None = None
+    """The most Spark input partitions (reading tasks) an epoch's offset ranges are split into; default Spark's
+    default parallelism."""
 
     @field_validator("starting_offsets", mode="before")
     @classmethod
@@ -741,7 +744,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def stream(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
     ) -> DataFrame:
-        options = self.reader_options(start, replay_end, spark.sparkContext.defaultParallelism)
+        options = self.reader_options(start, replay_end, self.spec.parallelism or spark.sparkContext.defaultParallelism)
         return spark.readStream.format(KafkaDataSource.name()).options(**options).load()
 
     def reader_options(
