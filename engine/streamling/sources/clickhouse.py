@@ -111,6 +111,7 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
             settings.page_size,
             settings.sort_key_range,
             self.spec.start_at,
+            timeout_sec=settings.query_timeout_sec,
         )
 
     def schema(self) -> T.StructType:
