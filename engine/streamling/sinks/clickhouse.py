@@ -490,7 +490,8 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
     def _write(self, rows: pa.Table, client: Any, stream: int) -> None:
         for chunk in self._chunks(rows):
             if self.spec.deduplicate:
-                chunk = _last_per_key(chunk, self.keys)
+                by_version = self.spec.append_only_mode and self.spec.version_column_name is not None
+                chunk = _last_per_key(chunk, self.keys, self.version if by_version else None)
             if self.spec.append_only_mode:
                 self._append(chunk, client, stream)
             elif self.spec.deduplicate:
@@ -582,8 +583,13 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         self._client, self._clients = None, []  # the embedded client is shared by the process and stays open
 
 
-def _last_per_key(table: pa.Table, keys: list[str]) -> pa.Table:
-    """The last row of every key, in input order."""
+def _last_per_key(table: pa.Table, keys: list[str], version: str | None = None) -> pa.Table:
+    """The last row of every key, in input order; with a `version` column, the row with the highest version
+    (the last of equal ones), as the ReplacingMergeTree would keep."""
+    if version is not None:
+        ranked = pa.table({"v": table.column(version), "o": np.arange(table.num_rows, dtype=np.int64)})
+        order = pc.sort_indices(ranked, sort_keys=[("v", "ascending", "at_start"), ("o", "ascending", "at_start")])
+        table = table.take(order)
     order = "__streamling_row"
     indexed = table.select(keys).append_column(order, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     last = indexed.group_by(keys, use_threads=False).aggregate([(order, "max")]).column(f"{order}_max")
