@@ -744,8 +744,12 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def stream(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
     ) -> DataFrame:
-        options = self.reader_options(start, replay_end, self.spec.parallelism or spark.sparkContext.defaultParallelism)
+        options = self.reader_options(start, replay_end, self.reader_parallelism(spark))
         return spark.readStream.format(KafkaDataSource.name()).options(**options).load()
+
+    def reader_parallelism(self, spark: SparkSession) -> int:
+        """The most reading tasks per epoch: `parallelism`, else Spark's default parallelism."""
+        return self.spec.parallelism or spark.sparkContext.defaultParallelism
 
     def reader_options(
         self, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None, parallelism: int
