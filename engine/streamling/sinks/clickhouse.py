@@ -477,9 +477,9 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         n = self.streams
         if n == 1 or table.num_rows == 0:
             return [table]
-        text = [pc.cast(table.column(k), pa.string()) for k in self.keys]
+        text = [pc.cast(table.column(k).combine_chunks(), pa.string()) for k in self.keys]
         joined = text[0] if len(text) == 1 else pc.binary_join_element_wise(*text, "\x1f")
-        stream = pc.dictionary_encode(joined).combine_chunks().indices.to_numpy(zero_copy_only=False) % n
+        stream = pc.dictionary_encode(joined).indices.to_numpy(zero_copy_only=False) % n
         return [table.filter(pa.array(stream == i)) for i in range(n) if (stream == i).any()]
 
     def _chunks(self, table: pa.Table) -> Iterator[pa.Table]:
