@@ -61,9 +61,7 @@ def analyze(
 ) -> tuple[Plan | None, ValidationReport]:
     plan = Plan(pipeline, settings)
     report.errors += plan.analyze(spark or build_session(settings.spark))
-    report.warnings += plan.warnings
-    for warning in plan.warnings:
-        log.warning("%s", warning)
+    report.warnings += plan.warnings + plan.key_warnings
     return (plan if report.is_valid else None), report
 
 
@@ -79,6 +77,8 @@ def prepare_pipeline(location: str | Path | None, settings: Settings, spark: Spa
     plan, report = plan_pipeline(path, settings, spark)
     if plan is None:
         raise InvalidPipelineError(invalid_pipeline_message(path, report), report.errors)
+    for warning in report.warnings:
+        log.warning("%s", warning)
     return plan
 
 

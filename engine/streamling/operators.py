@@ -82,8 +82,9 @@ class Operator(Generic[S]):
         return columns_of() if columns_of else []
 
     def warnings(self) -> list[str]:
-        """Things validation reports and a run logs once at start: settings the node took from elsewhere, or
-        fields it accepts that change nothing here."""
+        """Things validation reports and a run logs once at start (never per epoch): settings the node took
+        from elsewhere, or fields accepted for the original's pipelines that change nothing (or something else)
+        here, each naming the node, the field and what it maps to."""
         return []
 
     def bind(self, operators: Mapping[str, Operator]) -> None:

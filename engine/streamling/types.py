@@ -73,6 +73,16 @@ def exact_columns(names: list[str]) -> list[Column]:
     return [exact_column(name) for name in names]
 
 
+def spread(df: DataFrame, parallelism: int | None, keys: list[str]) -> DataFrame:
+    """`df` in `parallelism` partitions (a node's ``parallelism``: that many Spark tasks work on it), hashed by
+    `keys` so that each key is handled by one task (rows of a key from one input partition keep their order);
+    round-robin without keys. Unchanged without a parallelism."""
+    if not parallelism:
+        return df
+    present = [k for k in keys if k in df.columns]
+    return df.repartition(parallelism, *exact_columns(present)) if present else df.repartition(parallelism)
+
+
 def map_in_arrow(df: DataFrame, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: str):
     """``df.mapInArrow(fn, schema)`` for any column names: Spark's mapInArrow rejects some (an unpaired backtick),
     so the columns travel under positional names and `fn` sees the real ones."""

@@ -104,7 +104,7 @@ def test_odd_but_valid_names_pass_the_spark_analysis(tmp_path: Path) -> None:
     path.write_text(
         """
 sources:
-  "it's a \\"src\\" ü.x": {type: generator, rows: 3}
+  "it's a \\"src\\" ü.x": {type: generator, rows: 3, primary_key: id}
 transforms:
   "wätch list":
     type: dynamic_table

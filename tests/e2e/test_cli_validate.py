@@ -182,7 +182,7 @@ def test_schema_errors_via_validate_json_and_run(tmp_path: Path) -> None:
         tmp_path,
         """
         sources:
-          raw.tx: {type: generator, rows: 10}
+          raw.tx: {type: generator, rows: 10, primary_key: id}
         transforms:
           totals:
             type: sql

@@ -457,3 +457,128 @@ def test_connection_failures_are_retriable_and_keep_the_password_out(make_settin
     assert caught.value.retriable
     assert str(caught.value).startswith("clickhouse sink 'out': cannot connect to http://127.0.0.1:9")
     assert "s3cret-pw" not in str(caught.value)
+
+
+# ---- tables and fields of the original Streamling ----
+
+
+@pytest.mark.parametrize(
+    ("deleted", "engine"),
+    [("", "ReplacingMergeTree(insert_time)"), (", is_deleted UInt8", "ReplacingMergeTree(insert_time, is_deleted)")],
+)
+def test_a_table_made_for_the_original_is_written_to(
+    spark, ch_settings, write_pipeline, clickhouse, deleted: str, engine: str
+) -> None:
+    """The original's tables version rows by ``insert_time DateTime DEFAULT now()`` (seconds), some without an
+    is_deleted column: the sink stamps one version per epoch at that precision (equal versions: the later insert
+    wins) and, without is_deleted, applies deletes as mutations. FINAL shows the latest state either way."""
+    client, db = clickhouse
+    client.command(
+        f"CREATE TABLE {db}.legacy (id Int64, amount Nullable(Float64), name Nullable(String){deleted}, "
+        f"insert_time DateTime DEFAULT now()) ENGINE = {engine} ORDER BY id"
+    )
+    path = write_pipeline(f"""
+        sources:
+          {source_yaml()}
+        sinks:
+          out: {{type: clickhouse, from: src, table: legacy, primary_key: id, batch_size: 100}}
+        """)
+    settings = ch_settings()
+    before = rows_of(client, "SELECT toUnixTimestamp(now())")[0][0]
+    run_pipeline(path, settings, spark)
+    expected = final_state(generated(SOURCE, settings))
+    got = rows_of(client, f"SELECT id, amount, name FROM {db}.legacy FINAL ORDER BY id")
+    assert got == [(k, expected[k]["amount"], expected[k]["name"]) for k in sorted(expected)]
+    assert 0 < len(expected) < SOURCE["key_space"]
+    low, high = rows_of(
+        client, f"SELECT toUnixTimestamp(min(insert_time)), toUnixTimestamp(max(insert_time)) FROM {db}.legacy"
+    )[0]
+    assert before <= low <= high <= before + 300  # stamped with the time of the insert, in seconds
+    columns = rows_of(client, f"SELECT name FROM system.columns WHERE database = '{db}' AND table = 'legacy'")
+    assert [c[0] for c in columns] == ["id", "amount", "name", *(["is_deleted"] if deleted else []), "insert_time"]
+    run_pipeline(path, settings, spark)  # resumes after its last commit: the same state
+    assert rows_of(client, f"SELECT id, amount, name FROM {db}.legacy FINAL ORDER BY id") == got
+
+
+def test_version_column_name_versions_rows_by_an_input_column(spark, ch_settings, write_pipeline, clickhouse) -> None:
+    """With ``ver = -id`` the earliest change of each key has the highest version, so FINAL keeps it although
+    later epochs insert newer rows: the input column, not the insert order, decides."""
+    client, db = clickhouse
+    path = write_pipeline("""
+        sources:
+          src: {type: generator, rows: 200, record_batch_size: 50}
+        transforms:
+          v: {type: sql, primary_key: k, sql: "SELECT id % 10 AS k, -id AS ver, name FROM src"}
+        sinks:
+          out: {type: clickhouse, from: v, table: versioned, version_column_name: ver}
+        """)
+    settings = ch_settings()
+    run_pipeline(path, settings, spark)
+    first: dict[int, dict[str, Any]] = {}
+    for row in generated({"rows": 200}, settings):
+        first.setdefault(row["id"] % 10, row)
+    got = rows_of(client, f"SELECT k, ver, name FROM {db}.versioned FINAL ORDER BY k")
+    assert got == [(k, -first[k]["id"], first[k]["name"]) for k in sorted(first)]
+    (engine,) = rows_of(client, f"SELECT engine_full FROM system.tables WHERE database = '{db}' AND name = 'versioned'")
+    assert engine[0].startswith("ReplacingMergeTree(ver, is_deleted) ORDER BY (k)")
+    columns = rows_of(client, f"SELECT name FROM system.columns WHERE database = '{db}' AND table = 'versioned'")
+    assert [c[0] for c in columns] == ["k", "ver", "name", "is_deleted"]
+
+
+def test_deduplicate_false_writes_every_row_into_a_delta_table(spark, ch_settings, write_pipeline, clickhouse) -> None:
+    """A SummingMergeTree adds up its rows: every change must arrive, not only the last per key."""
+    client, db = clickhouse
+    client.command(f"CREATE TABLE {db}.sums (k Int64, amount Nullable(Float64)) ENGINE = SummingMergeTree ORDER BY k")
+    path = write_pipeline("""
+        sources:
+          src: {type: generator, rows: 100, record_batch_size: 50}
+        transforms:
+          s: {type: sql, primary_key: k, sql: "SELECT id % 5 AS k, amount FROM src"}
+        sinks:
+          out: {type: clickhouse, from: s, table: sums, append_only_mode: false, deduplicate: false, batch_size: 30}
+        """)
+    settings = ch_settings()
+    run_pipeline(path, settings, spark)
+    totals: dict[int, float] = {}
+    for row in generated({"rows": 100}, settings):
+        totals[row["id"] % 5] = totals.get(row["id"] % 5, 0.0) + row["amount"]
+    got = dict(rows_of(client, f"SELECT k, sum(amount) FROM {db}.sums GROUP BY k"))
+    assert got == pytest.approx(totals)
+    assert rows_of(client, f"SELECT count() FROM {db}.sums")[0][0] >= 5
+
+
+def test_parallelism_inserts_each_epoch_as_key_hashed_streams_on_their_own_connections(
+    spark, make_settings, fake_clickhouse
+) -> None:
+    settings = make_settings(environ={"STREAMLING__CLICKHOUSE_SINK__URL": fake_clickhouse.url})
+    spec = ClickHouseSinkSpec.model_validate(
+        {"type": "clickhouse", "from": "x", "table": "wire", "parallelism": 3, "deduplicate": False}
+    )
+    sink = ClickHouseSink("out", spec, settings)
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType(), False),
+            T.StructField("name", T.StringType()),
+            T.StructField("_gs_op", T.StringType()),
+        ]
+    )
+    df = spark.createDataFrame([(i % 50, f"n{i}", "i") for i in range(500)], schema)
+    assert sink.check(df.schema, ["id"]) == []
+    sink.initialize(RunContext(settings, InMemoryStateBackend("app"), spark))
+    try:
+        assert sink.write(df, Epoch("src", 1, {"offset": 0}, {"offset": 500})) == 500
+    finally:
+        sink.terminate()
+    inserts = [r for r in fake_clickhouse.requests if r["query"].startswith("INSERT")]
+    assert len(inserts) == 3
+    # Uncompressed, the client sends the statement's line first and the Arrow file after it.
+    tables = [pa.ipc.open_file(pa.BufferReader(r["body"].split(b"\n", 1)[1])).read_all() for r in inserts]
+    assert all(r["body"].startswith(b"INSERT INTO `default`.`wire`") for r in inserts)
+    keys = [set(t.column("id").to_pylist()) for t in tables]
+    assert all(keys) and not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])  # each key in one stream
+    assert sorted(n for t in tables for n in t.column("name").to_pylist()) == sorted(f"n{i}" for i in range(500))
+    for table in tables:  # a key's rows keep their order within its stream
+        names = [int(n[1:]) for n in table.column("name").to_pylist()]
+        for key in set(table.column("id").to_pylist()):
+            mine = [n for n in names if n % 50 == key]
+            assert mine == sorted(mine)

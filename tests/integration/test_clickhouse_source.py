@@ -12,6 +12,9 @@ from streamling import run_pipeline
 from streamling.api import validate_pipeline
 from streamling.clickhouse.paging import Pager
 from streamling.clickhouse.tables import inspect
+from streamling.errors import StreamlingError
+from streamling.sources.clickhouse import ClickHouseSource, ClickHouseSourceSpec
+from streamling.state.memory import InMemoryStateBackend
 from streamling.state.sqlite import SqliteStateBackend
 from tests.integration.collect_sink import COLLECTED
 
@@ -262,3 +265,62 @@ def test_round_trip_through_the_clickhouse_sink_reads_the_final_state(
     expected = client.query(f"SELECT id, name, amount FROM {database}.accounts FINAL ORDER BY id").result_rows
     assert got == {i: (n, a) for i, n, a in expected}
     assert 0 < len(got) < 200
+
+
+# ---- settings and fields of the original Streamling ----
+
+
+def slow_table(client, database: str, keys: list[int]) -> Pager:
+    """Reading a row takes 4 ms (``sleepEachRow`` in the filter): a page's time grows with its width."""
+    client.command(f"CREATE TABLE {database}.slow (k UInt32, v String) ENGINE = MergeTree ORDER BY k")
+    client.insert_arrow(f"{database}.slow", pa.table({"k": pa.array(keys, pa.uint32()), "v": [f"v{k}" for k in keys]}))
+    info = inspect(client, database, "slow", "test")
+    reader = Pager(client, info, list(info.columns), "sleepEachRow(0.004) = 0", 1000, 1000, timeout_sec=1.0)
+    reader.snapshot()
+    return reader
+
+
+def test_a_range_slower_than_query_timeout_is_read_again_at_half_the_width(clickhouse, caplog) -> None:
+    """clickhouse_source.query_timeout_sec is ClickHouse's max_execution_time for each page: 400 rows take 1.6 s
+    and time out, so the range is halved until a page fits, and every row is still read once, in order."""
+    client, db = clickhouse
+    reader = slow_table(client, db, list(range(400)))
+    position, keys, pages = reader.initial(), [], 0
+    with caplog.at_level("WARNING", logger="streamling.clickhouse"):
+        while (page := reader.next_page(position)) is not None:
+            table, position = page
+            keys += table.column("k").to_pylist()
+            pages += 1
+    assert keys == list(range(400))
+    assert pages >= 2
+    assert f"`{db}`.`slow`: the range [0, 400) took longer than query_timeout_sec (1s); reading it at width 200" in (
+        caplog.text
+    )
+
+
+def test_a_page_that_cannot_shrink_fails_naming_the_setting(clickhouse) -> None:
+    client, db = clickhouse
+    reader = slow_table(client, db, [7] * 400)  # one key value: no narrower range exists
+    with pytest.raises(StreamlingError) as caught:
+        reader.next_page(reader.initial())
+    assert caught.value.retriable
+    assert caught.value.message == (
+        f"a page of `{db}`.`slow` took longer than clickhouse_source.query_timeout_sec (1s) and cannot be made "
+        "smaller (one sort-key value, or a table paged by its full sort key); raise query_timeout_sec"
+    )
+
+
+def test_query_timeout_setting_and_parallelism_reach_the_pages(
+    spark, make_settings, clickhouse_env, clickhouse
+) -> None:
+    client, db = clickhouse
+    make_table(client, db)
+    settings = make_settings(
+        environ=clickhouse_env, **{"clickhouse_source.query_timeout_sec": 7, "clickhouse_source.database": db}
+    )
+    spec = ClickHouseSourceSpec.model_validate({"type": "clickhouse", "table_name": "events", "parallelism": 3})
+    source = ClickHouseSource("ch", spec, settings)
+    assert source.pager.timeout_sec == 7.0
+    frame, _ = source.next_epoch(spark, source.load_position(InMemoryStateBackend("app")))
+    assert frame.rdd.getNumPartitions() == 3
+    assert frame.count() > 0

@@ -342,3 +342,118 @@ def test_cache_ttl_reuses_answers_for_that_long_and_zero_reads_every_time(
     assert cached.contains(["a", "b"]) == {"a"}
     with pg_connect() as conn:
         conn.execute(f'DROP TABLE public."{table}"')
+
+
+# ---- fields of the original Streamling: column, time_column, cache, cache_refresh_debounce_ms ----
+
+
+def test_column_and_time_column_name_the_postgres_table_s_columns(
+    spark, make_settings, write_pipeline, postgres_env, pg_connect
+) -> None:
+    schema, table, key = unique("dt_schema"), unique("watch"), unique("cols")
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 300, record_batch_size: 100, schema: {SCHEMA}}}
+        transforms:
+          watch:
+            type: dynamic_table
+            backend_type: Postgres
+            backend_entity_name: {table}
+            schema: {schema}
+            column: addr
+            time_column: added_at
+            cache: true
+            cache_refresh_debounce_ms: 0
+            sql: SELECT lower(tag) FROM src WHERE id % 7 = 0
+          hits:
+            type: sql
+            primary_key: id
+            sql: SELECT id, tag FROM src WHERE dynamic_table_check('watch', tag)
+        sinks:
+          out: {{type: test.collect, from: hits, options: {{key: {key}_hits}}}}
+          all: {{type: test.collect, from: src, options: {{key: {key}_all}}}}
+        """)
+    run_pipeline(path, make_settings(environ=postgres_env, job_mode=True), spark)
+    all_rows = rows_by_epoch(f"{key}_all")
+    hits = {row["id"] for _, row in COLLECTED[f"{key}_hits"]}
+    assert hits == expected_hits(all_rows, lambda row: row["id"] % 7 == 0)  # this run's appends seen at once
+    with pg_connect() as conn:
+        columns = conn.execute(
+            "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+            (schema, table),
+        ).fetchall()
+        stored = conn.execute(f'SELECT count(*), count(DISTINCT added_at) FROM "{schema}"."{table}"').fetchone()
+    assert columns == [("addr", "text", "NO"), ("added_at", "timestamp with time zone", "NO")]
+    watched = {row["tag"] for rows in all_rows.values() for row in rows if row["id"] % 7 == 0}
+    assert stored == (len(watched), len(watched))  # clock_timestamp() per row: every append is later
+
+
+def test_cache_holds_the_table_and_tops_it_up_by_time_column(make_settings, postgres_env, pg_connect) -> None:
+    """The executor-side lookup, called in-process against a real table: loaded once, topped up with rows newer
+    than the largest time_column after the debounce, and at once after the pipeline's own appends."""
+    from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, PostgresWriter
+
+    table = unique("cached")
+    settings = make_settings(environ=postgres_env)
+    target = PostgresTable(
+        "t",
+        settings.postgres_connection("t"),
+        "public",
+        table,
+        column="addr",
+        time_column="added_at",
+        cache=True,
+        refresh_ms=1000,
+    )
+    writer = PostgresWriter(target)
+    writer.create()
+
+    def outside(value: str) -> None:
+        """Another writer, following the protocol: the advisory lock, then clock_timestamp()."""
+        with pg_connect() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"public.{table}",))
+            conn.execute(f'INSERT INTO public."{table}" (addr, added_at) VALUES (%s, clock_timestamp())', (value,))
+
+    try:
+        writer.add(["a"])
+        assert PostgresLookup(target, 1).contains(["a", "b"]) == {"a"}
+        outside("b")
+        with pg_connect() as conn:
+            conn.execute(f'DELETE FROM public."{table}" WHERE addr = %s', ("a",))
+        # Within the debounce the worker answers from its copy: no query (the deleted 'a' is still there).
+        assert PostgresLookup(target, 1).contains(["a", "b"]) == {"a"}
+        writer.add(["c"])  # the pipeline's own append: a new generation tops the copy up at once
+        assert PostgresLookup(target, 2).contains(["a", "b", "c"]) == {"a", "b", "c"}
+        outside("d")
+        assert PostgresLookup(target, 2).contains(["d"]) == set()
+        time.sleep(1.1)
+        assert PostgresLookup(target, 2).contains(["d"]) == {"d"}
+    finally:
+        writer.close()
+        with pg_connect() as conn:
+            conn.execute(f'DROP TABLE public."{table}"')
+
+
+def test_an_existing_table_without_the_configured_columns_fails_naming_them(
+    make_settings, postgres_env, pg_connect
+) -> None:
+    from streamling.dynamic_tables.postgres import PostgresTable, PostgresWriter
+
+    table = unique("old")
+    settings = make_settings(environ=postgres_env)
+    with pg_connect() as conn:
+        conn.execute(f'CREATE TABLE public."{table}" (value TEXT PRIMARY KEY)')
+    writer = PostgresWriter(PostgresTable("t", settings.postgres_connection("t"), "public", table, time_column="at"))
+    try:
+        with pytest.raises(StreamlingError) as caught:
+            writer.create()
+        assert caught.value.user_facing
+        assert caught.value.message == (
+            f"dynamic table 't': table public.{table} has no column 'at'; it has value "
+            "(set 'column' / 'time_column' to its columns)"
+        )
+    finally:
+        writer.close()
+        with pg_connect() as conn:
+            conn.execute(f'DROP TABLE public."{table}"')

@@ -378,3 +378,29 @@ def test_webhook_epoch_commits_only_after_every_request_finished(run, server, tm
         runner.join(180)
     assert committed(tmp_path / "state.db")["src:generator"]["offset"] == 3
     assert outcome[0].sink_rows == {"w": 3}
+
+
+def requests_by_id(server: HTTPServer) -> list[set[int]]:
+    """The ids each request carried (payload version 0, batched)."""
+    return [{item["id"] for item in json.loads(request.get_data())} for request, _ in server.log]
+
+
+@pytest.mark.parametrize("node", ["handler", "webhook"])
+def test_parallelism_spreads_the_requests_over_key_hashed_tasks(run, server, node: str) -> None:
+    """One input partition holds every row; with `parallelism: 4` the rows are hashed by key into four tasks, each
+    sending its own request (batch_size is larger than the epoch), and no key is split between two of them."""
+    server.expect_request("/p").respond_with_handler(shouting_service(0))
+    key = uuid.uuid4().hex
+    fields = {"batch_size": 1000, "parallelism": 4}
+    source = SOURCE.format(rows=60).replace("key_space: 3", "key_space: 12")
+    if node == "handler":
+        text = handler_pipeline(server.url_for("/p"), key, **fields).replace(SOURCE.format(rows=5), source)
+    else:
+        text = webhook_pipeline(server.url_for("/p"), **fields).replace(SOURCE.format(rows=5), source)
+    run(text)
+    carried = requests_by_id(server)
+    assert 2 <= len(carried) <= 4
+    assert sorted(i for ids in carried for i in ids) == list(range(1, 13))  # each key in exactly one request
+    assert sum(len(json.loads(request.get_data())) for request, _ in server.log) == 60
+    if node == "handler":
+        assert len(COLLECTED[key]) == 60

@@ -213,3 +213,54 @@ def test_start_at_latest_is_pinned_when_the_backfill_begins_so_records_produced_
     run.wait_until(lambda: len(rows(pg_connect, schema)) >= len(expected))
     run.finish()
     assert [r[0] for r in rows(pg_connect, schema)] == expected
+
+
+def test_offset_table_starts_the_stream_after_the_offsets_the_backfill_holds(
+    spark, make_settings, write_pipeline, clickhouse, clickhouse_env, kafka, tmp_path
+) -> None:
+    """The backfilled table was filled from the same topic and records each row's ``_partition``/``_offset``: the
+    stream continues after the largest offset per partition, so no record arrives twice and none is lost."""
+    client, database = clickhouse
+    topic = kafka.topic("hybrid_offsets", partitions=2)
+    records = [{"id": i, "who": f"k{i}", "amount": float(i)} for i in range(1, 41)]
+    kafka.produce_avro(topic, SCHEMA, records, partition_of=lambda i: i % 2)  # offsets 0..19 in each partition
+    client.command(
+        f"CREATE TABLE {database}.backfill (id Int64, who String, amount Float64, _partition Int32, _offset Int64) "
+        "ENGINE = MergeTree ORDER BY id"
+    )
+    held = records[:30]  # offsets 0..14 of each partition
+    client.insert_arrow(
+        f"{database}.backfill",
+        pa.table(
+            {
+                "id": [r["id"] for r in held],
+                "who": [r["who"] for r in held],
+                "amount": [r["amount"] for r in held],
+                "_partition": pa.array([(r["id"] - 1) % 2 for r in held], pa.int32()),
+                "_offset": [(r["id"] - 1) // 2 for r in held],
+            }
+        ),
+    )
+    path = write_pipeline(f"""
+        sources:
+          transfers:
+            type: hybrid
+            primary_key: id
+            bounded_sources:
+              - {{source_type: clickhouse, table_name: {database}.backfill}}
+            unbounded_source: {{source_type: kafka, topic: {topic}, start_at: earliest}}
+            offset_table: {{topic_name: {topic}}}
+        sinks:
+          out: {{type: test.collect, from: transfers, options: {{key: {topic}}}}}
+        """)
+    run = Background(path, settings_for(make_settings, {**clickhouse_env, **kafka.env}), spark)
+    run.wait_until(lambda: len(COLLECTED.get(topic, [])) >= 40)
+    run.finish()
+    ids = sorted(row["id"] for _, row in COLLECTED[topic])
+    assert ids == list(range(1, 41))
+    with SqliteStateBackend("local_app_v1", str(tmp_path / "state.db")) as state:
+        saved = state.items()
+    assert {k: v["offset"] for k, v in saved.items() if k.startswith(f"transfers:{topic}:")} == {
+        f"transfers:{topic}:0": 20,
+        f"transfers:{topic}:1": 20,
+    }

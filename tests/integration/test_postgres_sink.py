@@ -464,3 +464,40 @@ def test_out_of_range_u256_stops_the_pipeline_naming_the_value(
         run_pipeline(path, pg_settings(), spark)
     assert "SQL function U256: '-1' is out of range for a U256" in str(caught.value)
     assert fetch(pg_connect, f'SELECT count(*) FROM "{schema}".amounts') == [(0,)]
+
+
+def test_aggregate_sink_parallelism_writes_key_hashed_streams(
+    spark, pg_settings, write_pipeline, pg_connect, schema
+) -> None:
+    """The original's `parallelism` on postgres_aggregate: the landing table is written by that many streams,
+    each recording its epochs, and the aggregates come out the same."""
+    settings = pg_settings()
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 600, record_batch_size: 200, primary_key: id}}
+        sinks:
+          par:
+            type: postgres_aggregate
+            from: src
+            schema: {schema}
+            landing_table: landing
+            agg_table: by_name
+            parallelism: 3
+            group_by: {{who: {{from: name}}}}
+            aggregate:
+              n: {{fn: count}}
+              total: {{from: amount, fn: sum}}
+        """)
+    run_pipeline(path, settings, spark)
+    expected: dict[str, list[float]] = {}
+    for row in generated({"rows": 600}, settings):
+        expected.setdefault(row["name"], []).append(row["amount"])
+    got = fetch(pg_connect, f'SELECT who, n, total FROM "{schema}".by_name ORDER BY who')
+    assert [(w, n) for w, n, _ in got] == [(w, len(expected[w])) for w in sorted(expected)]
+    assert all(total == pytest.approx(sum(expected[w])) for w, _, total in got)
+    streams = fetch(
+        pg_connect,
+        f'SELECT DISTINCT stream, streams FROM "{schema}"._streamling_progress WHERE sink = %s ORDER BY stream',
+        ("par",),
+    )
+    assert streams == [(0, 3), (1, 3), (2, 3)]

@@ -48,6 +48,19 @@ def test_missing_config_file_is_not_an_error(tmp_path: Path) -> None:
     assert load_settings(config=str(tmp_path / "config"), environ={}).application_id == "local_app_v1"
 
 
+@pytest.mark.parametrize("name", ["nothere.yaml", "nothere"])
+def test_a_named_config_file_that_is_missing_runs_on_defaults_with_a_warning(tmp_path: Path, name: str) -> None:
+    """As in the original (and the README): a missing file is not an error, with or without an extension; the
+    file named explicitly gets one warning at start."""
+    settings = load_settings(config=str(tmp_path / name), environ={"STREAMLING__JOB_MODE": "true"})
+    assert settings.job_mode is True
+    assert settings.startup_warnings() == [
+        f"config file '{tmp_path / name}' not found (nor with .yaml, .yml or .json appended); running on the "
+        "embedded defaults and STREAMLING__ variables"
+    ]
+    assert load_settings(environ={}).startup_warnings() == []  # the default base name may be absent silently
+
+
 def test_nested_env_keys_are_lowercased(tmp_path: Path) -> None:
     env = {
         "STREAMLING__STATE_BACKEND__BACKEND_TYPE": "postgres",
@@ -94,6 +107,85 @@ def test_bad_file_value_names_the_file(tmp_path: Path) -> None:
         load_settings(config=str(tmp_path / "config"), environ={})
     assert "record_batch_size = 'lots'" in str(info.value)
     assert f"(from {tmp_path / 'config.yaml'})" in str(info.value)
+
+
+def test_an_unknown_nested_environment_key_is_blamed_on_its_variable(tmp_path: Path) -> None:
+    with pytest.raises(StreamlingError) as caught:
+        load_settings(config=str(tmp_path / "x"), environ={"STREAMLING__FOO__BAR": "1"})
+    assert caught.value.message == "invalid configuration: unknown setting 'foo' (from STREAMLING__FOO__BAR)"
+
+
+ORIGINAL_SETTINGS = {
+    "STREAMLING__NUM_RECORDS_BEFORE_STOP": "10",
+    "STREAMLING__INTERNAL_BUFFER_SIZE": "10",
+    "STREAMLING__DRAIN_POLICY": "Fast",
+    "STREAMLING__ADMIN_API_PORT": "3000",
+    "STREAMLING__ENFORCE_PRIMARY_KEYS": "true",
+    "STREAMLING__CLICKHOUSE_SOURCE__QUERY_TIMEOUT_SEC": "90",
+    "STREAMLING__CLICKHOUSE_SINK__BATCH_SIZE": "250000",
+    "STREAMLING__CLICKHOUSE_SINK__BATCH_FLUSH_INTERVAL": "500ms",
+    "STREAMLING__EXTERNAL_HTTP_HANDLER__OPERATOR_TIMEOUT_SEC": "120",
+}
+
+
+def test_the_original_s_settings_are_accepted(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no config file: the default base name, absent
+    s = load_settings(environ=ORIGINAL_SETTINGS)
+    assert s.num_records_before_stop == 10
+    assert s.enforce_primary_keys is True
+    assert s.clickhouse_source.query_timeout_sec == 90.0
+    assert (s.clickhouse_sink.batch_size, s.clickhouse_sink.batch_flush_interval) == (250_000, 500)
+    assert s.external_http_handler.operator_timeout_sec == 120.0
+    assert s.startup_warnings() == [
+        "setting internal_buffer_size = 10 has no effect here: operators hand each epoch on as a whole Spark "
+        "DataFrame, with no channel in between; an epoch's size is record_batch_size",
+        "setting drain_policy = 'fast' has no effect here: every stop drains (the in-flight epoch finishes and "
+        "commits within 25 s, as drain_policy 'drain' does), and a stopped stream resumes from the committed positions",
+        "setting admin_api_port = 3000 has no effect here: there is no admin API; progress and positions are in the "
+        "logs, the Spark UI and Dagster (source_status)",
+    ]
+    defaults = load_settings(environ={})
+    assert defaults.num_records_before_stop is None and defaults.enforce_primary_keys is False
+    assert defaults.clickhouse_source.query_timeout_sec == 60.0
+    assert (defaults.clickhouse_sink.batch_size, defaults.clickhouse_sink.batch_flush_interval) == (100_000, None)
+    assert defaults.external_http_handler.operator_timeout_sec == 300.0
+    assert defaults.startup_warnings() == []
+    drain = load_settings(environ={"STREAMLING__DRAIN_POLICY": "drain"})
+    assert drain.startup_warnings() == []  # what every stop does here
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (
+            "STREAMLING__DRAIN_POLICY",
+            "slow",
+            "drain_policy = 'slow' (from STREAMLING__DRAIN_POLICY): Input should be 'auto', 'drain' or 'fast'",
+        ),
+        (
+            "STREAMLING__NUM_RECORDS_BEFORE_STOP",
+            "0",
+            "num_records_before_stop = '0' (from STREAMLING__NUM_RECORDS_BEFORE_STOP): Input should be greater than 0",
+        ),
+        (
+            "STREAMLING__ADMIN_API_PORT",
+            "70000",
+            "admin_api_port = '70000' (from STREAMLING__ADMIN_API_PORT): Input should be less than or equal to 65535",
+        ),
+        (
+            "STREAMLING__EXTERNAL_HTTP_HANDLER__OPERATOR_TIMEOUT_SEC",
+            "0",
+            "external_http_handler.operator_timeout_sec = '0' (from STREAMLING__EXTERNAL_HTTP_HANDLER__OPERATOR_TIMEOUT_SEC): "
+            "must be greater than 0",
+        ),
+    ],
+)
+def test_bad_values_of_the_original_s_settings_are_named(
+    tmp_path: Path, variable: str, value: str, message: str
+) -> None:
+    with pytest.raises(StreamlingError) as caught:
+        load_settings(config=str(tmp_path / "x"), environ={variable: value})
+    assert caught.value.message == f"invalid configuration: {message}"
 
 
 def test_unknown_setting_is_rejected(tmp_path: Path) -> None:

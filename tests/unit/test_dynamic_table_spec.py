@@ -62,18 +62,20 @@ def test_fields_are_checked() -> None:
           a: {GEN}
         transforms:
           w1: {{type: dynamic_table, backend_type: InMemory}}
-          w2: {{type: dynamic_table, backend_type: InMemory, backend_entity_name: w2, column: name}}
-          w3: {{type: dynamic_table, backend_type: InMemory, backend_entity_name: w3, from: a, column: name,
-                sql: SELECT name FROM a}}
+          w2: {{type: dynamic_table, backend_type: Postgres, backend_entity_name: w2, from: a}}
+          w3: {{type: dynamic_table, backend_type: Postgres, backend_entity_name: w3, time_column: value}}
           w4: {{type: dynamic_table, backend_type: Postgres, backend_entity_name: {"x" * 64}}}
+          w5: {{type: dynamic_table, backend_type: Postgres, backend_entity_name: w5, column: {"c" * 64}}}
         sinks:
           out: {{type: print, from: a}}
         """) == [
         "transform 'w1' (type 'dynamic_table'): missing required field 'backend_entity_name'",
-        "transform 'w2' (type 'dynamic_table'): 'column' needs 'from', the node whose column fills the table",
-        "transform 'w3' (type 'dynamic_table'): set either 'column' or 'sql', not both",
+        "transform 'w2' (type 'dynamic_table'): 'from' needs 'column' or 'sql' to say what fills the table",
+        "transform 'w3' (type 'dynamic_table'): time_column must differ from the value column 'value'",
         "transform 'w4' (type 'dynamic_table'): field 'backend_entity_name': must be at most 63 bytes "
         f"(a Postgres identifier) (got '{'x' * 64}')",
+        "transform 'w5' (type 'dynamic_table'): field 'column': must be at most 63 bytes "
+        f"(a Postgres identifier) (got '{'c' * 64}')",
     ]
 
 

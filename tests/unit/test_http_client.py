@@ -198,3 +198,26 @@ def test_batched_requests_are_capped_by_rows_per_request(server: HTTPServer) -> 
     run(endpoint(server.url_for("/b")), 5, fmt)
     sizes = sorted(len(json.loads(request.get_data())) for request, _ in server.log)
     assert sizes == [1, 2, 2]
+
+
+def test_operator_timeout_fails_a_task_whose_requests_outlast_it(server: HTTPServer) -> None:
+    """external_http_handler.operator_timeout_sec bounds a task's whole exchange, not one request (each request
+    here answers well within timeout_sec)."""
+
+    def slow(request: Request) -> Response:
+        time.sleep(0.3)
+        return Response("{}", content_type="application/json")
+
+    server.expect_request("/h", method="POST").respond_with_handler(slow)
+    ep = endpoint(server.url_for("/h"), buffer_size=1, operator_timeout_sec=0.5)
+    started = time.monotonic()
+    with pytest.raises(StreamlingError) as caught:
+        run(ep, 6)
+    assert caught.value.retriable
+    assert caught.value.message.startswith(
+        "handler transform 'h': the requests of one Spark task took longer than "
+        "external_http_handler.operator_timeout_sec (0.5s); "
+    )
+    assert caught.value.message.endswith(f"were still unanswered (HTTP handler POST {server.url_for('/h')})")
+    assert time.monotonic() - started < 1.5
+    assert len(run(endpoint(server.url_for("/h"), buffer_size=3, operator_timeout_sec=5), 6)) == 6

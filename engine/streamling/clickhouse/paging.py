@@ -13,10 +13,15 @@ Positions (JSON, committed to the state backend):
 
 ReplacingMergeTree tables are read with FINAL semantics per page: the latest version per sort key, a
 delete winning a version tie, deleted keys dropped — whether or not the version column is selected.
+
+Page and count queries run with ``max_execution_time`` = `timeout_sec` (``clickhouse_source.query_timeout_sec``):
+a range that takes longer is read again at half the width; a page that cannot shrink (one key value, or
+tuple mode) fails the run with a retriable error.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +30,10 @@ import pyarrow as pa
 
 from streamling.clickhouse.client import qualified, quote
 from streamling.clickhouse.tables import ColumnInfo, TableInfo, select_expression
+from streamling.errors import StreamlingError
 from streamling.types import GS_OP
+
+log = logging.getLogger("streamling.clickhouse")
 
 RANGE_TYPES = ("Int", "UInt", "Date", "DateTime")
 _KEY = "__sl_key_"
@@ -34,6 +42,12 @@ _NUM = "__sl_key_num"
 
 def literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """ClickHouse's TIMEOUT_EXCEEDED (code 159): the query ran past ``max_execution_time``."""
+    text = str(exc)
+    return "TIMEOUT_EXCEEDED" in text or "Code: 159." in text
 
 
 @dataclass
@@ -46,6 +60,7 @@ class Pager:
     width: int
     start_at: str | None = None
     max_num: int | None = field(default=None)
+    timeout_sec: float | None = None
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -110,14 +125,30 @@ class Pager:
         width = self.width
         while low <= self.max_num:
             high = min(low + width, self.max_num + 1)
-            count = self._count(low, high)
-            if count == 0:
-                low, width = high, width * 2
+            try:
+                count = self._count(low, high)
+                if count == 0:
+                    low, width = high, width * 2
+                    continue
+                if count <= self.page_size:
+                    table = self._read(f"{self._num()} >= {low}", f"{self._num()} < {high}")
+                    self.width = width * 2 if count < self.page_size // 2 else width
+                    return self._output(table), {"from": high}
+            except Exception as exc:
+                if not is_timeout(exc):
+                    raise
+                if high - low <= 1:
+                    raise self._too_slow() from None
+                width = max(1, (high - low) // 2)
+                log.warning(
+                    "%s: the range [%d, %d) took longer than query_timeout_sec (%gs); reading it at width %d",
+                    self._table,
+                    low,
+                    high,
+                    self.timeout_sec,
+                    width,
+                )
                 continue
-            if count <= self.page_size:
-                table = self._read(f"{self._num()} >= {low}", f"{self._num()} < {high}")
-                self.width = width * 2 if count < self.page_size // 2 else width
-                return self._output(table), {"from": high}
             if high - low > 1:
                 width = max(1, (high - low) * self.page_size // count)
                 continue
@@ -162,9 +193,12 @@ class Pager:
         vals = ", ".join(f"CAST({literal(v)} AS {self._key_type(n)})" for n, v in zip(names, values, strict=True))
         return f"tuple({cols}) > tuple({vals})"
 
+    def _settings(self) -> dict[str, Any]:
+        return {"max_execution_time": self.timeout_sec} if self.timeout_sec else {}
+
     def _count(self, low: int, high: int) -> int:
         sql = f"SELECT count() FROM {self._table} WHERE {self._num()} >= {low} AND {self._num()} < {high}"
-        return int(self.client.query(sql).result_rows[0][0])
+        return int(self.client.query(sql, settings=self._settings()).result_rows[0][0])
 
     def _read(self, lower: str | None, upper: str | None, limit: int | None = None) -> pa.Table:
         where = " AND ".join(c for c in (lower, upper) if c) or "1"
@@ -180,7 +214,19 @@ class Pager:
             + f" ORDER BY {keys}"
             + (f" LIMIT {limit} WITH TIES" if limit else "")
         )
-        return self.client.query_arrow(sql)
+        try:
+            return self.client.query_arrow(sql, settings=self._settings())
+        except Exception as exc:
+            if is_timeout(exc) and (limit or not self.range_mode):
+                raise self._too_slow() from None
+            raise
+
+    def _too_slow(self) -> StreamlingError:
+        return StreamlingError.retry(
+            f"a page of {self._table} took longer than clickhouse_source.query_timeout_sec ({self.timeout_sec:g}s) "
+            "and cannot be made smaller (one sort-key value, or a table paged by its full sort key); raise "
+            "query_timeout_sec"
+        )
 
     def _final_rows(self, where: str) -> str:
         """Rows of the range with ReplacingMergeTree FINAL semantics, all columns available to the filter."""

@@ -149,7 +149,7 @@ def inspect(client: Any, database: str, table: str, where: str) -> TableInfo:
         )
     if not keys:
         raise StreamlingError.user(f"{where}: table {database}.{table} has no sorting key to page by")
-    version, is_deleted = _replacing_parameters(engine, engine_full)
+    version, is_deleted = replacing_parameters(engine, engine_full)
     return TableInfo(
         database,
         table,
@@ -161,7 +161,7 @@ def inspect(client: Any, database: str, table: str, where: str) -> TableInfo:
     )
 
 
-def _replacing_parameters(engine: str, engine_full: str) -> tuple[str | None, str | None]:
+def replacing_parameters(engine: str, engine_full: str) -> tuple[str | None, str | None]:
     """``ReplacingMergeTree(ver, is_deleted)`` (or the Replicated form with its path and replica first)."""
     if "ReplacingMergeTree" not in engine:
         return None, None

@@ -36,7 +36,7 @@ def embedded_defaults() -> dict[str, Any]:
 
 
 def find_config_file(name_or_path: str | os.PathLike[str] | None) -> Path | None:
-    """Resolve ``--config``: the path itself, else with .yaml/.yml/.json appended. Missing is fine."""
+    """Resolve ``--config``: the path itself, else with .yaml/.yml/.json appended; None when nothing exists."""
     base = Path(name_or_path) if name_or_path else Path("config")
     candidates = [base] if base.suffix in CONFIG_EXTENSIONS else []
     candidates += [base.with_name(base.name + ext) for ext in CONFIG_EXTENSIONS]
@@ -103,12 +103,15 @@ def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def _origin_of(dotted: str, origins: Mapping[str, str]) -> str:
+    """Where `dotted` was set: by itself or a parent section, else by a key inside it (an unknown section that
+    only an environment variable such as ``STREAMLING__FOO__BAR`` filled)."""
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
         found = origins.get(".".join(parts[:i]))
         if found:
             return found
-    return "embedded defaults"
+    inside = sorted({origin for key, origin in origins.items() if key.startswith(dotted + ".")})
+    return ", ".join(inside) if inside else "embedded defaults"
 
 
 def _shown(dotted: str, value: Any) -> str:
@@ -133,8 +136,14 @@ def load_settings(
     merged: dict[str, Any] = {}
     _merge(merged, embedded_defaults(), "embedded defaults", origins)
     path = find_config_file(config)
-    if config and path is None and Path(config).suffix in CONFIG_EXTENSIONS:
-        raise StreamlingError.user(f"config file '{config}' does not exist")
+    notices = []
+    if config and path is None:
+        # As in the original, a missing config file is not an error (deployments may configure everything through
+        # the environment); a file named explicitly that is not there gets a warning at start.
+        notices.append(
+            f"config file '{config}' not found (nor with .yaml, .yml or .json appended); running on the embedded "
+            "defaults and STREAMLING__ variables"
+        )
     if path is not None:
         _merge(merged, read_config_file(path), str(path), origins)
     for dotted, (value, origin) in sorted(env_overrides(environ).items()):
@@ -144,7 +153,7 @@ def load_settings(
         _set_path(merged, dotted, value)
         origins[dotted] = "command line"
     try:
-        return Settings.model_validate(merged)
+        settings = Settings.model_validate(merged)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -156,3 +165,5 @@ def load_settings(
             value = "" if err["type"] in SECTION_ERRORS else _shown(dotted, err.get("input"))
             problems.append(f"{dotted}{value} (from {_origin_of(dotted, origins)}): {reason}")
         raise StreamlingError.user("invalid configuration: " + "; ".join(problems)) from None
+    settings._notices.extend(notices)
+    return settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, SecretStr, field_validator, model_validator
 
 from streamling.config.units import Milliseconds, Seconds
 
@@ -73,6 +73,23 @@ class ClickHouseSourceSettings(ClickHouseConnectionSettings):
     """Rows per page (and per epoch) a ClickHouse source reads."""
     sort_key_range: PositiveInt = 1_000_000
     """Initial width of a first-sort-key range (numbers: units; dates: days; date-times: seconds)."""
+    query_timeout_sec: Seconds = 60.0
+    """The server-side limit of one page query (``max_execution_time``); a range page that exceeds it is read
+    again at half the width."""
+
+    @field_validator("query_timeout_sec")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+
+class ClickHouseSinkSettings(ClickHouseConnectionSettings):
+    batch_size: PositiveInt | None = 100_000
+    """Rows per insert for ClickHouse sinks without their own `batch_size`; null: the whole epoch."""
+    batch_flush_interval: Milliseconds | None = None
+    """The longest rows wait, for ClickHouse sinks without their own `batch_flush_interval`."""
 
 
 class DynamicTableBackendSettings(_Section):
@@ -98,6 +115,16 @@ class ExternalHttpHandlerSettings(_Section):
     retry_backoff_sec: Seconds = 0.5
     """The first retry's delay, doubling per retry, with jitter; a ``Retry-After`` header wins."""
     retry_backoff_max_sec: Seconds = 30.0
+    operator_timeout_sec: Seconds = 300.0
+    """The most one Spark task of a handler or webhook may spend on its requests in one epoch (all of a
+    partition's requests, retries included); past it the run fails with a retriable error."""
+
+    @field_validator("operator_timeout_sec")
+    @classmethod
+    def _positive_timeout(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
 
 
 class ScriptTransformSettings(_Section):
@@ -192,6 +219,16 @@ class Settings(_Section):
     checkpoint_interval_sec: Seconds = 5.0
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    num_records_before_stop: PositiveInt | None = None
+    """A graceful stop once any sink has written this many rows in the run (the epoch that reaches it commits)."""
+    enforce_primary_keys: bool = False
+    """Missing primary keys (sources, and sinks with none upstream) are errors instead of warnings."""
+    internal_buffer_size: PositiveInt | None = None
+    """The original's channel capacity between operators; accepted with a warning (nothing to size here)."""
+    drain_policy: Literal["auto", "drain", "fast"] | None = None
+    """The original's shutdown policy; every stop here drains (the in-flight epoch commits)."""
+    admin_api_port: int | None = Field(default=None, ge=0, le=65535)
+    """The original's admin HTTP port; accepted with a warning (there is no admin API here)."""
     state_backend: StateBackendSettings = Field(default_factory=StateBackendSettings)
     print_sink: PrintSinkSettings = Field(default_factory=PrintSinkSettings)
     kafka_source: KafkaSourceSettings = Field(default_factory=KafkaSourceSettings)
@@ -202,13 +239,15 @@ class Settings(_Section):
     """Per-node overrides of `postgres_sink`, keyed by `connection_key` of the node name."""
     dynamic_table_backend: DynamicTableBackendSettings = Field(default_factory=DynamicTableBackendSettings)
     clickhouse_source: ClickHouseSourceSettings = Field(default_factory=ClickHouseSourceSettings)
-    clickhouse_sink: ClickHouseConnectionSettings = Field(default_factory=ClickHouseConnectionSettings)
+    clickhouse_sink: ClickHouseSinkSettings = Field(default_factory=ClickHouseSinkSettings)
     external_http_handler: ExternalHttpHandlerSettings = Field(default_factory=ExternalHttpHandlerSettings)
     http_secret_header: dict[str, str] = Field(default_factory=dict)
     """Header name per secret (``STREAMLING__HTTP_SECRET_HEADER__<NAME>``), keyed by the lowercased name."""
     http_secret_value: dict[str, SecretStr] = Field(default_factory=dict)
     """Header value per secret (``STREAMLING__HTTP_SECRET_VALUE__<NAME>``); never logged or shown."""
     script_transform: ScriptTransformSettings = Field(default_factory=ScriptTransformSettings)
+    _notices: list[str] = PrivateAttr(default_factory=list)
+    """Things worth one warning at start that are not errors (a named config file that is missing)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -244,7 +283,29 @@ class Settings(_Section):
             raise ValueError("must be greater than 0")
         return value
 
-    @field_validator("log_level", "log_format", mode="before")
+    @field_validator("log_level", "log_format", "drain_policy", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+    def startup_warnings(self) -> list[str]:
+        """One line per setting accepted for compatibility with the original Streamling that does nothing here,
+        saying what it maps to; plus the load-time notices. Logged once when a run starts."""
+        out = list(self._notices)
+        if self.internal_buffer_size is not None:
+            out.append(
+                f"setting internal_buffer_size = {self.internal_buffer_size} has no effect here: operators hand each "
+                "epoch on as a whole Spark DataFrame, with no channel in between; an epoch's size is record_batch_size"
+            )
+        if self.drain_policy in ("auto", "fast"):
+            out.append(
+                f"setting drain_policy = {self.drain_policy!r} has no effect here: every stop drains (the in-flight "
+                "epoch finishes and commits within 25 s, as drain_policy 'drain' does), and a stopped stream resumes "
+                "from the committed positions"
+            )
+        if self.admin_api_port is not None:
+            out.append(
+                f"setting admin_api_port = {self.admin_api_port} has no effect here: there is no admin API; progress "
+                "and positions are in the logs, the Spark UI and Dagster (source_status)"
+            )
+        return out

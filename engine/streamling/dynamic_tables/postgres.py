@@ -1,10 +1,18 @@
-"""The Postgres backend: a table ``(value TEXT PRIMARY KEY)`` that the pipeline fills and anyone else may
-fill too; lookups read it on every batch, so external inserts show up without a restart.
+"""The Postgres backend: a table ``(value TEXT PRIMARY KEY)`` (the column named by `column`) that the pipeline
+fills and anyone else may fill too; lookups read it on every batch, so external inserts show up without a
+restart.
 
 The driver creates the table and inserts a populating node's values. The executors look values up
 through `PostgresLookup`, which uses the Python worker's cached autocommit connection
 (`postgres.connection.cached_connection`, outliving batches and tasks) and, with ``cache_ttl_ms``, reuses
 answers for that long.
+
+With a `time_column` (a timestamp every append advances) and ``cache``, each Python worker instead holds the
+whole table in memory: loaded once, then topped up with the rows newer than the largest `time_column` it has
+seen, checked at most every ``cache_refresh_debounce_ms`` — and at once after this pipeline's own appends, which
+the driver announces with a new `PostgresLookup.generation`. Appends take a transaction-scoped advisory lock on
+``<schema>.<table>`` and stamp ``clock_timestamp()`` after it, so a later append always has a later time; other
+writers must follow the same protocol for the cache to see their rows.
 """
 
 from __future__ import annotations
@@ -13,12 +21,13 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 
 from streamling.config.model import PostgresSinkSettings
+from streamling.errors import StreamlingError
 from streamling.postgres import catalog
 from streamling.postgres.connection import cached_connection, connect, drop_cached_connection, with_retries
 
@@ -37,6 +46,12 @@ class PostgresTable:
     table: str
     max_batch_size: int = 1000
     cache_ttl_ms: float = 0
+    column: str = "value"
+    time_column: str | None = None
+    cache: bool = False
+    """Hold the whole table in each worker (only with a `time_column`)."""
+    refresh_ms: float = 1000
+    """How long a worker trusts its cached table before asking for newer rows."""
 
     @property
     def where(self) -> str:
@@ -49,7 +64,17 @@ class PostgresTable:
     @property
     def key(self) -> Hashable:
         """Identifies the table and the connection in a worker's answer cache (kept in memory only)."""
-        return (self.node, self.schema, self.table, tuple(sorted(self.connection.conninfo().items())))
+        where = (self.node, self.schema, self.table, self.column, self.time_column)
+        return (*where, tuple(sorted(self.connection.conninfo().items())))
+
+    @property
+    def cached(self) -> bool:
+        return self.cache and self.time_column is not None
+
+    @property
+    def lock_key(self) -> str:
+        """The advisory-lock key every appender takes: the schema-qualified name, as the original's protocol."""
+        return f"{self.schema}.{self.table}"
 
     def retrying(self, attempt: Callable[[], T], on_retry: Callable[[], None]) -> T:
         """Transient failures retry for ``retry_timeout_sec``; others fail at once, naming the node."""
@@ -74,27 +99,56 @@ class PostgresWriter:
         self._conn = None
 
     def create(self) -> None:
+        """The table when missing: the value column as primary key and, with a `time_column`, that column stamped
+        by ``clock_timestamp()``. An existing table must have both columns."""
         target = self.target
+        columns = [sql.SQL("{} TEXT PRIMARY KEY").format(sql.Identifier(target.column))]
+        if target.time_column is not None:
+            stamp = sql.SQL("{} TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()")
+            columns.append(stamp.format(sql.Identifier(target.time_column)))
 
-        def attempt() -> None:
+        def attempt() -> set[str]:
             conn = self._connection()
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (target.schema,))
                 if cur.fetchone() is None:  # CREATE SCHEMA IF NOT EXISTS needs CREATE even when it exists
                     cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(target.schema)))
-                cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (value TEXT PRIMARY KEY)").format(target.qualified))
+                create = sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})")
+                cur.execute(create.format(target.qualified, sql.SQL(", ").join(columns)))
+                cur.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+                    (target.schema, target.table),
+                )
+                return {row[0] for row in cur.fetchall()}
 
-        target.retrying(attempt, self._drop)
+        present = target.retrying(attempt, self._drop)
+        missing = [c for c in (target.column, target.time_column) if c is not None and c not in present]
+        if missing:
+            raise StreamlingError.user(
+                f"{target.where}: table {target.schema}.{target.table} has no column {', '.join(map(repr, missing))}; "
+                f"it has {', '.join(sorted(present))} (set 'column' / 'time_column' to its columns)"
+            )
 
     def add(self, values: Sequence[str]) -> None:
-        """Insert `values` in one transaction, `max_batch_size` per statement; existing ones are skipped."""
-        statement = sql.SQL("INSERT INTO {} (value) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING").format(
-            self.target.qualified
-        )
+        """Insert `values` in one transaction, `max_batch_size` per statement; existing ones are skipped. With a
+        `time_column`, under the table's advisory lock and stamped with ``clock_timestamp()`` after it."""
+        target = self.target
+        if target.time_column is None:
+            insert = sql.SQL("INSERT INTO {} ({}) SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING")
+            statement = insert.format(target.qualified, sql.Identifier(target.column))
+        else:
+            insert = sql.SQL(
+                "INSERT INTO {} ({}, {}) SELECT unnest(%s::text[]), clock_timestamp() ON CONFLICT DO NOTHING"
+            )
+            statement = insert.format(
+                target.qualified, sql.Identifier(target.column), sql.Identifier(target.time_column)
+            )
 
         def attempt() -> None:
             conn = self._connection()
             with conn.transaction(), conn.cursor() as cur:
+                if target.time_column is not None:
+                    cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (target.lock_key,))
                 for chunk in _chunks(values, self.target.max_batch_size):
                     cur.execute(statement, (chunk,))
 
@@ -110,8 +164,12 @@ class PostgresLookup:
     """Executor side: the `udf.Lookup` of a Postgres dynamic table."""
 
     target: PostgresTable
+    generation: int = 0
+    """Counts the driver's appends: a cached table older than this is topped up before it answers."""
 
     def contains(self, values: list[str]) -> set[str]:
+        if self.target.cached:
+            return _from_cached_table(self, values)
         ttl = self.target.cache_ttl_ms / 1000
         if ttl <= 0:
             return _query(self.target, values)
@@ -133,9 +191,68 @@ _ANSWERS: dict[Hashable, dict[str, tuple[bool, float]]] = {}
 _LOCK = threading.Lock()
 
 
+@dataclass
+class _Loaded:
+    """A worker's copy of a cached table."""
+
+    values: set[str]
+    latest: Any
+    """The largest `time_column` value read so far (None: the table was empty)."""
+    checked: float
+    generation: int
+
+
+_LOADED: dict[Hashable, _Loaded] = {}
+
+
+def _from_cached_table(lookup: PostgresLookup, values: list[str]) -> set[str]:
+    target = lookup.target
+    with _LOCK:
+        loaded = _LOADED.get(target.key)
+        now = time.monotonic()
+        stale = loaded is None or lookup.generation > loaded.generation
+        if stale or now - loaded.checked >= target.refresh_ms / 1000:  # type: ignore[union-attr]
+            loaded = _top_up(target, loaded)
+            loaded.checked, loaded.generation = now, max(loaded.generation, lookup.generation)
+            _LOADED[target.key] = loaded
+        present = loaded.values
+        return {v for v in values if v in present}
+
+
+def _top_up(target: PostgresTable, loaded: _Loaded | None) -> _Loaded:
+    """`loaded` with the rows stamped after its `latest` (every row when there is no copy yet), read in one
+    snapshot together with the new largest stamp."""
+    assert target.time_column is not None
+    column, stamp = sql.Identifier(target.column), sql.Identifier(target.time_column)
+    newest = sql.SQL("SELECT max({}) FROM {}").format(stamp, target.qualified)
+    since = loaded.latest if loaded is not None else None
+    rows = sql.SQL("SELECT {} FROM {} WHERE {} IS NOT NULL").format(column, target.qualified, column)
+    if since is not None:
+        rows = sql.SQL("{} AND {} > %s").format(rows, stamp)
+
+    def attempt() -> _Loaded:
+        conn = cached_connection(target.connection, target.where, autocommit=True)
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur.execute(newest)
+            latest = cur.fetchone()[0]  # type: ignore[index]
+            if loaded is not None and latest == since:
+                return loaded
+            cur.execute(rows, (since,) if since is not None else None)
+            found = {row[0] for row in cur}
+        if loaded is None:
+            return _Loaded(found, latest, 0.0, 0)
+        loaded.values |= found
+        loaded.latest = latest
+        return loaded
+
+    return target.retrying(attempt, lambda: drop_cached_connection(target.connection, autocommit=True))
+
+
 def _query(target: PostgresTable, values: list[str]) -> set[str]:
     """One SELECT per `max_batch_size` distinct values."""
-    statement = sql.SQL("SELECT value FROM {} WHERE value = ANY(%s)").format(target.qualified)
+    column = sql.Identifier(target.column)
+    statement = sql.SQL("SELECT {} FROM {} WHERE {} = ANY(%s)").format(column, target.qualified, column)
 
     def attempt() -> set[str]:
         # Autocommit: every lookup reads the latest committed rows, and no transaction stays open.

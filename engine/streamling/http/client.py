@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
 import httpx
@@ -54,6 +55,8 @@ class Endpoint:
     buffer_size: int
     retry: RetryPolicy
     skip_on_error: bool = False
+    operator_timeout_sec: float | None = None
+    """The most one task may spend on a partition's requests, from its first request to its last answer."""
 
     @property
     def shown_url(self) -> str:
@@ -174,15 +177,32 @@ def exchange(
     limiter = asyncio.Semaphore(endpoint.buffer_size)
     window: deque[tuple[Outgoing, Future[Delivered | Skipped]]] = deque()
     ahead = endpoint.buffer_size * IN_FLIGHT_PER_SLOT
+    deadline: list[float] = []  # set at the first request
+
+    def answer(future: Future[Delivered | Skipped]) -> Delivered | Skipped:
+        if endpoint.operator_timeout_sec is None:
+            return future.result()
+        try:
+            return future.result(timeout=max(0.0, deadline[0] - time.monotonic()))
+        except FutureTimeout:
+            future.cancel()
+            raise StreamlingError.retry(
+                f"{endpoint.label}: the requests of one Spark task took longer than "
+                f"external_http_handler.operator_timeout_sec ({endpoint.operator_timeout_sec:g}s); "
+                f"{len(window) + 1} were still unanswered ({endpoint.what} POST {endpoint.shown_url})"
+            ) from None
+
     try:
         for outgoing in payload.requests(batches):
+            if not deadline and endpoint.operator_timeout_sec is not None:
+                deadline.append(time.monotonic() + endpoint.operator_timeout_sec)
             window.append((outgoing, http.submit(endpoint, outgoing.body, limiter)))
             while len(window) > ahead:
                 first, future = window.popleft()
-                yield first, future.result()
+                yield first, answer(future)
         while window:
             first, future = window.popleft()
-            yield first, future.result()
+            yield first, answer(future)
     finally:
         for _, future in window:
             future.cancel()

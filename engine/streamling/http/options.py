@@ -144,4 +144,5 @@ class HttpRequestOptions(BaseModel):
                 backoff_max_sec=http.retry_backoff_max_sec,
             ),
             skip_on_error=skip_on_error,
+            operator_timeout_sec=http.operator_timeout_sec,
         )

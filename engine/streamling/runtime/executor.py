@@ -394,15 +394,26 @@ class PipelineRunner:
         self.checkpoint_root = Path(settings.spark.checkpoint_root) / _safe(settings.application_id)
         self._stop = stop or threading.Event()
         self._rows_lock = threading.Lock()
+        self._limit_reached = False
+        """`num_records_before_stop` was reached: the stop is the run's own, not a signal's."""
 
     def count_sink_rows(self, sink: str, written: Written | int) -> None:
-        """Add one epoch's deferred-write result to the summary: rows always, operations for a `Written`."""
+        """Add one epoch's deferred-write result to the summary: rows always, operations for a `Written`.
+
+        With ``num_records_before_stop``, the first sink to reach that many rows requests a graceful stop: the
+        epoch being finished still commits (so does one Spark had already handed over), nothing after it runs."""
         with self._rows_lock:
-            self.summary.sink_rows[sink] = self.summary.sink_rows.get(sink, 0) + rows_of(written)
+            self.summary.sink_rows[sink] = total = self.summary.sink_rows.get(sink, 0) + rows_of(written)
             if isinstance(written, Written):
                 ops = self.summary.sink_ops.setdefault(sink, Written().as_dict())
                 for op, count in written.as_dict().items():
                     ops[op] += count
+            limit = self.settings.num_records_before_stop
+            if limit is None or total < limit or self._limit_reached:
+                return
+            self._limit_reached = True
+        log.info("Stopping after %d records (sink '%s' wrote %d)", limit, sink, total)
+        self._stop.set()
 
     def request_stop(self) -> None:
         """Stop taking new data; the in-flight epoch finishes and commits. Safe from any thread."""
@@ -439,7 +450,7 @@ class PipelineRunner:
                     continue
                 query.start(self.spark, self._replay_end(source, start, query.epoch))
             self._supervise(queries)
-            self.summary.stopped_by_signal = self._stop.is_set()
+            self.summary.stopped_by_signal = self._stop.is_set() and not self._limit_reached
             return self.summary
         finally:
             for query in queries:

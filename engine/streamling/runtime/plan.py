@@ -27,6 +27,7 @@ class Plan:
             name: node.optype.operator(name, node.spec, settings) for name, node in pipeline.nodes.items()
         }
         self.schemas: dict[str, StructType] = {}
+        self.key_warnings: list[str] = []
         # Per-epoch evaluation walks these; the graph does not change during a run.
         self.downstream = {n.name: pipeline.downstream(n.name) for n in pipeline.sources}
         for node in pipeline.sources:
@@ -35,11 +36,12 @@ class Plan:
             op.bind(self.operators)
 
     def _pace_for_sinks(self, node: Node) -> None:
-        """A sink's `batch_flush_interval` shortens the epoch interval of the sources feeding it."""
+        """A sink's (or a batching transform's) `batch_flush_interval` shortens the epoch interval of the sources
+        feeding it."""
         wanted = [
             interval
-            for name in self.sinks_of(node.name)
-            if (interval := self.operators[name].flush_interval_sec) is not None  # type: ignore[attr-defined]
+            for name in self.downstream[node.name]
+            if (interval := getattr(self.operators[name], "flush_interval_sec", None)) is not None
         ]
         if wanted and min(wanted) < self.settings.checkpoint_interval_sec:
             paced = self.settings.model_copy(update={"checkpoint_interval_sec": min(wanted)})
@@ -64,9 +66,35 @@ class Plan:
                 return inherited
         return []
 
+    def key_problems(self) -> list[str]:
+        """Sources without a primary key, and sinks with none of their own or upstream: errors with
+        `enforce_primary_keys`, else warnings (`key_warnings`)."""
+        enforce = self.settings.enforce_primary_keys
+        problems = []
+        for node in [*self.pipeline.sources, *self.pipeline.sinks]:
+            if self.primary_key_of(node.name):
+                continue
+            where = "" if node.kind == "source" else " of its own or upstream"
+            if enforce:
+                problems.append(
+                    f"{node.label} has no primary key{where}, which enforce_primary_keys requires; set primary_key"
+                )
+            else:
+                problems.append(
+                    f"{node.label} has no primary key{where}; upserts and deletes downstream cannot be keyed "
+                    "(set primary_key, or enforce_primary_keys: true to make this an error)"
+                )
+        return problems
+
     def analyze(self, spark: SparkSession) -> list[str]:
-        """Compute every node's schema; returns user-facing errors (empty when the plan is sound)."""
+        """Compute every node's schema; returns user-facing errors (empty when the plan is sound). Missing
+        primary keys that are only warnings go to `key_warnings`."""
         errors: list[str] = []
+        self.key_warnings = []
+        if self.settings.enforce_primary_keys:
+            errors += self.key_problems()
+        else:
+            self.key_warnings = self.key_problems()
         for name in self.pipeline.topological_order():
             node = self.pipeline.nodes[name]
             parents = self.pipeline.inputs.get(name, [])
@@ -91,8 +119,11 @@ class Plan:
 
     @property
     def warnings(self) -> list[str]:
-        """The operators' warnings (see `Operator.warnings`), once the plan is analysed."""
-        return [w for name in self.pipeline.topological_order() for w in self.operators[name].warnings()]
+        """The settings' and the operators' warnings (see `Operator.warnings`), once the plan is analysed."""
+        out = self.settings.startup_warnings()
+        for name in self.pipeline.topological_order():
+            out += self.operators[name].warnings()
+        return out
 
     def _schema_of(self, spark: SparkSession, node: Node, parents: list[str]) -> StructType | None:
         op = self.operators[node.name]

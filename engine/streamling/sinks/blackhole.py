@@ -5,21 +5,46 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+from pydantic import PositiveInt
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
+from streamling.config.units import Milliseconds
 from streamling.operators import Epoch, Sink, Written, rows_of
 from streamling.plugins.registry import operator
-from streamling.topology.spec import SinkSpec
+from streamling.topology.spec import SinkSpec, flush_interval, ignored_field
 from streamling.types import GS_OP
 
 
 class BlackholeSinkSpec(SinkSpec):
     type: Literal["blackhole"]
+    parallelism: PositiveInt | None = None
+    """Accepted for the original's pipelines (a warning at start): the upstream plan's tasks discard the rows."""
+    batch_size: PositiveInt | None = None
+    """Accepted for the original's pipelines (a warning at start): nothing is buffered."""
+    batch_flush_interval: Milliseconds | None = None
+    """Sources feeding this sink close epochs at least this often."""
 
 
 @operator("blackhole", BlackholeSinkSpec)
 class BlackholeSink(Sink[BlackholeSinkSpec]):
+    @property
+    def flush_interval_sec(self) -> float | None:
+        return flush_interval(self.spec.batch_flush_interval)
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.spec.parallelism is not None:
+            meaning = (
+                "the rows are discarded by the Spark tasks that compute them, as many as the input has partitions; "
+                "a repartition would only add a shuffle to what is measured"
+            )
+            out.append(ignored_field(self.label, "parallelism", self.spec.parallelism, meaning))
+        if self.spec.batch_size is not None:
+            meaning = "nothing is buffered; each epoch is evaluated and dropped whole"
+            out.append(ignored_field(self.label, "batch_size", self.spec.batch_size, meaning))
+        return out
+
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         return rows_of(self.stage(df, epoch)())
 

@@ -15,26 +15,39 @@ inserts it (the embedded engine exists only in the driver process). Two modes:
   table, one synchronous mutation ``ALTER TABLE … DELETE WHERE (key) IN (SELECT … FROM staging)``
   (``mutations_sync = 2``) removes every old row of those keys, and the ``i``/``u`` rows are inserted.
   So an update never leaves its old row behind, a delete removes the key, and a replay converges.
+
+Tables made for the original Streamling are written as they are: the version is the ReplacingMergeTree's own
+column (``insert_time DateTime DEFAULT now()`` among them), stamped per insert at that column's precision
+where it is coarser than microseconds (equal versions: the later insert wins); without an ``is_deleted`` engine
+parameter, deletes are applied as the same synchronous mutation after the batch's other rows. With
+``version_column_name`` the version is an input column instead. ``deduplicate`` (default on) keeps only the
+last change per key of each insert batch; off, every row is written in order (delta tables such as
+``SummingMergeTree``). ``parallelism`` splits each epoch into that many key-hashed streams inserted at once,
+each on its own connection (servers only; the embedded engine takes one writer).
 """
 
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import logging
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field, PositiveInt, field_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from streamling.clickhouse.client import describe, get_client, qualified, quote, redact
+from streamling.clickhouse.tables import replacing_parameters
 from streamling.clickhouse.types import (
     Column,
     can_hold,
@@ -48,13 +61,14 @@ from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
-from streamling.topology.spec import SinkSpec
+from streamling.topology.spec import SinkSpec, flush_interval, ignored_field
 from streamling.types import GS_OP, exact_columns
 
 log = logging.getLogger("streamling.clickhouse")
 IS_DELETED = "is_deleted"
 INSERT_TIME = "insert_time"
 VERSION_TYPE = "DateTime64(6, 'UTC')"
+_DATETIME = re.compile(r"^DateTime(?:64\((\d+)(?:,.*)?\)|\(.*\))?$")
 Compression = Literal["none", "gzip", "zstd", "lz4"]
 
 
@@ -64,10 +78,28 @@ class ClickHouseSinkSpec(SinkSpec):
     table: str = Field(min_length=1)
     append_only_mode: bool = True
     schema_override: dict[str, str] | None = None
+    """Also spelled ``schema_overrides``, as the original accepts."""
     compression: Compression = "none"
     compression_level: int = Field(default=6, ge=0, le=9)
     batch_size: PositiveInt | None = None
+    """Rows per insert; default ``clickhouse_sink.batch_size``."""
     batch_flush_interval: Milliseconds | None = None
+    """The longest rows wait; default ``clickhouse_sink.batch_flush_interval``."""
+    version_column_name: str | None = Field(default=None, min_length=1)
+    """An input column that is the ReplacingMergeTree version, instead of the ``insert_time`` the sink stamps."""
+    deduplicate: bool = True
+    """Only the last change per key of each insert batch is written; off: every row, in order."""
+    parallelism: PositiveInt | None = None
+    """Key-hashed insert streams per epoch, each on its own connection (a server url only)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plural_override(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "schema_overrides" in data:
+            if "schema_override" in data:
+                raise ValueError("give 'schema_override' or 'schema_overrides' (the same field), not both")
+            data = {("schema_override" if k == "schema_overrides" else k): v for k, v in data.items()}
+        return data
 
     @field_validator("compression", mode="before")
     @classmethod
@@ -104,8 +136,17 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         self.send: list[str] = []
         """Input columns the table has, in input order: what every insert carries."""
         self._client: Any = None
+        self._clients: list[Any] = []
+        """One client per insert stream beyond the first (`parallelism` against a server)."""
         self._last_version = 0
         self._lock = threading.Lock()
+        self.version = self.spec.version_column_name or INSERT_TIME
+        """The ReplacingMergeTree version column: the sink stamps it unless it is an input column."""
+        self.version_unit = 1
+        """Microseconds per step of a stamped version: 1 for DateTime64(6+), coarser columns get one value per
+        insert."""
+        self.deleted: str | None = IS_DELETED
+        """The column marking deletes; None: deletes are applied as mutations."""
 
     @property
     def label(self) -> str:
@@ -114,7 +155,30 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
     @property
     def flush_interval_sec(self) -> float | None:
         interval = self.spec.batch_flush_interval
-        return interval / 1000 if interval else None
+        return flush_interval(interval if interval is not None else self.connection.batch_flush_interval)
+
+    @property
+    def batch_size(self) -> int | None:
+        return self.spec.batch_size or self.connection.batch_size
+
+    @property
+    def streams(self) -> int:
+        """Insert streams per epoch: `parallelism`, against a server; the embedded engine takes one writer."""
+        return (self.spec.parallelism or 1) if self.connection.url else 1
+
+    @property
+    def stamps_version(self) -> bool:
+        return self.spec.append_only_mode and self.version not in self.send
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.spec.version_column_name is not None and not self.spec.append_only_mode:
+            meaning = "with append_only_mode: false the table holds only current rows and has no version"
+            out.append(ignored_field(self.label, "version_column_name", self.spec.version_column_name, meaning))
+        if (self.spec.parallelism or 1) > 1 and not self.connection.url:
+            meaning = "the embedded engine takes one writer; each epoch is inserted by one stream"
+            out.append(ignored_field(self.label, "parallelism", self.spec.parallelism, meaning))
+        return out
 
     @property
     def database(self) -> str:
@@ -149,9 +213,15 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         if missing:
             return [f"{self.label}: primary key columns {missing} are not in the input"]
         errors = []
+        version = self.spec.version_column_name
         if self.spec.append_only_mode:
+            if version is not None and version not in available:
+                errors.append(
+                    f"{self.label}: version_column_name '{version}' is not in the input; available columns: "
+                    f"{', '.join(available)}"
+                )
             for reserved in (IS_DELETED, INSERT_TIME):
-                if reserved in available:
+                if reserved in available and reserved != version:
                     errors.append(
                         f"{self.label}: the input has a column '{reserved}', which append_only_mode adds itself; "
                         "rename it in a transform"
@@ -213,29 +283,44 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             self._call(f"creating table {self.target}", lambda: self._client.command(self._create_ddl()))
             existing = self._describe()
             log.info("%s created table %s", self.label, self.target)
-        self._verify(existing)
-        if self.spec.append_only_mode:
+        self._verify(existing, *self._engine())
+        if self.stamps_version:
             latest = self._call(
-                f"reading max({INSERT_TIME}) of {self.target}",
+                f"reading max({self.version}) of {self.target}",
                 lambda: self._client.command(
-                    f"SELECT toUnixTimestamp64Micro(max({quote(INSERT_TIME)})) FROM {self.target}"
+                    f"SELECT toUnixTimestamp64Micro(toDateTime64(max({quote(self.version)}), 6)) FROM {self.target}"
                 ),
             )
             self._last_version = int(latest or 0)
-        else:
-            types = {c["name"]: unwrap_nullable(c["type"])[0] for c in self._describe()}
+        self._clients = [get_client(self.connection, self.label, compress=compress) for _ in range(1, self.streams)]
+        if not self.spec.append_only_mode or self.deleted is None:
+            types = {c["name"]: unwrap_nullable(c["type"])[0] for c in existing}
             members = ", ".join(f"{quote(k)} {types[k]}" for k in self.keys)
-            self._call(
-                f"creating staging table {self.staging}",
-                lambda: self._client.command(f"CREATE TABLE IF NOT EXISTS {self.staging} ({members}) ENGINE = Memory"),
-            )
-        log.info(
-            "%s writes to %s (%s, key %s)",
-            self.label,
-            self.target,
-            "append-only ReplacingMergeTree" if self.spec.append_only_mode else "mutations",
-            ", ".join(self.keys),
+            for stream in range(self.streams):
+                staging = qualified(self.database, self._staging_name(stream))
+                self._call(
+                    f"creating staging table {staging}",
+                    lambda s=staging: self._client.command(
+                        f"CREATE TABLE IF NOT EXISTS {s} ({members}) ENGINE = Memory"
+                    ),
+                )
+        mode = "mutations"
+        if self.spec.append_only_mode:
+            stamped = "" if self.stamps_version else ", input version"
+            deletes = "" if self.deleted else ", deletes as mutations"
+            mode = f"append-only ReplacingMergeTree by {self.version}{stamped}{deletes}"
+        log.info("%s writes to %s (%s, key %s)", self.label, self.target, mode, ", ".join(self.keys))
+
+    def _engine(self) -> tuple[str, str]:
+        """The table's engine and full engine clause, from ``system.tables`` (empty when not told)."""
+        query = (
+            "SELECT engine, engine_full FROM system.tables "
+            f"WHERE database = {_literal(self.database)} AND name = {_literal(self.spec.table)}"
         )
+        raw = self._call(f"describing table {self.target}", lambda: self._client.raw_query(query, fmt="JSONEachRow"))
+        text = raw.decode() if isinstance(raw, bytes | bytearray) else str(raw)
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return (rows[0].get("engine", ""), rows[0].get("engine_full", "")) if rows else ("", "")
 
     def _describe(self) -> list[dict[str, Any]]:
         query = (
@@ -250,15 +335,18 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         columns = [f"{quote(c.name)} {c.ch}" for c in self.columns]
         order = ", ".join(quote(k) for k in self.keys)
         if self.spec.append_only_mode:
-            columns += [f"{quote(IS_DELETED)} UInt8", f"{quote(INSERT_TIME)} {VERSION_TYPE}"]
-            engine = f"ReplacingMergeTree({quote(INSERT_TIME)}, {quote(IS_DELETED)})"
+            columns.append(f"{quote(IS_DELETED)} UInt8")
+            if self.spec.version_column_name is None:
+                columns.append(f"{quote(INSERT_TIME)} {VERSION_TYPE}")
+            engine = f"ReplacingMergeTree({quote(self.version)}, {quote(IS_DELETED)})"
         else:
             engine = "MergeTree"
         return f"CREATE TABLE IF NOT EXISTS {self.target} ({', '.join(columns)}) ENGINE = {engine} ORDER BY ({order})"
 
-    def _verify(self, existing: list[dict[str, Any]]) -> None:
+    def _verify(self, existing: list[dict[str, Any]], engine: str = "", engine_full: str = "") -> None:
         """Match the input with an existing table: extra input columns are dropped (logged), key and mode
-        columns must exist, types must hold the input's."""
+        columns must exist, types must hold the input's. A ReplacingMergeTree names the version and delete
+        columns itself."""
         table = {c["name"]: c for c in existing}
         where = f"table {self.database}.{self.spec.table}"
         problems = []
@@ -266,14 +354,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             if key not in table:
                 problems.append(f"{where} has no column '{key}' (primary key)")
         if self.spec.append_only_mode:
-            for name, kind in ((IS_DELETED, "UInt8"), (INSERT_TIME, VERSION_TYPE)):
-                have = table.get(name)
-                if have is None:
-                    problems.append(f"{where} has no column '{name}', which append_only_mode writes")
-                elif name == INSERT_TIME and not can_hold(have["type"], kind):
-                    problems.append(f"{where} column '{name}' has type {have['type']}; append_only_mode needs {kind}")
-                elif name == IS_DELETED and normalize(have["type"]) != "UInt8":
-                    problems.append(f"{where} column '{name}' has type {have['type']}; append_only_mode needs UInt8")
+            problems += self._version_problems(table, where, engine, engine_full)
         overridden = set(self.spec.schema_override or {})
         nulls_to_default = []
         for column in self.columns:
@@ -287,8 +368,9 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             elif unwrap_nullable(column.ch)[1] and not unwrap_nullable(have["type"])[1]:
                 nulls_to_default.append(column.name)
         sent = {c.name for c in self.columns}
+        stamped = {self.version, self.deleted} if self.spec.append_only_mode else set()
         for name, info in table.items():
-            if name not in sent and info.get("is_in_sorting_key") and name not in (IS_DELETED, INSERT_TIME):
+            if name not in sent and info.get("is_in_sorting_key") and name not in stamped:
                 problems.append(f"{where} column '{name}' is in the sorting key but not in the input")
         if problems:
             raise StreamlingError.user(f"{self.label}: {'; '.join(problems)}")
@@ -303,10 +385,43 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
                 where,
                 ", ".join(nulls_to_default),
             )
-        own = {c.name for c in self.columns} | {IS_DELETED, INSERT_TIME}
+        own = {c.name for c in self.columns} | stamped
         unfilled = [n for n, i in table.items() if n not in own and not i.get("default_kind")]
         if unfilled:
             log.info("%s: %s columns %s get their type's default", self.label, where, ", ".join(unfilled))
+
+    def _version_problems(self, table: dict[str, Any], where: str, engine: str, engine_full: str) -> list[str]:
+        """Settle the version and delete columns of an append-only table; what does not fit."""
+        version, is_deleted = replacing_parameters(engine, engine_full)
+        problems = []
+        wanted = self.spec.version_column_name
+        if wanted is not None and version is not None and version != wanted:
+            problems.append(f"{where} is versioned by '{version}', but version_column_name is '{wanted}'")
+        if wanted is not None and wanted not in table:
+            problems.append(f"{where} has no column '{wanted}' (version_column_name)")
+        self.version = wanted or version or INSERT_TIME
+        replacing = "ReplacingMergeTree" in engine
+        self.deleted = is_deleted if replacing and is_deleted else (None if replacing else IS_DELETED)
+        if self.deleted is not None:
+            have = table.get(self.deleted)
+            if have is None:
+                problems.append(f"{where} has no column '{self.deleted}', which append_only_mode writes")
+            elif normalize(have["type"]) != "UInt8":
+                kind = have["type"]
+                problems.append(f"{where} column '{self.deleted}' has type {kind}; append_only_mode needs UInt8")
+        if wanted is None and self.version not in {c.name for c in self.columns}:
+            have = table.get(self.version)
+            match = _DATETIME.match(unwrap_nullable(have["type"])[0]) if have else None
+            if have is None:
+                problems.append(f"{where} has no column '{self.version}', which append_only_mode writes")
+            elif match is None:
+                problems.append(
+                    f"{where} column '{self.version}' has type {have['type']}; append_only_mode stamps a DateTime or "
+                    "DateTime64 version (or set version_column_name to an input column)"
+                )
+            else:
+                self.version_unit = 10 ** max(0, 6 - int(match.group(1) or 0))
+        return problems
 
     # ---- writing ----
 
@@ -320,8 +435,8 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         return lambda: self.deliver(table)
 
     def deliver(self, table: pa.Table) -> Written:
-        """Insert the epoch's rows; returns the rows received by operation (with ``append_only_mode: false``
-        more than the last change per key that is applied)."""
+        """Insert the epoch's rows; returns the rows received by operation (with ``deduplicate`` more than the
+        last change per key that is applied)."""
         if table.num_rows == 0:
             return Written()
         for key in self.keys:
@@ -329,46 +444,117 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             if nulls:
                 raise StreamlingError.user(f"{self.label}: {nulls} rows have NULL in primary key column '{key}'")
         with self._lock:
-            if self.spec.append_only_mode:
-                self._append(table)
+            streams = self._split(self._stamped(table) if self.stamps_version else table)
+            clients = [self._client, *self._clients]
+            if len(streams) == 1:
+                self._write(streams[0], clients[0], 0)
             else:
-                self._mutate(table)
+                with ThreadPoolExecutor(len(streams), thread_name_prefix=f"streamling-ch-{self.name}") as pool:
+                    done = [pool.submit(self._write, rows, clients[i], i) for i, rows in enumerate(streams)]
+                    for future in done:
+                        future.result()
         return Written.of(table)
 
-    def _chunks(self, table: pa.Table):  # type: ignore[no-untyped-def]
-        size = self.spec.batch_size or table.num_rows
+    def _stamped(self, table: pa.Table) -> pa.Table:
+        """`table` with its version column: strictly increasing microseconds (``max(now, previous + 1)``) for a
+        microsecond column; for a coarser one (``DateTime``) one non-decreasing value per epoch, in the column's
+        unit, since ClickHouse keeps the later insert of equal versions."""
+        n, unit = table.num_rows, self.version_unit
+        now = time.time_ns() // 1000
+        if unit == 1:
+            base = max(now, self._last_version + 1)
+            stamps = base + np.arange(n, dtype=np.int64)
+            self._last_version = base + n - 1
+            return table.append_column(self.version, pa.array(stamps).cast(pa.timestamp("us", tz="UTC")))
+        stamp = max(now // unit * unit, self._last_version)
+        self._last_version = stamp
+        arrow = pa.timestamp("s", tz="UTC") if unit == 1_000_000 else pa.timestamp("us", tz="UTC")
+        value = stamp // 1_000_000 if unit == 1_000_000 else stamp
+        return table.append_column(self.version, pa.array(np.full(n, value, dtype=np.int64)).cast(arrow))
+
+    def _split(self, table: pa.Table) -> list[pa.Table]:
+        """`parallelism` streams, hashed by key (each key's rows stay in one stream, in order)."""
+        n = self.streams
+        if n == 1 or table.num_rows == 0:
+            return [table]
+        text = [pc.cast(table.column(k).combine_chunks(), pa.string()) for k in self.keys]
+        joined = text[0] if len(text) == 1 else pc.binary_join_element_wise(*text, "\x1f")
+        stream = pc.dictionary_encode(joined).indices.to_numpy(zero_copy_only=False) % n
+        return [table.filter(pa.array(stream == i)) for i in range(n) if (stream == i).any()]
+
+    def _chunks(self, table: pa.Table) -> Iterator[pa.Table]:
+        size = self.batch_size or table.num_rows
         for start in range(0, table.num_rows, size):
             yield table.slice(start, size)
 
-    def _append(self, table: pa.Table) -> None:
-        n = table.num_rows
-        base = max(time.time_ns() // 1000, self._last_version + 1)
-        versions = pa.array(base + np.arange(n, dtype=np.int64), pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-        deleted = pc.fill_null(pc.equal(table.column(GS_OP), "d"), False).cast(pa.uint8())
-        rows = table.select(self.send).append_column(IS_DELETED, deleted).append_column(INSERT_TIME, versions)
+    def _write(self, rows: pa.Table, client: Any, stream: int) -> None:
         for chunk in self._chunks(rows):
-            self._insert(self.spec.table, chunk)
-        self._last_version = base + n - 1
+            if self.spec.deduplicate:
+                by_version = self.spec.append_only_mode and self.spec.version_column_name is not None
+                chunk = _last_per_key(chunk, self.keys, self.version if by_version else None)
+            if self.spec.append_only_mode:
+                self._append(chunk, client, stream)
+            elif self.spec.deduplicate:
+                self._replace(chunk, client, stream)
+            else:
+                self._in_order(chunk, client, stream)
 
-    def _mutate(self, table: pa.Table) -> None:
-        latest = _last_per_key(table, self.keys)
+    def _append(self, chunk: pa.Table, client: Any, stream: int) -> None:
+        is_delete = pc.fill_null(pc.equal(chunk.column(GS_OP), "d"), False)
+        if self.deleted is not None:
+            rows = chunk.select(self.send).append_column(self.deleted, is_delete.cast(pa.uint8()))
+            if self.stamps_version:
+                rows = rows.append_column(self.version, chunk.column(self.version))
+            self._insert(self.spec.table, rows, client)
+            return
+        # No is_deleted column: the changes go in as rows, then keys whose last change is a delete are removed.
+        upserts = chunk.filter(pc.invert(is_delete))
+        if upserts.num_rows:
+            columns = self.send + ([self.version] if self.stamps_version else [])
+            self._insert(self.spec.table, upserts.select(columns), client)
+        last = _last_per_key(chunk, self.keys)
+        gone = last.filter(pc.fill_null(pc.equal(last.column(GS_OP), "d"), False))
+        if gone.num_rows:
+            self._delete_keys(gone, client, stream)
+
+    def _replace(self, chunk: pa.Table, client: Any, stream: int) -> None:
+        """Every old row of the chunk's keys goes, then its ``i``/``u`` rows are inserted."""
+        self._delete_keys(chunk, client, stream)
+        upserts = chunk.filter(pc.fill_null(pc.not_equal(chunk.column(GS_OP), "d"), True))
+        if upserts.num_rows:
+            self._insert(self.spec.table, upserts.select(self.send), client)
+
+    def _in_order(self, chunk: pa.Table, client: Any, stream: int) -> None:
+        """``deduplicate: false``: runs of deletes remove their keys, runs of ``i``/``u`` rows are inserted as
+        they are, in input order."""
+        is_delete = pc.fill_null(pc.equal(chunk.column(GS_OP), "d"), False).to_numpy(zero_copy_only=False)
+        cuts = [0, *(np.flatnonzero(is_delete[1:] != is_delete[:-1]) + 1).tolist(), chunk.num_rows]
+        for start, end in itertools.pairwise(cuts):
+            run = chunk.slice(start, end - start)
+            if is_delete[start]:
+                self._delete_keys(run, client, stream)
+            else:
+                self._insert(self.spec.table, run.select(self.send), client)
+
+    def _staging_name(self, stream: int) -> str:
+        return self.staging_name if stream == 0 else f"{self.staging_name}_{stream}"
+
+    def _delete_keys(self, rows: pa.Table, client: Any, stream: int) -> None:
+        """One synchronous mutation deleting every row of `rows`' keys, the keys loaded into a staging table."""
         keys = ", ".join(quote(k) for k in self.keys)
         match = f"({keys})" if len(self.keys) > 1 else keys
-        for chunk in self._chunks(latest):
-            self._call(f"clearing {self.staging}", lambda: self._client.command(f"TRUNCATE TABLE {self.staging}"))
-            self._insert(self.staging_name, chunk.select(self.keys))
-            self._call(
-                f"deleting changed keys from {self.target}",
-                lambda: self._client.command(
-                    f"ALTER TABLE {self.target} DELETE WHERE {match} IN (SELECT {keys} FROM {self.staging})",
-                    settings={"mutations_sync": 2},
-                ),
-            )
-            upserts = chunk.filter(pc.fill_null(pc.not_equal(chunk.column(GS_OP), "d"), True))
-            if upserts.num_rows:
-                self._insert(self.spec.table, upserts.select(self.send))
+        staging = qualified(self.database, self._staging_name(stream))
+        self._call(f"clearing {staging}", lambda: client.command(f"TRUNCATE TABLE {staging}"))
+        self._insert(self._staging_name(stream), rows.select(self.keys), client)
+        self._call(
+            f"deleting keys from {self.target}",
+            lambda: client.command(
+                f"ALTER TABLE {self.target} DELETE WHERE {match} IN (SELECT {keys} FROM {staging})",
+                settings={"mutations_sync": 2},
+            ),
+        )
 
-    def _insert(self, name: str, rows: pa.Table) -> None:
+    def _insert(self, name: str, rows: pa.Table, client: Any = None) -> None:
         """Table and column names go to the driver quoted: it would pass a dotted table name (`a.b`) or a name
         already in backquotes unquoted into the INSERT."""
         target = qualified(self.database, name)
@@ -383,20 +569,27 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             body = _compress(body, codec, self.spec.compression_level)
         self._call(
             f"inserting into {target}",
-            lambda: self._client.raw_insert(target, names, body, fmt="Arrow", compression=codec),
+            lambda: (client or self._client).raw_insert(target, names, body, fmt="Arrow", compression=codec),
         )
 
     def terminate(self) -> None:
-        if self._client is not None and self.connection.url:
-            try:
-                self._client.close()
-            except Exception:
-                pass
-        self._client = None  # the embedded client is shared by the process and stays open
+        if self.connection.url:
+            for client in [self._client, *self._clients]:
+                try:
+                    if client is not None:
+                        client.close()
+                except Exception:
+                    pass
+        self._client, self._clients = None, []  # the embedded client is shared by the process and stays open
 
 
-def _last_per_key(table: pa.Table, keys: list[str]) -> pa.Table:
-    """The last row of every key, in input order."""
+def _last_per_key(table: pa.Table, keys: list[str], version: str | None = None) -> pa.Table:
+    """The last row of every key, in input order; with a `version` column, the row with the highest version
+    (the last of equal ones), as the ReplacingMergeTree would keep."""
+    if version is not None:
+        ranked = pa.table({"v": table.column(version), "o": np.arange(table.num_rows, dtype=np.int64)})
+        order = pc.sort_indices(ranked, sort_keys=[("v", "ascending", "at_start"), ("o", "ascending", "at_start")])
+        table = table.take(order)
     order = "__streamling_row"
     indexed = table.select(keys).append_column(order, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     last = indexed.group_by(keys, use_threads=False).aggregate([(order, "max")]).column(f"{order}_max")

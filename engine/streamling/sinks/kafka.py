@@ -32,7 +32,7 @@ from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
 from streamling.postgres.writer import ORDER_COLUMN, merge_rounds
 from streamling.topology.spec import SinkSpec
-from streamling.types import GS_OP, exact_columns, json_default, map_in_arrow
+from streamling.types import GS_OP, exact_columns, json_default, map_in_arrow, spread
 
 log = logging.getLogger("streamling.kafka")
 OPS_TO_DBZ = {"i": b"c", "u": b"u", "d": b"d"}
@@ -52,6 +52,9 @@ class KafkaSinkSpec(SinkSpec):
     """The producer's ``message.max.bytes``: the largest message (and produce request) it sends."""
     deduplicate: bool = True
     """Within an epoch, produce only the last row per primary key."""
+    parallelism: PositiveInt | None = None
+    """Spark tasks producing per epoch (each with its worker's producer): rows are hashed by the key into this
+    many partitions first, so a key's messages keep their order."""
 
     @field_validator("compression", "data_format", mode="before")
     @classmethod
@@ -240,13 +243,17 @@ class KafkaSink(Sink[KafkaSinkSpec]):
     def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
         """Everything happens now, in the Spark tasks; each reports its messages by operation."""
         plan = self._plan
-        if self.spec.deduplicate:  # every row of a key in one partition, in input order
-            df = (
-                df.withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
-                .repartition(*exact_columns(self.keys))
-                .sortWithinPartitions(ORDER_COLUMN)
-                .drop(ORDER_COLUMN)
+        if self.spec.deduplicate:  # every row of a key in one partition (of `parallelism`), in input order
+            ordered = df.withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
+            keys = exact_columns(self.keys)
+            parted = (
+                ordered.repartition(self.spec.parallelism, *keys)
+                if self.spec.parallelism
+                else ordered.repartition(*keys)
             )
+            df = parted.sortWithinPartitions(ORDER_COLUMN).drop(ORDER_COLUMN)
+        else:
+            df = spread(df, self.spec.parallelism, self.keys)
         schema = "sent long, inserts long, updates long, deletes long"
         counts = map_in_arrow(df, lambda batches: produce_partition(batches, plan), schema).collect()
         written = sum((Written(row.inserts, row.updates, row.deletes) for row in counts), Written())

@@ -88,6 +88,8 @@ class PostgresAggregateSinkSpec(SinkSpec):
     aggregate: dict[str, Aggregate] = Field(min_length=1)
     batch_size: PositiveInt | None = None
     batch_flush_interval: Milliseconds | None = None
+    parallelism: PositiveInt = 1
+    """Key-hashed write streams into the landing table, as the postgres sink's."""
 
     @field_validator("schema_", "landing_table")
     @classmethod

@@ -15,9 +15,10 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import PositiveInt
 
+from streamling.config.units import Milliseconds
 from streamling.operators import ArrowSink, Epoch
 from streamling.plugins.registry import operator
-from streamling.topology.spec import SinkSpec
+from streamling.topology.spec import SinkSpec, flush_interval, ignored_field
 from streamling.types import GS_OP, json_default
 
 ROW_KINDS = {"i": "Insert", "u": "Update", "d": "Delete"}
@@ -27,6 +28,12 @@ _stdout_lock = threading.Lock()
 class PrintSinkSpec(SinkSpec):
     type: Literal["print"]
     sample_every: PositiveInt | None = None
+    parallelism: PositiveInt | None = None
+    """Accepted for the original's pipelines; the driver prints every epoch in order (a warning at start)."""
+    batch_size: PositiveInt | None = None
+    """Accepted for the original's pipelines; each epoch is printed as it is written (a warning at start)."""
+    batch_flush_interval: Milliseconds | None = None
+    """The longest rows wait: sources feeding this sink close epochs at least this often."""
 
 
 @operator("print", PrintSinkSpec)
@@ -35,6 +42,20 @@ class PrintSink(ArrowSink[PrintSinkSpec]):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.seen = 0
         self._lock = threading.Lock()
+
+    @property
+    def flush_interval_sec(self) -> float | None:
+        return flush_interval(self.spec.batch_flush_interval)
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.spec.parallelism is not None:
+            meaning = "the driver prints each epoch's rows in order; Spark's tasks compute them before that"
+            out.append(ignored_field(self.label, "parallelism", self.spec.parallelism, meaning))
+        if self.spec.batch_size is not None:
+            meaning = "each epoch's rows are printed when it is written; an epoch holds up to record_batch_size rows"
+            out.append(ignored_field(self.label, "batch_size", self.spec.batch_size, meaning))
+        return out
 
     @property
     def sample_every(self) -> int:

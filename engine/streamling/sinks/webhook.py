@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
+from pydantic import PositiveInt
 from pyspark.sql import DataFrame
 
+from streamling.config.units import Milliseconds
 from streamling.http.client import Endpoint, Skipped, exchange, log_skipped
 from streamling.http.options import HttpRequestOptions
 from streamling.http.payloads import PayloadFormat
 from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
-from streamling.topology.spec import SinkSpec
+from streamling.topology.spec import SinkSpec, flush_interval
+from streamling.types import spread
 
 log = logging.getLogger("streamling.http")
 COUNTS = (
@@ -37,6 +40,11 @@ class WebhookSinkSpec(SinkSpec, HttpRequestOptions):
     skip_on_error: bool = False
     """Log and skip a request that failed for good (a non-retriable status, or retries exhausted) instead of
     failing the pipeline."""
+    parallelism: PositiveInt | None = None
+    """Spark tasks sending the requests per epoch: rows are hashed by the primary key (round-robin without one)
+    into this many partitions first, so a key is never delivered by two tasks at once."""
+    batch_flush_interval: Milliseconds | None = None
+    """The longest rows wait before they are sent: sources feeding this sink close epochs at least this often."""
 
 
 @dataclass(frozen=True)
@@ -76,12 +84,19 @@ class WebhookSink(Sink[WebhookSinkSpec]):
         self.skipped_rows = 0
         """Rows of requests skipped under ``skip_on_error`` during this run (they count as written too)."""
         self.skipped_requests = 0
+        self.keys: list[str] = []
+        """The primary key (own or upstream) that `parallelism` hashes by."""
 
     @property
     def label(self) -> str:
         return f"webhook sink '{self.name}'"
 
+    @property
+    def flush_interval_sec(self) -> float | None:
+        return flush_interval(self.spec.batch_flush_interval)
+
     def check(self, schema: Any, primary_key: list[str]) -> list[str]:
+        self.keys = primary_key
         try:
             self._build_plan()
         except Exception as exc:  # a missing secret: the message names the node
@@ -116,6 +131,7 @@ class WebhookSink(Sink[WebhookSinkSpec]):
     def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
         """Every request happens now, in the Spark tasks, so the epoch commits only after all of them."""
         plan = self._build_plan()
+        df = spread(df, self.spec.parallelism, self.keys)
         counts = df.mapInArrow(lambda batches: deliver_partition(batches, plan), COUNTS).collect()
         written = sum((Written(c.inserts, c.updates, c.deletes) for c in counts), Written())
         skipped_rows = sum(c.skipped_rows for c in counts)

@@ -15,7 +15,7 @@ from datetime import date, datetime
 from functools import cached_property
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, PositiveInt, field_validator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
@@ -27,7 +27,7 @@ from streamling.operators import Source
 from streamling.plugins.registry import operator
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec, split_columns
-from streamling.types import GS_OP
+from streamling.types import GS_OP, spread
 
 log = logging.getLogger("streamling.clickhouse")
 STATE_PREFIX = "clickhouse_source:"
@@ -40,6 +40,9 @@ class ClickHouseSourceSpec(SourceSpec):
     columns: str | list[str] | None = None
     filter: str | None = None
     start_at: str | None = None
+    parallelism: PositiveInt | None = None
+    """Spark partitions each page is spread over (round-robin), so the nodes after the source run that many
+    tasks; default the partitions Spark makes of a local table."""
 
     @field_validator("start_at", mode="before")
     @classmethod
@@ -108,6 +111,7 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
             settings.page_size,
             settings.sort_key_range,
             self.spec.start_at,
+            timeout_sec=settings.query_timeout_sec,
         )
 
     def schema(self) -> T.StructType:
@@ -182,7 +186,8 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
         except Exception as exc:
             raise StreamlingError.retry(f"reading {'.'.join(self.database_and_table)}: {first_line(exc)}") from None
         self._rows_by_end[json.dumps(end, sort_keys=True, default=str)] = table.num_rows
-        return spark.createDataFrame(table, schema=self.schema()), end
+        frame = spark.createDataFrame(table, schema=self.schema())
+        return spread(frame, self.spec.parallelism, []), end
 
     def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
         return self._rows_by_end.pop(json.dumps(end, sort_keys=True, default=str), None)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -45,7 +45,15 @@ class GeneratorSourceSpec(SourceSpec):
     key_space: PositiveInt | None = None
     delete_every: PositiveInt | None = None
     partitions: PositiveInt | None = None
+    parallelism: PositiveInt | None = None
+    """The same as `partitions` (the name other nodes use)."""
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _one_width(self) -> GeneratorSourceSpec:
+        if self.partitions is not None and self.parallelism is not None and self.partitions != self.parallelism:
+            raise ValueError("'partitions' and 'parallelism' mean the same; give one")
+        return self
 
     @field_validator("schema_")
     @classmethod
@@ -265,7 +273,7 @@ class GeneratorSource(Source[GeneratorSourceSpec]):
     def stream(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
     ) -> DataFrame:
-        parallelism = self.spec.partitions or spark.sparkContext.defaultParallelism
+        parallelism = self.spec.partitions or self.spec.parallelism or spark.sparkContext.defaultParallelism
         max_rows = self.spec.record_batch_size or self.settings.record_batch_size
         return (
             spark.readStream.format(GeneratorDataSource.name())

@@ -5,6 +5,10 @@ epochs number on, the same sinks see one stream, and each phase keeps its own po
 backend. ``<name>:__phase__`` records which phase is current; a restart resumes that phase at its saved
 position. Bounded phases' rows are conformed to the stream's schema (by column name, cast, NULL when a
 table lacks a column) so everything downstream sees one shape. In job mode only the bounded phases run.
+
+With ``offset_table``, the stream continues exactly where the backfilled data ends: when the Kafka phase
+starts without positions of its own, each partition starts after the largest offset a ClickHouse table
+records for it (a table filled from the same topic, with the Kafka source's ``_partition``/``_offset``).
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from streamling.clickhouse.client import qualified, quote
+from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, Operator, RunContext, Source
 from streamling.plugins.registry import operator
 from streamling.sources.clickhouse import ClickHouseSource, ClickHouseSourceSpec
@@ -51,10 +57,27 @@ class UnboundedPhase(BaseModel):
     filter: str | None = None
 
 
+class OffsetTable(BaseModel):
+    """Where the backfilled data records the Kafka offsets it holds: the stream starts after them."""
+
+    model_config = ConfigDict(extra="forbid")
+    topic_name: str = Field(min_length=1)
+    """The topic the table's rows came from (compared with `topic_column` when that is set)."""
+    table_name: str | None = Field(default=None, min_length=1)
+    """``table`` (in ``clickhouse_source.database``) or ``database.table``; default the last bounded table."""
+    topic_column: str | None = Field(default=None, min_length=1)
+    """A column holding the topic name, for a table that mixes topics; unset: every row counts."""
+    partition_column: str = Field(default="_partition", min_length=1)
+    offset_column: str = Field(default="_offset", min_length=1)
+
+
 class HybridSourceSpec(SourceSpec):
     type: Literal["hybrid"]
     bounded_sources: list[BoundedPhase] = Field(min_length=1)
     unbounded_source: UnboundedPhase | None = None
+    offset_table: OffsetTable | None = None
+    parallelism: PositiveInt | None = None
+    """Every phase's `parallelism` (Spark partitions of a ClickHouse page, reading tasks of a Kafka epoch)."""
 
     @property
     def bounded(self) -> bool:
@@ -62,7 +85,7 @@ class HybridSourceSpec(SourceSpec):
         return True
 
     def phase_specs(self) -> list[SourceSpec]:
-        common = {"primary_key": self.primary_key, "telemetry": self.telemetry}
+        common = {"primary_key": self.primary_key, "telemetry": self.telemetry, "parallelism": self.parallelism}
         specs: list[SourceSpec] = []
         for phase in self.bounded_sources:
             body = phase.model_dump(exclude={"source_type"}, exclude_none=True)
@@ -82,6 +105,8 @@ class HybridSourceSpec(SourceSpec):
             problem = exc.errors()[0]
             where = ".".join(str(p) for p in problem["loc"])
             raise ValueError(f"{where}: {problem['msg']}") from None
+        if self.offset_table is not None and self.unbounded_source is None:
+            raise ValueError("offset_table seeds the unbounded (Kafka) phase; it needs 'unbounded_source'")
         return self
 
 
@@ -104,6 +129,8 @@ class Phase(Source[Any]):
         return self.hybrid.schema()
 
     def load_position(self, state: StateBackend) -> dict[str, Any]:
+        if isinstance(self.child, KafkaSource):
+            self.hybrid.seed_stream(state)
         return self.child.load_position(state)
 
     def committed_position(self, state: StateBackend) -> dict[str, Any] | None:
@@ -197,9 +224,10 @@ class HybridSource(Source[HybridSourceSpec]):
     def _pin_stream_start(self, ctx: RunContext) -> None:
         """With ``start_at: latest``, the stream starts at the offsets of when the backfill began, not of when
         it ended: records produced during the backfill are streamed, not skipped. Recorded in the state
-        backend before the first bounded epoch, so a backfill run (job mode) and a later streaming run agree."""
+        backend before the first bounded epoch, so a backfill run (job mode) and a later streaming run agree.
+        An `offset_table` says exactly where to start instead."""
         stream = self.children[-1]
-        if not isinstance(stream, KafkaSource) or stream.spec.starting_offsets != "latest":
+        if not isinstance(stream, KafkaSource) or stream.spec.starting_offsets != "latest" or self.spec.offset_table:
             return
         phase = int((ctx.state.get(self.phase_key) or {}).get("phase", 0))
         if phase >= len(self.children) - 1 or stream.committed_position(ctx.state) is not None:
@@ -209,6 +237,36 @@ class HybridSource(Source[HybridSourceSpec]):
         position = stream.load_position(ctx.state)
         ctx.state.put_many(stream.position_entries({}, position, int(time.time() * 1000)))
         log.info("%s: the stream phase will start at %s, the offsets when the backfill began", self.label, position)
+
+    def seed_stream(self, state: StateBackend) -> None:
+        """Before the Kafka phase first runs: its positions from `offset_table` (the next offset after the largest
+        one recorded per partition), written to the state backend; partitions the table lacks use start_at."""
+        table = self.spec.offset_table
+        stream = self.children[-1]
+        if table is None or not isinstance(stream, KafkaSource) or stream.committed_position(state) is not None:
+            return
+        backfill = next(c for c in self.children if isinstance(c, ClickHouseSource))
+        name = table.table_name or self.spec.bounded_sources[-1].table_name
+        database, _, bare = name.rpartition(".")
+        target = qualified(database or self.settings.clickhouse_source.database, bare)
+        where = f" WHERE {quote(table.topic_column)} = {{topic:String}}" if table.topic_column else ""
+        query = (
+            f"SELECT toInt64({quote(table.partition_column)}) AS p, max(toInt64({quote(table.offset_column)})) AS o "
+            f"FROM {target}{where} GROUP BY p ORDER BY p"
+        )
+        try:
+            found = backfill.client.query(query, parameters={"topic": table.topic_name}).result_rows
+        except Exception as exc:
+            raise StreamlingError.user(
+                f"{self.label}: offset_table {name}: cannot read the recorded offsets "
+                f"({table.partition_column}, {table.offset_column}): {first_line(exc)}"
+            ) from None
+        if not found:
+            log.info("%s: offset_table %s records no offsets; the stream starts at start_at", self.label, name)
+            return
+        position = {str(p): int(o) + 1 for p, o in found}
+        state.put_many(stream.position_entries({}, position, int(time.time() * 1000)))
+        log.info("%s: the stream continues after the offsets in %s: %s", self.label, name, position)
 
     def bind(self, operators: Mapping[str, Operator]) -> None:
         for child in self.children:

@@ -79,6 +79,9 @@ class KafkaSourceSpec(SourceSpec, ErrorHandlingSpec):
     validate_writer_schema_ordering: bool = True
     schema_id_overrides: list[SchemaIdOverride] = Field(default_factory=list)
     record_batch_size: PositiveInt | None = None
+    parallelism: PositiveInt | None = None
+    """The most Spark input partitions (reading tasks) an epoch's offset ranges are split into; default Spark's
+    default parallelism."""
 
     @field_validator("starting_offsets", mode="before")
     @classmethod
@@ -812,8 +815,12 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def stream(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
     ) -> DataFrame:
-        options = self.reader_options(start, replay_end, spark.sparkContext.defaultParallelism)
+        options = self.reader_options(start, replay_end, self.reader_parallelism(spark))
         return spark.readStream.format(KafkaDataSource.name()).options(**options).load()
+
+    def reader_parallelism(self, spark: SparkSession) -> int:
+        """The most reading tasks per epoch: `parallelism`, else Spark's default parallelism."""
+        return self.spec.parallelism or spark.sparkContext.defaultParallelism
 
     def reader_options(
         self, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None, parallelism: int

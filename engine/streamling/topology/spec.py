@@ -149,6 +149,17 @@ class SinkSpec(_Keyed):
         return [self.from_.strip()]
 
 
+def flush_interval(milliseconds: int | None) -> float | None:
+    """A node's ``batch_flush_interval`` (stored in ms) as the seconds `flush_interval_sec` reports."""
+    return milliseconds / 1000 if milliseconds else None
+
+
+def ignored_field(label: str, field: str, value: object, meaning: str) -> str:
+    """The start-up warning for a field accepted for compatibility that does nothing here
+    (`Operator.warnings`)."""
+    return f"{label}: {field} = {value!r} has no effect here: {meaning}"
+
+
 class PluginOptions(BaseModel):
     """Shared shape of plugin-provided operators: identity comes from the type name itself."""
 

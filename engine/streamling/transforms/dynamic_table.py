@@ -5,6 +5,10 @@ It is filled from its input as a side output (by one string column, or by a one-
 projection), before the epoch flows on, so lookups in the same epoch already see the new values; or
 only from outside, when it has neither. Its output rows are the values it added in the epoch, which
 no node reads (`NodeSpec.side_output`).
+
+The fields follow the original's: `column` names the Postgres table's value column (and, with `from` and no
+`sql`, the input column that fills it), `time_column` a timestamp every append advances, and `cache` /
+`cache_refresh_debounce_ms` let each worker hold the table in memory (`dynamic_tables.postgres`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
+from streamling.config.units import Milliseconds
 from streamling.dynamic_tables import udf
 from streamling.dynamic_tables.memory import MemorySet
 from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, PostgresWriter
@@ -26,7 +31,7 @@ from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, RunContext, Transform
 from streamling.plugins.registry import operator
 from streamling.postgres.catalog import check_identifier
-from streamling.topology.spec import TransformSpec, split_columns
+from streamling.topology.spec import TransformSpec, ignored_field, split_columns
 from streamling.transforms.sql_rewrite import SqlProgram, spark_name
 from streamling.transforms.stateless import forbidden_operations
 from streamling.types import GS_OP, exact_column
@@ -34,6 +39,8 @@ from streamling.types import GS_OP, exact_column
 BackendType = Literal["Postgres", "InMemory"]
 _BACKENDS: dict[str, BackendType] = {"postgres": "Postgres", "inmemory": "InMemory"}
 VALUE_SCHEMA = StructType([StructField("value", StringType(), False)])
+DEFAULT_REFRESH_MS = 1000
+"""The original's default for how long a cached table is trusted."""
 
 
 class DynamicTableSpec(TransformSpec):
@@ -45,7 +52,16 @@ class DynamicTableSpec(TransformSpec):
     schema_: str = Field(default="public", min_length=1, alias="schema")
     """Postgres schema; created on start when missing."""
     column: str | None = Field(default=None, min_length=1)
+    """The table's value column (default ``value``); with `from` and no `sql`, also the input column that
+    fills it."""
     sql: str | None = Field(default=None, min_length=1)
+    time_column: str | None = Field(default=None, min_length=1)
+    """A timestamp column every append advances (created as ``TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()``);
+    what `cache` reads newer rows by."""
+    cache: bool | None = None
+    """Each worker holds the whole table in memory (needs `time_column`); default off."""
+    cache_refresh_debounce_ms: Milliseconds | None = None
+    """How long a worker trusts its cached table before asking for newer rows (default 1 s; 0: every batch)."""
 
     @field_validator("backend_type", mode="before")
     @classmethod
@@ -55,20 +71,27 @@ class DynamicTableSpec(TransformSpec):
             raise ValueError("must be one of Postgres, InMemory (case-insensitive)")
         return backend
 
-    @field_validator("backend_entity_name", "schema_")
+    @field_validator("backend_entity_name", "schema_", "column", "time_column")
     @classmethod
-    def _fits_postgres(cls, value: str) -> str:
-        return check_identifier(value)
+    def _fits_postgres(cls, value: str | None) -> str | None:
+        return value if value is None else check_identifier(value)
 
     @model_validator(mode="after")
     def _one_filler(self) -> DynamicTableSpec:
-        if self.column is not None and self.sql is not None:
-            raise ValueError("set either 'column' or 'sql', not both")
-        if self.column is not None and not split_columns(self.from_):
-            raise ValueError("'column' needs 'from', the node whose column fills the table")
         if self.from_ is not None and self.column is None and self.sql is None:
             raise ValueError("'from' needs 'column' or 'sql' to say what fills the table")
+        if self.time_column is not None and self.time_column == self.value_column:
+            raise ValueError(f"time_column must differ from the value column '{self.value_column}'")
         return self
+
+    @property
+    def value_column(self) -> str:
+        return self.column or "value"
+
+    @property
+    def fills_from_column(self) -> bool:
+        """Filled from the input column named `column` (not by `sql`)."""
+        return self.sql is None and bool(split_columns(self.from_))
 
     def input_names(self) -> list[str]:
         names = super().input_names() or (SqlProgram(self.sql, "sql").references if self.sql else [])
@@ -90,6 +113,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
     @cached_property
     def postgres(self) -> PostgresTable:
         backend = self.settings.dynamic_table_backend
+        refresh = self.spec.cache_refresh_debounce_ms
         return PostgresTable(
             node=self.name,
             connection=self.settings.postgres_connection(self.name),
@@ -97,13 +121,39 @@ class DynamicTable(Transform[DynamicTableSpec]):
             table=self.spec.backend_entity_name,
             max_batch_size=backend.max_batch_size,
             cache_ttl_ms=backend.cache_ttl_ms,
+            column=self.spec.value_column,
+            time_column=self.spec.time_column,
+            cache=bool(self.spec.cache),
+            refresh_ms=DEFAULT_REFRESH_MS if refresh is None else refresh,
         )
+
+    def warnings(self) -> list[str]:
+        spec, out = self.spec, []
+        if spec.backend_type == "InMemory":
+            for field in ("time_column", "cache", "cache_refresh_debounce_ms"):
+                value = getattr(spec, field)
+                if value is not None:
+                    meaning = "an InMemory table is a set in driver memory, shipped to the workers when it changes"
+                    out.append(ignored_field(self.label, field, value, meaning))
+            if spec.column is not None and not spec.fills_from_column:
+                meaning = "an InMemory table has no columns; 'column' names the input column only together with 'from'"
+                out.append(ignored_field(self.label, "column", spec.column, meaning))
+            return out
+        if spec.cache and spec.time_column is None:
+            meaning = "the cache needs a time_column to find newer rows by; lookups query the table every batch"
+            out.append(ignored_field(self.label, "cache", spec.cache, meaning))
+        if spec.cache_refresh_debounce_ms is not None and not self.postgres.cached:
+            meaning = "it applies only with cache: true and a time_column"
+            out.append(ignored_field(self.label, "cache_refresh_debounce_ms", spec.cache_refresh_debounce_ms, meaning))
+        return out
 
     @cached_property
     def _memory(self) -> MemorySet:
         return MemorySet()
 
     _writer: PostgresWriter | None = None
+    _appends = 0
+    """Epochs in which this run added values to the Postgres table: the lookups' `generation`."""
 
     def initialize(self, ctx: RunContext) -> None:
         if self.spec.backend_type == "Postgres":
@@ -123,7 +173,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
         base = f"__sl_dt_{spark_name(self.name)}"
         lookup: udf.Lookup
         if self.spec.backend_type == "Postgres":
-            name, lookup = base, PostgresLookup(self.postgres)
+            name, lookup = base, PostgresLookup(self.postgres, self._appends)
         else:
             version, lookup = self._memory.snapshot(spark)
             name = f"{base}_v{version}"
@@ -158,13 +208,14 @@ class DynamicTable(Transform[DynamicTableSpec]):
             df = df.drop(GS_OP)
             what = "sql"
         else:
-            if self.spec.column not in frame.columns:
+            column = self.spec.value_column
+            if column not in frame.columns:
                 raise StreamlingError.user(
-                    f"{self.label}: column '{self.spec.column}' not found in '{node}'. "
+                    f"{self.label}: column '{column}' not found in '{node}'. "
                     f"Available columns: {', '.join(c for c in frame.columns if c != GS_OP)}"
                 )
-            df = frame.select(exact_column(self.spec.column))
-            what = f"column '{self.spec.column}'"
+            df = frame.select(exact_column(column))
+            what = f"column '{column}'"
         fields = df.schema.fields
         if len(fields) != 1 or not isinstance(fields[0].dataType, StringType):
             got = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in fields) or "no columns"
@@ -183,5 +234,6 @@ class DynamicTable(Transform[DynamicTableSpec]):
             if self._writer is None:
                 raise StreamlingError(f"{self.label}: used before initialize")
             self._writer.add(sorted(distinct))
+            self._appends += 1
         else:
             self._memory.add(distinct)

@@ -15,19 +15,20 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
-from pydantic import Field, field_validator
+from pydantic import Field, PositiveInt, field_validator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError
 from streamling.http.client import Endpoint, exchange
 from streamling.http.options import HttpRequestOptions
 from streamling.http.payloads import PayloadError, PayloadFormat, decode_response, to_record_batch
 from streamling.operators import Epoch, Operator, Transform
 from streamling.plugins.registry import operator
-from streamling.topology.spec import TransformSpec, split_columns
-from streamling.types import GS_OP, parse_type, with_gs_op
+from streamling.topology.spec import TransformSpec, flush_interval, split_columns
+from streamling.types import GS_OP, parse_type, spread, with_gs_op
 
 OUTPUT_BATCH_ROWS = 10_000
 """Answer rows converted to Arrow at once; bounds the worker's memory in one-row-per-request mode too."""
@@ -40,6 +41,11 @@ class HandlerSpec(TransformSpec, HttpRequestOptions):
     primary_key: str | list[str]
     schema_override: dict[str, str | None] | None = None
     """``column: type`` changes a column's type or adds a nullable column; ``column: null`` drops it."""
+    parallelism: PositiveInt | None = None
+    """Spark tasks sending this node's requests per epoch: the input is hashed by the primary key into this many
+    partitions first, so a key is never in flight twice at once."""
+    batch_flush_interval: Milliseconds | None = None
+    """The longest rows wait before they are sent: sources feeding this node close epochs at least this often."""
 
     @field_validator("from_")
     @classmethod
@@ -140,6 +146,10 @@ class HandlerTransform(Transform[HandlerSpec]):
     def label(self) -> str:
         return f"handler transform '{self.name}'"
 
+    @property
+    def flush_interval_sec(self) -> float | None:
+        return flush_interval(self.spec.batch_flush_interval)
+
     def bind(self, operators: Mapping[str, Operator]) -> None:
         # Read by several nodes, the output is cached per epoch so that every request is sent once.
         readers = sum(1 for op in operators.values() if self.name in op.spec.input_names())
@@ -163,6 +173,8 @@ class HandlerTransform(Transform[HandlerSpec]):
         (df,) = inputs.values()
         plan = self.plan(df.schema)
         assert self._schema is not None
+        if epoch is not None:
+            df = spread(df, self.spec.parallelism, self.spec.primary_key_columns())
         out = df.mapInArrow(lambda batches: handle_partition(batches, plan), self._schema)
         if epoch is not None and self._shared:
             out = out.persist()

@@ -35,8 +35,8 @@ from streamling.script.sandbox import (
     discard,
     sandbox_for,
 )
-from streamling.topology.spec import TransformSpec, split_columns
-from streamling.types import GS_OP, json_default, parse_type
+from streamling.topology.spec import TransformSpec, flush_interval, split_columns
+from streamling.types import GS_OP, json_default, parse_type, spread
 
 INPUT_ROW_CHARS = 300
 
@@ -51,6 +51,11 @@ class ScriptTransformSpec(TransformSpec):
     batch_size: PositiveInt | None = None
     time_limit_ms: Milliseconds | None = None
     memory_limit_mb: int | None = Field(default=None, ge=16)
+    parallelism: PositiveInt | None = None
+    """Spark tasks (sandboxes) running the script per epoch: the input is hashed by the primary key into this
+    many partitions first."""
+    batch_flush_interval: Milliseconds | None = None
+    """The longest rows wait: sources feeding this transform close epochs at least this often."""
 
     @field_validator("from_")
     @classmethod
@@ -112,6 +117,10 @@ class ScriptTransform(Transform[ScriptTransformSpec]):
     def label(self) -> str:
         return f"script transform '{self.name}'"
 
+    @property
+    def flush_interval_sec(self) -> float | None:
+        return flush_interval(self.spec.batch_flush_interval)
+
     @cached_property
     def limits(self) -> Limits:
         defaults = self.settings.script_transform
@@ -134,6 +143,8 @@ class ScriptTransform(Transform[ScriptTransformSpec]):
             batch_size=self.spec.batch_size or self.settings.script_transform.batch_size,
             arrow_schema=_arrow_schema(schema, timezone),
         )
+        if epoch is not None:
+            frame = spread(frame, self.spec.parallelism, self.spec.primary_key_columns())
         return frame.mapInArrow(program, schema)
 
     def output_schema(self, input_schema: T.StructType) -> T.StructType:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, PositiveInt
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -18,13 +18,15 @@ from streamling.transforms import wide_integers
 from streamling.transforms.dynamic_table import DynamicTable, DynamicTableSpec
 from streamling.transforms.sql_rewrite import SqlProgram, spark_name, undefined_dynamic_table
 from streamling.transforms.stateless import forbidden_operations
-from streamling.types import GS_OP
+from streamling.types import GS_OP, spread
 
 
 class SqlTransformSpec(TransformSpec):
     type: Literal["sql"]
     sql: str = Field(min_length=1)
     primary_key: str | list[str]
+    parallelism: PositiveInt | None = None
+    """The output's Spark partitions, hashed by the primary key: the tasks of every node after it."""
 
     def input_names(self) -> list[str]:
         explicit = super().input_names()
@@ -98,7 +100,8 @@ class SqlTransform(Transform[SqlTransformSpec]):
                     f"{self.label}: {', '.join(bad)} is not allowed; SQL transforms accept only stateless "
                     "operations (projection, filter, union, unnest)"
                 )
-        return _single_gs_op(df)
+            return _single_gs_op(df)
+        return spread(_single_gs_op(df), self.spec.parallelism, self.spec.primary_key_columns())
 
 
 def _single_gs_op(df: DataFrame) -> DataFrame:
