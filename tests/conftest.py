@@ -45,7 +45,9 @@ def make_settings(tmp_path: Path) -> Callable[..., object]:
             "record_batch_interval_ms": 50,
         }
         base.update({k.replace("__", "."): v for k, v in overrides.items()})
-        return load_settings(config=str(tmp_path / "absent-config"), environ=environ or {}, overrides=base)
+        config = tmp_path / "empty-config.yaml"  # never the working directory's config.yaml
+        config.write_text("{}\n")
+        return load_settings(config=str(config), environ=environ or {}, overrides=base)
 
     return build
 
