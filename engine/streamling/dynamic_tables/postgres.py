@@ -2,9 +2,9 @@
 fill too; lookups read it on every batch, so external inserts show up without a restart.
 
 The driver creates the table and inserts a populating node's values. The executors look values up
-through `PostgresLookup`, which uses the Python worker's cached autocommit connection
-(`postgres.connection.cached_connection`, outliving batches and tasks) and, with ``cache_ttl_ms``, reuses
-answers for that long.
+through `PostgresLookup`, on a connection of the Python worker's pool (`postgres.connection`, outliving
+batches and tasks; autocommit, so every lookup sees the latest committed rows) and, with ``cache_ttl_ms``,
+reuse answers for that long.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from psycopg import sql
 
 from streamling.config.model import PostgresSinkSettings
 from streamling.postgres import catalog
-from streamling.postgres.connection import cached_connection, connect, drop_cached_connection, with_retries
+from streamling.postgres.connection import connection, transact, with_retries
 
 T = TypeVar("T")
 MAX_CACHED_ANSWERS = 200_000
@@ -51,9 +51,10 @@ class PostgresTable:
         """Identifies the table and the connection in a worker's answer cache (kept in memory only)."""
         return (self.node, self.schema, self.table, tuple(sorted(self.connection.conninfo().items())))
 
-    def retrying(self, attempt: Callable[[], T], on_retry: Callable[[], None]) -> T:
-        """Transient failures retry for ``retry_timeout_sec``; others fail at once, naming the node."""
-        return with_retries(attempt, self.where, self.connection.retry_timeout_sec, on_retry)
+    def transact(self, work: Callable[[psycopg.Cursor], T]) -> T:
+        """`work(cursor)` in one transaction; transient failures retry for ``retry_timeout_sec``, others fail at
+        once, naming the node."""
+        return transact(self.connection, self.where, work)
 
 
 class PostgresWriter:
@@ -61,30 +62,17 @@ class PostgresWriter:
 
     def __init__(self, target: PostgresTable) -> None:
         self.target = target
-        self._conn: psycopg.Connection | None = None
-
-    def _connection(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed:
-            self._conn = connect(self.target.connection, "Postgres")
-        return self._conn
-
-    def _drop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-        self._conn = None
 
     def create(self) -> None:
         target = self.target
 
-        def attempt() -> None:
-            conn = self._connection()
-            with conn.transaction(), conn.cursor() as cur:
-                cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (target.schema,))
-                if cur.fetchone() is None:  # CREATE SCHEMA IF NOT EXISTS needs CREATE even when it exists
-                    cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(target.schema)))
-                cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (value TEXT PRIMARY KEY)").format(target.qualified))
+        def create(cur: psycopg.Cursor) -> None:
+            cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (target.schema,))
+            if cur.fetchone() is None:  # CREATE SCHEMA IF NOT EXISTS needs CREATE even when it exists
+                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(target.schema)))
+            cur.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (value TEXT PRIMARY KEY)").format(target.qualified))
 
-        target.retrying(attempt, self._drop)
+        target.transact(create)
 
     def add(self, values: Sequence[str]) -> None:
         """Insert `values` in one transaction, `max_batch_size` per statement; existing ones are skipped."""
@@ -92,17 +80,12 @@ class PostgresWriter:
             self.target.qualified
         )
 
-        def attempt() -> None:
-            conn = self._connection()
-            with conn.transaction(), conn.cursor() as cur:
-                for chunk in _chunks(values, self.target.max_batch_size):
-                    cur.execute(statement, (chunk,))
+        def insert(cur: psycopg.Cursor) -> None:
+            for chunk in _chunks(values, self.target.max_batch_size):
+                cur.execute(statement, (chunk,))
 
         if values:
-            self.target.retrying(attempt, self._drop)
-
-    def close(self) -> None:
-        self._drop()
+            self.target.transact(insert)
 
 
 @dataclass(frozen=True)
@@ -116,21 +99,23 @@ class PostgresLookup:
         if ttl <= 0:
             return _query(self.target, values)
         now = time.monotonic()
-        answers = _ANSWERS.setdefault(self.target.key, {})
-        found = {v for v in values if (a := answers.get(v)) is not None and a[1] > now and a[0]}
-        missing = [v for v in values if (a := answers.get(v)) is None or a[1] <= now]
+        with _ANSWERS_LOCK:
+            answers = _ANSWERS.setdefault(self.target.key, {})
+            found = {v for v in values if (a := answers.get(v)) is not None and a[1] > now and a[0]}
+            missing = [v for v in values if (a := answers.get(v)) is None or a[1] <= now]
         if missing:
             present = _query(self.target, missing)
-            _forget_expired(answers, now)
-            expires = now + ttl
-            answers.update({v: (v in present, expires) for v in missing})
+            with _ANSWERS_LOCK:
+                _forget_expired(answers, now)
+                expires = now + ttl
+                answers.update({v: (v in present, expires) for v in missing})
             found |= present
         return found
 
 
 _ANSWERS: dict[Hashable, dict[str, tuple[bool, float]]] = {}
 """value → (present, expires at) per table, used only when ``cache_ttl_ms`` > 0."""
-_LOCK = threading.Lock()
+_ANSWERS_LOCK = threading.Lock()
 
 
 def _query(target: PostgresTable, values: list[str]) -> set[str]:
@@ -139,16 +124,14 @@ def _query(target: PostgresTable, values: list[str]) -> set[str]:
 
     def attempt() -> set[str]:
         # Autocommit: every lookup reads the latest committed rows, and no transaction stays open.
-        conn = cached_connection(target.connection, target.where, autocommit=True)
         found: set[str] = set()
-        with conn.cursor() as cur:
+        with connection(target.connection, target.where) as conn, conn.cursor() as cur:
             for chunk in _chunks(values, target.max_batch_size):
                 cur.execute(statement, (chunk,))
                 found.update(row[0] for row in cur.fetchall())
         return found
 
-    with _LOCK:
-        return target.retrying(attempt, lambda: drop_cached_connection(target.connection, autocommit=True))
+    return with_retries(attempt, target.where, target.connection.retry_timeout_sec)
 
 
 def _forget_expired(answers: dict[str, tuple[bool, float]], now: float) -> None:
