@@ -99,7 +99,7 @@ def _pool_key(settings: PostgresConnectionSettings, autocommit: bool) -> tuple[A
     )
 
 
-def pool(settings: PostgresConnectionSettings, *, autocommit: bool = True) -> ConnectionPool:
+def pool(settings: PostgresConnectionSettings, *, autocommit: bool = True) -> _Pool:
     """This process's pool for `settings` and commit mode, opened on first use (it connects only on demand)."""
     key = _pool_key(settings, autocommit)
     with _POOLS_LOCK:
@@ -143,8 +143,9 @@ def _open_pool(settings: PostgresConnectionSettings, autocommit: bool) -> _Pool:
         check=ConnectionPool.check_connection,
         name=f"streamling-{settings.host}:{settings.port}/{settings.database}{'' if autocommit else '-tx'}",
         timeout=settings.pool_acquire_timeout_secs,
-        # Opening connections goes on in the background while anyone may still retry (backing off up to that).
-        reconnect_timeout=max(settings.retry_timeout_sec, settings.pool_acquire_timeout_secs),
+        # A background attempt to connect backs off (1 s, 2 s, 4 s, …) and gives up when the client that started
+        # it stops waiting; that client's retry starts a fresh one, so a server back up is reached within seconds.
+        reconnect_timeout=settings.pool_acquire_timeout_secs,
         num_workers=POOL_WORKERS,
     )
     holder.append(created)
@@ -156,14 +157,15 @@ def connection(
     settings: PostgresConnectionSettings, where: str, *, autocommit: bool = True
 ) -> Iterator[psycopg.Connection]:
     """A connection of this process's pool, for this thread alone until the block ends; then it goes back
-    (rolled back if a transaction was left open, replaced if it broke). Not getting one within
-    ``pool_acquire_timeout_secs`` (at most ``retry_timeout_sec``) raises a retriable error naming `where`."""
+    (rolled back if a transaction was left open, replaced if it broke), as with ``pool.connection()``. Not getting
+    one within ``pool_acquire_timeout_secs`` (at most ``retry_timeout_sec``) raises a retriable error naming
+    `where`."""
     source = pool(settings, autocommit=autocommit)
     timeout = min(settings.pool_acquire_timeout_secs, settings.retry_timeout_sec)
     try:
         conn = source.getconn(timeout=timeout)
     except PoolTimeout:
-        last = getattr(source, "last_connect_error", None)
+        last = source.last_connect_error
         why = f"cannot connect: {last}" if last else f"no free connection within {timeout:g}s"
         raise StreamlingError.retry(f"{where}: {why}") from None
     try:
@@ -183,15 +185,6 @@ def transact(settings: PostgresConnectionSettings, where: str, work: Callable[[p
             return work(cur)
 
     return with_retries(attempt, where, settings.retry_timeout_sec)
-
-
-def close_pools() -> None:
-    """Close this process's pools (their connections end); the next use opens new ones."""
-    with _POOLS_LOCK:
-        mine = [key for key in _POOLS if key[0] == os.getpid()]
-        closing = [_POOLS.pop(key) for key in mine]
-    for each in closing:
-        each.close()
 
 
 def with_retries(attempt: Callable[[], T], where: str, timeout_sec: float) -> T:
