@@ -156,7 +156,7 @@ def test_five_sources_into_five_postgres_sinks_survive_sigkills_with_nothing_los
     run_until(tmp_path, path, env, pg_connect, app, schema, lambda p: min(p.values()) >= 4 * BATCH)
     after_first = assert_nothing_lost(pg_connect, app, schema, stopped=True)
     # The second run resumes from the committed positions.
-    run_until(tmp_path, path, env, pg_connect, app, schema, lambda p: sum(p.values()) >= sum(after_first.values()) + 80)
+    run_until(tmp_path, path, env, pg_connect, app, schema, lambda p: sum(p.values()) >= sum(after_first.values()) + 60)
     assert_nothing_lost(pg_connect, app, schema, stopped=True)
     run_until(tmp_path, path, env, pg_connect, app, schema)
 
