@@ -30,7 +30,7 @@ from streamling.config.model import PostgresSinkSettings, Settings
 from streamling.errors import StreamlingError
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, producer
 from streamling.postgres import catalog
-from streamling.postgres.connection import cached_connection, connect, drop_cached_connection, with_retries
+from streamling.postgres.connection import transact
 from streamling.topology.spec import DeadLetterSpec
 from streamling.types import json_default
 
@@ -160,17 +160,12 @@ class DeadLetterTarget:
             return
         assert self.postgres is not None and self.schema is not None and self.table is not None
 
-        def create() -> None:
-            conn = connect(self.postgres, self.label, autocommit=True)
-            try:
-                with conn.transaction(), conn.cursor() as cur:
-                    catalog.lock_ddl(cur, self.schema, self.table)
-                    cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
-                    cur.execute(table_ddl(self.schema, self.table))
-            finally:
-                conn.close()
+        def create(cur: psycopg.Cursor) -> None:
+            catalog.lock_ddl(cur, self.schema, self.table)
+            cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+            cur.execute(table_ddl(self.schema, self.table))
 
-        with_retries(create, f"{self.label}: dead-letter {self.where}", self.postgres.retry_timeout_sec)
+        transact(self.postgres, f"{self.label}: dead-letter {self.where}", create)
 
     # -- writing
 
@@ -185,18 +180,8 @@ class DeadLetterTarget:
             self._insert(cur, letters, failed_at)
         else:
             assert self.postgres is not None
-
-            def attempt() -> None:
-                conn = cached_connection(self.postgres, self.label, autocommit=True)
-                with conn.transaction(), conn.cursor() as own:
-                    self._insert(own, letters, failed_at)
-
-            with_retries(
-                attempt,
-                f"{self.label}: dead-letter {self.where}",
-                self.postgres.retry_timeout_sec,
-                on_retry=lambda: drop_cached_connection(self.postgres, autocommit=True),
-            )
+            where = f"{self.label}: dead-letter {self.where}"
+            transact(self.postgres, where, lambda own: self._insert(own, letters, failed_at))
 
     def _insert(self, cur: psycopg.Cursor, letters: Sequence[DeadLetter], failed_at: datetime) -> None:
         assert self.schema is not None and self.table is not None

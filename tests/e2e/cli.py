@@ -42,14 +42,16 @@ def run_cli(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: f
     )
 
 
-def start_cli(cwd: Path, *args: str, env: dict[str, str] | None = None, stdout=None) -> subprocess.Popen:
+def start_cli(
+    cwd: Path, *args: str, env: dict[str, str] | None = None, stdout=None, stderr=subprocess.PIPE
+) -> subprocess.Popen:
     """Its own process group, so the test can kill the engine and its JVM together."""
     return subprocess.Popen(
         [STREAMLING, *args],
         cwd=cwd,
         env=cli_env(cwd, env),
         stdout=stdout,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         start_new_session=True,
     )

@@ -94,6 +94,26 @@ def test_sql_filled_postgres_table_dedups_and_filters_in_the_same_epoch(
     assert primary == 1
 
 
+def test_dynamic_table_backend_postgres_settings_are_the_tables_connection(
+    spark, make_settings, write_pipeline, postgres_env, pg_connect
+) -> None:
+    """``dynamic_table_backend.postgres`` names the server; `postgres_sink` (here a closed port) is not used."""
+    schema, table, key = unique("dt_own"), unique("watch"), unique("own")
+    prefix = "STREAMLING__POSTGRES_SINK__"
+    own = {
+        "STREAMLING__DYNAMIC_TABLE_BACKEND__POSTGRES__" + name.removeprefix(prefix): value
+        for name, value in postgres_env.items()
+        if name.startswith(prefix)
+    }
+    settings = make_settings(environ=own, job_mode=True, postgres_sink__port=1, postgres_sink__retry_timeout_sec=1)
+    run_pipeline(write_pipeline(watch_pipeline("postgres", table, schema, key)), settings, spark)
+    with pg_connect() as conn:
+        stored = conn.execute(f'SELECT count(*) FROM "{schema}"."{table}"').fetchone()[0]
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    assert stored > 0
+    assert COLLECTED[f"{key}_hits"]
+
+
 def test_external_inserts_are_visible_to_a_later_run(
     spark, make_settings, write_pipeline, postgres_env, pg_connect
 ) -> None:
@@ -430,7 +450,6 @@ def test_cache_holds_the_table_and_tops_it_up_by_time_column(make_settings, post
         time.sleep(1.1)
         assert PostgresLookup(target, 2).contains(["d"]) == {"d"}
     finally:
-        writer.close()
         with pg_connect() as conn:
             conn.execute(f'DROP TABLE public."{table}"')
 
@@ -454,6 +473,5 @@ def test_an_existing_table_without_the_configured_columns_fails_naming_them(
             "(set 'column' / 'time_column' to its columns)"
         )
     finally:
-        writer.close()
         with pg_connect() as conn:
             conn.execute(f'DROP TABLE public."{table}"')

@@ -1,4 +1,5 @@
-"""The Postgres sink rides out a server restart and a read-only period without restarting the pipeline.
+"""The Postgres sink, and the Postgres state backend, ride out a server restart and a read-only period without
+restarting the pipeline.
 
 Unique ids (no key_space) make the table an append-style log: after a clean stop, its row count must
 equal the committed source offset exactly — nothing lost, nothing written twice.
@@ -32,15 +33,16 @@ def _count(pg_connect, schema: str) -> int:
         return -1
 
 
-def _start(write_pipeline, make_settings, postgres_env, spark, schema: str) -> Background:
+def _start(write_pipeline, make_settings, postgres_env, spark, schema: str, **settings: object) -> Background:
     path = write_pipeline(f"""
         sources:
           src: {{type: generator, rows_per_second: 2000}}
         sinks:
           out: {{type: postgres, from: src, primary_key: id, schema: {schema}, table: events}}
         """)
-    settings = make_settings(environ=postgres_env, **{"postgres_sink.retry_timeout_sec": 120})
-    return Background(path, settings, spark)
+    return Background(
+        path, make_settings(environ=postgres_env, **{"postgres_sink.retry_timeout_sec": 120, **settings}), spark
+    )
 
 
 def _committed_offset(tmp_path) -> int:
@@ -48,8 +50,8 @@ def _committed_offset(tmp_path) -> int:
         return int(state.get("src:generator")["offset"])
 
 
-def _assert_exact(pg_connect, schema: str, tmp_path) -> None:
-    offset = _committed_offset(tmp_path)
+def _assert_exact(pg_connect, schema: str, tmp_path, offset: int | None = None) -> None:
+    offset = _committed_offset(tmp_path) if offset is None else offset
     with pg_connect() as conn:
         count, low, high = conn.execute(f'SELECT count(*), min(id), max(id) FROM "{schema}".events').fetchone()
     assert (count, low, high) == (offset, 1, offset)
@@ -92,3 +94,42 @@ def test_read_only_database_then_writable_again_loses_nothing(
     run.wait_until(lambda: _count(pg_connect, schema) > frozen + 2000, timeout=120)
     run.finish()
     _assert_exact(pg_connect, schema, tmp_path)
+
+
+def test_postgres_state_backend_rides_out_a_server_restart(
+    spark, make_settings, write_pipeline, postgres_env, pg_connect, schema, tmp_path
+) -> None:
+    """Positions kept in Postgres too: commits during the restart wait it out instead of failing the run."""
+    app = f"restart_{schema}"
+    run = _start(
+        write_pipeline,
+        make_settings,
+        postgres_env,
+        spark,
+        schema,
+        **{
+            "application_id": app,
+            "state_backend.backend_type": "Postgres",
+            "state_backend.postgres.retry_timeout_sec": 120,
+        },
+    )
+
+    def committed() -> int:
+        try:
+            with pg_connect() as conn:
+                row = conn.execute(
+                    "SELECT data->>'offset' FROM streamling.state WHERE namespace = %s AND key = 'src:generator'",
+                    (app,),
+                ).fetchone()
+        except Exception:  # the server is down
+            return -1
+        return int(row[0]) if row else 0
+
+    run.wait_until(lambda: committed() > 0)
+    services("down", "postgres")
+    time.sleep(1.0)
+    services("up", "postgres")
+    after_restart = committed()
+    run.wait_until(lambda: committed() > after_restart + 2000, timeout=120)
+    run.finish()
+    _assert_exact(pg_connect, schema, tmp_path, committed())

@@ -193,6 +193,40 @@ def test_insert_update_delete_sequences_land_as_the_final_state(
     assert streams == [(0, 3, 8), (1, 3, 8), (2, 3, 8)]
 
 
+def test_postgres_sink_batch_size_setting_sizes_the_merges_of_sinks_without_their_own(
+    spark, pg_settings, write_pipeline, pg_connect, schema
+) -> None:
+    """A statement-level trigger logs every merge statement: ten rows with ``postgres_sink.batch_size: 4`` are merged
+    in three statements; a node's own ``batch_size: 5`` wins (two); a per-node connection entry's (2) wins too."""
+    with pg_connect() as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'CREATE TABLE "{schema}".merges (tbl text)')
+        conn.execute(
+            f'CREATE FUNCTION "{schema}".merged() RETURNS trigger LANGUAGE plpgsql AS $$ '
+            f'BEGIN INSERT INTO "{schema}".merges VALUES (TG_TABLE_NAME); RETURN NULL; END $$'
+        )
+        for table in ("a", "b", "c"):
+            conn.execute(f'CREATE TABLE "{schema}".{table} (id bigint PRIMARY KEY, name text)')
+            conn.execute(
+                f'CREATE TRIGGER merged AFTER INSERT ON "{schema}".{table} '
+                f'FOR EACH STATEMENT EXECUTE FUNCTION "{schema}".merged()'
+            )
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: generator, rows: 10, record_batch_size: 10, schema: {{id: bigint, name: string}}}}
+        sinks:
+          a: {{type: postgres, from: src, primary_key: id, schema: {schema}, table: a}}
+          b: {{type: postgres, from: src, primary_key: id, schema: {schema}, table: b, batch_size: 5}}
+          c: {{type: postgres, from: src, primary_key: id, schema: {schema}, table: c}}
+        """)
+    settings = pg_settings(**{"postgres_sink.batch_size": 4, "postgres_sink_connections.c.batch_size": 2})
+    run_pipeline(path, settings, spark)
+    merges = fetch(pg_connect, f'SELECT tbl, count(*) FROM "{schema}".merges GROUP BY tbl ORDER BY tbl')
+    assert merges == [("a", 3), ("b", 2), ("c", 5)]
+    for table in ("a", "b", "c"):
+        assert fetch(pg_connect, f'SELECT count(*) FROM "{schema}".{table}') == [(10,)]
+
+
 def test_on_conflict_nothing_keeps_the_first_row(spark, pg_settings, write_pipeline, pg_connect, schema) -> None:
     settings = pg_settings()
     path = write_pipeline(f"""

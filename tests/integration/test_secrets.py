@@ -265,7 +265,13 @@ def test_postgres_authentication_failures_show_no_secret(tmp_path: Path, spark, 
         "sinks: {out: {type: postgres, from: orders, table: orders}}\n"
     )
     server = {k: v for k, v in postgres_env.items() if not k.endswith(("PASSWORD", "__PASS"))}
-    said = run_in_process(path, server, tmp_path, capfd, **{"state_backend.backend_type": "Postgres"})
+    said = run_in_process(
+        path,
+        server,
+        tmp_path,
+        capfd,
+        **{"state_backend.backend_type": "Postgres", "state_backend.postgres.retry_timeout_sec": "1"},
+    )
     assert "password authentication failed" in said
     said += run_in_process(path, server, tmp_path, capfd, **{"postgres_sink_connections.out.retry_timeout_sec": "1"})
     assert said.count("password authentication failed") >= 2

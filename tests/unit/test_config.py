@@ -252,3 +252,67 @@ def test_config_files_nested_too_deeply_are_reported(tmp_path: Path) -> None:
     with pytest.raises(StreamlingError) as info:
         load_settings(config=str(tmp_path / "deep.json"), environ={})
     assert info.value.message == f"config file '{tmp_path / 'deep.json'}': cannot be read: nested too deeply"
+
+
+def test_postgres_sink_settings_of_the_original_are_accepted(tmp_path: Path) -> None:
+    env = {
+        "STREAMLING__POSTGRES_SINK__BATCH_SIZE": "500",
+        "STREAMLING__POSTGRES_SINK__STATEMENT_TIMEOUT_SECS": "45",
+        "STREAMLING__POSTGRES_SINK__POOL_ACQUIRE_TIMEOUT_SECS": "2s",
+    }
+    sink = load_settings(config=str(tmp_path / "x"), environ=env).postgres_sink
+    assert (sink.batch_size, sink.statement_timeout_secs, sink.pool_acquire_timeout_secs) == (500, 45.0, 2.0)
+    defaults = load_settings(config=str(tmp_path / "x"), environ={}).postgres_sink
+    assert (defaults.batch_size, defaults.statement_timeout_secs, defaults.pool_acquire_timeout_secs) == (None, 0, 30)
+    assert defaults.retry_timeout_sec == 600
+
+
+def test_postgres_state_backend_retries_as_long_as_the_sinks_by_default(tmp_path: Path) -> None:
+    state = load_settings(config=str(tmp_path / "x"), environ={}).state_backend.postgres
+    assert (state.retry_timeout_sec, state.pool_acquire_timeout_secs, state.statement_timeout_secs) == (600, 30, 0)
+    env = {"STREAMLING__STATE_BACKEND__POSTGRES__RETRY_TIMEOUT_SEC": "2m"}
+    assert load_settings(config=str(tmp_path / "x"), environ=env).state_backend.postgres.retry_timeout_sec == 120
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("POSTGRES_SINK__STATEMENT_TIMEOUT_SECS", "-1", "postgres_sink.statement_timeout_secs = '-1'"),
+        ("POSTGRES_SINK__POOL_ACQUIRE_TIMEOUT_SECS", "0", "postgres_sink.pool_acquire_timeout_secs = '0'"),
+        ("POSTGRES_SINK__BATCH_SIZE", "0", "postgres_sink.batch_size = '0'"),
+        ("DYNAMIC_TABLE_BACKEND__POSTGRES__PORT", "x", "dynamic_table_backend.postgres.port = 'x'"),
+    ],
+)
+def test_bad_postgres_values_name_the_setting(tmp_path: Path, key: str, value: str, message: str) -> None:
+    with pytest.raises(StreamlingError) as info:
+        load_settings(config=str(tmp_path / "x"), environ={f"STREAMLING__{key}": value})
+    assert f"{message} (from STREAMLING__{key})" in str(info.value)
+
+
+def test_dynamic_tables_connect_with_their_own_settings_over_the_sinks(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text(
+        "postgres_sink: {host: sinks.internal, user: writer, pass: sink-secret, db: warehouse}\n"
+        "dynamic_table_backend:\n  postgres: {host: lookups.internal, db: lookups, statement_timeout_secs: 5}\n"
+        "postgres_sink_connections:\n  Seen Users: {host: own.internal}\n"
+    )
+    settings = load_settings(config=str(tmp_path / "config"), environ={})
+    dynamic = settings.dynamic_table_connection("watch")
+    assert (dynamic.host, dynamic.database, dynamic.user, dynamic.password.get_secret_value()) == (
+        "lookups.internal",
+        "lookups",
+        "writer",  # not given for the dynamic tables: postgres_sink's
+        "sink-secret",
+    )
+    assert dynamic.statement_timeout_secs == 5
+    assert settings.dynamic_table_connection("Seen Users").host == "own.internal"  # a node's own entry wins
+    assert settings.postgres_connection("sink").host == "sinks.internal"  # sinks are unaffected
+
+
+def test_dynamic_tables_use_the_sink_connection_when_theirs_is_unset(tmp_path: Path) -> None:
+    env = {"STREAMLING__POSTGRES_SINK__HOST": "sinks.internal", "STREAMLING__POSTGRES_SINK__PORT": "6000"}
+    settings = load_settings(config=str(tmp_path / "x"), environ=env)
+    assert settings.dynamic_table_backend.postgres is None
+    assert settings.dynamic_table_connection("watch") == settings.postgres_sink
+    env["STREAMLING__DYNAMIC_TABLE_BACKEND__POSTGRES__PORT"] = "7000"
+    layered = load_settings(config=str(tmp_path / "x"), environ=env).dynamic_table_connection("watch")
+    assert (layered.host, layered.port) == ("sinks.internal", 7000)

@@ -13,7 +13,7 @@ from streamling.config import load_settings
 from streamling.config.model import connection_key
 from streamling.errors import StreamlingError
 from streamling.kafka.avro import WIDE_DECIMAL_KEY
-from streamling.postgres.connection import is_transient
+from streamling.postgres.connection import is_transient, with_retries
 from streamling.postgres.types import Column, can_hold, columns_of, pg_type
 from streamling.postgres.writer import check_keys, merge_rounds, to_csv
 
@@ -260,3 +260,19 @@ sinks:
         "(a Postgres identifier); shorten its name"
         for suffix in ("count", "sum")
     ]
+
+
+def test_a_pool_acquire_timeout_is_transient_and_retried() -> None:
+    from psycopg_pool import PoolTimeout
+
+    assert is_transient(PoolTimeout("couldn't get a connection after 30.00 sec"))
+    calls: list[int] = []
+
+    def attempt() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise PoolTimeout("couldn't get a connection after 0.01 sec")
+        return "written"
+
+    assert with_retries(attempt, "postgres sink 'x'", 30) == "written"
+    assert len(calls) == 3

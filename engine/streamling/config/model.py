@@ -26,6 +26,28 @@ class PostgresConnectionSettings(_Section):
     database: str = "postgres"
     sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "disable"
     connect_timeout_sec: PositiveInt = 10
+    retry_timeout_sec: Seconds = 600.0
+    """How long a write or a state commit keeps retrying transient failures (lost connection, server restart,
+    read-only database) before the pipeline fails; the epoch is not acknowledged meanwhile."""
+    statement_timeout_secs: Seconds = 0.0
+    """The sessions' ``statement_timeout``: a statement running longer is cancelled and fails the run; 0 = none."""
+    pool_acquire_timeout_secs: Seconds = 30.0
+    """How long one attempt waits for a connection of the process's pool (all busy, or none can be opened);
+    then it counts as a transient failure."""
+
+    @field_validator("statement_timeout_secs")
+    @classmethod
+    def _not_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError("must be 0 (no limit) or more")
+        return value
+
+    @field_validator("pool_acquire_timeout_secs")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
 
     def conninfo(self) -> dict[str, object]:
         """Keyword arguments for psycopg.connect; the password never leaves this dict."""
@@ -46,9 +68,9 @@ class PostgresSinkSettings(PostgresConnectionSettings):
 
     password: SecretStr = Field(default=SecretStr(""), alias="pass")
     database: str = Field(default="postgres", alias="db")
-    retry_timeout_sec: Seconds = 600.0
-    """How long a write keeps retrying transient failures (lost connection, read-only database) before
-    the pipeline fails; the epoch is not acknowledged meanwhile."""
+    batch_size: PositiveInt | None = None
+    """Rows per merge statement of a Postgres sink whose node sets no ``batch_size``; unset: a whole epoch's
+    stream (per merge round) in one."""
 
 
 def connection_key(node_name: str) -> str:
@@ -97,6 +119,9 @@ class DynamicTableBackendSettings(_Section):
     """Distinct values per lookup query."""
     cache_ttl_ms: Milliseconds = 0
     """How long a lookup result may be reused; 0 (the default) asks the table every batch."""
+    postgres: PostgresSinkSettings | None = None
+    """Where Postgres dynamic tables live; each field it leaves out comes from `postgres_sink` (layered by
+    `Settings._layer_connections`). Unset: `postgres_sink` itself."""
 
 
 class ExternalHttpHandlerSettings(_Section):
@@ -252,14 +277,20 @@ class Settings(_Section):
     @model_validator(mode="before")
     @classmethod
     def _layer_connections(cls, data: Any) -> Any:
-        """Each per-node entry overrides only the fields it names; the rest come from `postgres_sink`."""
-        if not isinstance(data, dict) or not isinstance(data.get("postgres_sink_connections"), dict):
+        """Each per-node entry, and the dynamic tables' connection, override only the fields they name; the rest
+        come from `postgres_sink`."""
+        if not isinstance(data, dict):
             return data
         base = data.get("postgres_sink") if isinstance(data.get("postgres_sink"), dict) else {}
-        layered = {}
-        for name, override in data["postgres_sink_connections"].items():
-            layered[connection_key(str(name))] = {**base, **override} if isinstance(override, dict) else override
-        return {**data, "postgres_sink_connections": layered}
+        if isinstance(data.get("postgres_sink_connections"), dict):
+            layered = {}
+            for name, override in data["postgres_sink_connections"].items():
+                layered[connection_key(str(name))] = {**base, **override} if isinstance(override, dict) else override
+            data = {**data, "postgres_sink_connections": layered}
+        dynamic = data.get("dynamic_table_backend")
+        if isinstance(dynamic, dict) and isinstance(dynamic.get("postgres"), dict):
+            data = {**data, "dynamic_table_backend": {**dynamic, "postgres": {**base, **dynamic["postgres"]}}}
+        return data
 
     @field_validator("http_secret_header", "http_secret_value", mode="before")
     @classmethod
@@ -275,6 +306,12 @@ class Settings(_Section):
 
     def postgres_connection(self, node_name: str) -> PostgresSinkSettings:
         return self.postgres_sink_connections.get(connection_key(node_name), self.postgres_sink)
+
+    def dynamic_table_connection(self, node_name: str) -> PostgresSinkSettings:
+        """A Postgres dynamic table's connection: its node's own entry in `postgres_sink_connections`, else
+        ``dynamic_table_backend.postgres``, else `postgres_sink`."""
+        own = self.postgres_sink_connections.get(connection_key(node_name))
+        return own or self.dynamic_table_backend.postgres or self.postgres_sink
 
     @field_validator("record_batch_interval_ms", "checkpoint_interval_sec")
     @classmethod

@@ -3,9 +3,9 @@ fills and anyone else may fill too; lookups read it on every batch, so external 
 restart.
 
 The driver creates the table and inserts a populating node's values. The executors look values up
-through `PostgresLookup`, which uses the Python worker's cached autocommit connection
-(`postgres.connection.cached_connection`, outliving batches and tasks) and, with ``cache_ttl_ms``, reuses
-answers for that long.
+through `PostgresLookup`, on a connection of the Python worker's pool (`postgres.connection`, outliving
+batches and tasks; autocommit, so every lookup sees the latest committed rows) and, with ``cache_ttl_ms``,
+reuse answers for that long.
 
 With a `time_column` (a timestamp every append advances) and ``cache``, each Python worker instead holds the
 whole table in memory: loaded once, then topped up with the rows newer than the largest `time_column` it has
@@ -29,7 +29,7 @@ from psycopg import sql
 from streamling.config.model import PostgresSinkSettings
 from streamling.errors import StreamlingError
 from streamling.postgres import catalog
-from streamling.postgres.connection import cached_connection, connect, drop_cached_connection, with_retries
+from streamling.postgres.connection import connection, transact, with_retries
 
 T = TypeVar("T")
 MAX_CACHED_ANSWERS = 200_000
@@ -76,9 +76,10 @@ class PostgresTable:
         """The advisory-lock key every appender takes: the schema-qualified name, as the original's protocol."""
         return f"{self.schema}.{self.table}"
 
-    def retrying(self, attempt: Callable[[], T], on_retry: Callable[[], None]) -> T:
-        """Transient failures retry for ``retry_timeout_sec``; others fail at once, naming the node."""
-        return with_retries(attempt, self.where, self.connection.retry_timeout_sec, on_retry)
+    def transact(self, work: Callable[[psycopg.Cursor], T]) -> T:
+        """`work(cursor)` in one transaction; transient failures retry for ``retry_timeout_sec``, others fail at
+        once, naming the node."""
+        return transact(self.connection, self.where, work)
 
 
 class PostgresWriter:
@@ -86,17 +87,6 @@ class PostgresWriter:
 
     def __init__(self, target: PostgresTable) -> None:
         self.target = target
-        self._conn: psycopg.Connection | None = None
-
-    def _connection(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed:
-            self._conn = connect(self.target.connection, "Postgres")
-        return self._conn
-
-    def _drop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-        self._conn = None
 
     def create(self) -> None:
         """The table when missing: the value column as primary key and, with a `time_column`, that column stamped
@@ -107,21 +97,20 @@ class PostgresWriter:
             stamp = sql.SQL("{} TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()")
             columns.append(stamp.format(sql.Identifier(target.time_column)))
 
-        def attempt() -> set[str]:
-            conn = self._connection()
-            with conn.transaction(), conn.cursor() as cur:
-                cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (target.schema,))
-                if cur.fetchone() is None:  # CREATE SCHEMA IF NOT EXISTS needs CREATE even when it exists
-                    cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(target.schema)))
-                create = sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})")
-                cur.execute(create.format(target.qualified, sql.SQL(", ").join(columns)))
-                cur.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
-                    (target.schema, target.table),
-                )
-                return {row[0] for row in cur.fetchall()}
+        def create(cur: psycopg.Cursor) -> set[str]:
+            cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (target.schema,))
+            if cur.fetchone() is None:  # CREATE SCHEMA IF NOT EXISTS needs CREATE even when it exists
+                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(target.schema)))
+            cur.execute(
+                sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(target.qualified, sql.SQL(", ").join(columns))
+            )
+            cur.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+                (target.schema, target.table),
+            )
+            return {row[0] for row in cur.fetchall()}
 
-        present = target.retrying(attempt, self._drop)
+        present = target.transact(create)
         missing = [c for c in (target.column, target.time_column) if c is not None and c not in present]
         if missing:
             raise StreamlingError.user(
@@ -144,19 +133,14 @@ class PostgresWriter:
                 target.qualified, sql.Identifier(target.column), sql.Identifier(target.time_column)
             )
 
-        def attempt() -> None:
-            conn = self._connection()
-            with conn.transaction(), conn.cursor() as cur:
-                if target.time_column is not None:
-                    cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (target.lock_key,))
-                for chunk in _chunks(values, self.target.max_batch_size):
-                    cur.execute(statement, (chunk,))
+        def insert(cur: psycopg.Cursor) -> None:
+            if target.time_column is not None:
+                cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (target.lock_key,))
+            for chunk in _chunks(values, target.max_batch_size):
+                cur.execute(statement, (chunk,))
 
         if values:
-            self.target.retrying(attempt, self._drop)
-
-    def close(self) -> None:
-        self._drop()
+            self.target.transact(insert)
 
 
 @dataclass(frozen=True)
@@ -174,21 +158,23 @@ class PostgresLookup:
         if ttl <= 0:
             return _query(self.target, values)
         now = time.monotonic()
-        answers = _ANSWERS.setdefault(self.target.key, {})
-        found = {v for v in values if (a := answers.get(v)) is not None and a[1] > now and a[0]}
-        missing = [v for v in values if (a := answers.get(v)) is None or a[1] <= now]
+        with _ANSWERS_LOCK:
+            answers = _ANSWERS.setdefault(self.target.key, {})
+            found = {v for v in values if (a := answers.get(v)) is not None and a[1] > now and a[0]}
+            missing = [v for v in values if (a := answers.get(v)) is None or a[1] <= now]
         if missing:
             present = _query(self.target, missing)
-            _forget_expired(answers, now)
-            expires = now + ttl
-            answers.update({v: (v in present, expires) for v in missing})
+            with _ANSWERS_LOCK:
+                _forget_expired(answers, now)
+                expires = now + ttl
+                answers.update({v: (v in present, expires) for v in missing})
             found |= present
         return found
 
 
 _ANSWERS: dict[Hashable, dict[str, tuple[bool, float]]] = {}
 """value → (present, expires at) per table, used only when ``cache_ttl_ms`` > 0."""
-_LOCK = threading.Lock()
+_ANSWERS_LOCK = threading.Lock()
 
 
 @dataclass
@@ -203,11 +189,13 @@ class _Loaded:
 
 
 _LOADED: dict[Hashable, _Loaded] = {}
+_LOADED_LOCK = threading.Lock()
+"""One top-up at a time per worker: a second thread waits and then answers from the fresh copy."""
 
 
 def _from_cached_table(lookup: PostgresLookup, values: list[str]) -> set[str]:
     target = lookup.target
-    with _LOCK:
+    with _LOADED_LOCK:
         loaded = _LOADED.get(target.key)
         now = time.monotonic()
         stale = loaded is None or lookup.generation > loaded.generation
@@ -230,23 +218,22 @@ def _top_up(target: PostgresTable, loaded: _Loaded | None) -> _Loaded:
     if since is not None:
         rows = sql.SQL("{} AND {} > %s").format(rows, stamp)
 
-    def attempt() -> _Loaded:
-        conn = cached_connection(target.connection, target.where, autocommit=True)
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur.execute(newest)
-            latest = cur.fetchone()[0]  # type: ignore[index]
-            if loaded is not None and latest == since:
-                return loaded
-            cur.execute(rows, (since,) if since is not None else None)
-            found = {row[0] for row in cur}
-        if loaded is None:
-            return _Loaded(found, latest, 0.0, 0)
+    def read(cur: psycopg.Cursor) -> tuple[Any, set[str] | None]:
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute(newest)
+        latest = cur.fetchone()[0]  # type: ignore[index]
+        if loaded is not None and latest == since:
+            return latest, None
+        cur.execute(rows, (since,) if since is not None else None)
+        return latest, {row[0] for row in cur}
+
+    latest, found = target.transact(read)
+    if loaded is None:
+        return _Loaded(found or set(), latest, 0.0, 0)
+    if found is not None:
         loaded.values |= found
         loaded.latest = latest
-        return loaded
-
-    return target.retrying(attempt, lambda: drop_cached_connection(target.connection, autocommit=True))
+    return loaded
 
 
 def _query(target: PostgresTable, values: list[str]) -> set[str]:
@@ -256,16 +243,14 @@ def _query(target: PostgresTable, values: list[str]) -> set[str]:
 
     def attempt() -> set[str]:
         # Autocommit: every lookup reads the latest committed rows, and no transaction stays open.
-        conn = cached_connection(target.connection, target.where, autocommit=True)
         found: set[str] = set()
-        with conn.cursor() as cur:
+        with connection(target.connection, target.where) as conn, conn.cursor() as cur:
             for chunk in _chunks(values, target.max_batch_size):
                 cur.execute(statement, (chunk,))
                 found.update(row[0] for row in cur.fetchall())
         return found
 
-    with _LOCK:
-        return target.retrying(attempt, lambda: drop_cached_connection(target.connection, autocommit=True))
+    return with_retries(attempt, target.where, target.connection.retry_timeout_sec)
 
 
 def _forget_expired(answers: dict[str, tuple[bool, float]], now: float) -> None:

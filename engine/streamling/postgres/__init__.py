@@ -1,5 +1,5 @@
-"""Postgres plumbing shared by the Postgres sinks, dynamic tables and the state backend."""
+"""Postgres plumbing shared by the Postgres sinks, dynamic tables, dead letters and the state backend."""
 
-from streamling.postgres.connection import connect, is_transient, reason, with_retries
+from streamling.postgres.connection import connection, is_transient, reason, transact, with_retries
 
-__all__ = ["connect", "is_transient", "reason", "with_retries"]
+__all__ = ["connection", "is_transient", "reason", "transact", "with_retries"]

@@ -1,21 +1,33 @@
-"""Connecting to Postgres and deciding which failures are worth retrying.
+"""Connecting to Postgres through per-process pools, and deciding which failures are worth retrying.
+
+Every use of Postgres — a sink's write of one stream and epoch, a dynamic-table lookup, a dead-letter insert,
+DDL on start, the state backend's commit — checks a connection out of a pool for one attempt (`connection`), so
+no connection is ever shared by two threads: the committer threads of several sources write at the same time,
+each in its own transaction. There is one pool per process and destination (connection settings and commit
+mode), created on first use; Spark's Python workers are forked processes, so the process id is part of the key
+and a pool never crosses a fork. A checked-out connection is verified first (a lost one is replaced), sessions run
+in UTC, and waiting longer than ``pool_acquire_timeout_secs`` for one is a transient failure like a lost
+connection.
 
 Transient: the connection is gone or the server cannot take writes right now (restart, failover,
-``default_transaction_read_only``, serialization conflicts). Everything else — an undefined column,
-a numeric overflow, a value too long — is the data's or the schema's fault and fails at once, since
-retrying would never succeed.
+``default_transaction_read_only``, serialization conflicts), or no connection could be had in time. Everything
+else — an undefined column, a numeric overflow, a value too long — is the data's or the schema's fault and
+fails at once, since retrying would never succeed.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from streamling.config.model import PostgresConnectionSettings
 from streamling.errors import StreamlingError
@@ -32,6 +44,11 @@ TRANSIENT_SQLSTATES = {
     "55P03",  # lock_not_available
 }
 MAX_BACKOFF_SEC = 10.0
+POOL_MAX_SIZE = 16
+"""Connections one process may hold per destination: the driver's committer threads (one per source) and the
+threads that start queries or fill dynamic tables; a pool grows only as far as they use it at once."""
+POOL_WORKERS = 2
+"""Background threads per pool that open and replace connections."""
 
 
 def reason(exc: BaseException) -> str:
@@ -52,58 +69,125 @@ def reason(exc: BaseException) -> str:
 
 
 def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, PoolTimeout):
+        return True  # every connection busy, or none could be opened: wait and try again
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) and not getattr(exc, "sqlstate", None):
         return True  # no SQLSTATE: the connection itself failed
     state = getattr(exc, "sqlstate", None) or ""
     return state in TRANSIENT_SQLSTATES or state.startswith(TRANSIENT_SQLSTATE_CLASSES)
 
 
-def connect(settings: PostgresConnectionSettings, where: str, *, autocommit: bool = False) -> psycopg.Connection:
+class _Pool(ConnectionPool):
+    """A pool that remembers why its last attempt to connect failed, so that a timeout can say why."""
+
+    last_connect_error: str | None = None
+
+
+_POOLS: dict[tuple[Any, ...], _Pool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool_key(settings: PostgresConnectionSettings, autocommit: bool) -> tuple[Any, ...]:
+    """What a pool's connections depend on (the password included: another password is another pool)."""
+    return (
+        os.getpid(),
+        tuple(sorted(settings.conninfo().items())),
+        settings.statement_timeout_secs,
+        settings.pool_acquire_timeout_secs,
+        settings.retry_timeout_sec,
+        autocommit,
+    )
+
+
+def pool(settings: PostgresConnectionSettings, *, autocommit: bool = True) -> _Pool:
+    """This process's pool for `settings` and commit mode, opened on first use (it connects only on demand)."""
+    key = _pool_key(settings, autocommit)
+    with _POOLS_LOCK:
+        found = _POOLS.get(key)
+        if found is None:
+            found = _open_pool(settings, autocommit)
+            _POOLS[key] = found
+        return found
+
+
+def _open_pool(settings: PostgresConnectionSettings, autocommit: bool) -> _Pool:
+    holder: list[_Pool] = []
+
+    class Recording(psycopg.Connection):  # type: ignore[type-arg]
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Recording:  # type: ignore[override]
+            try:
+                conn = super().connect(conninfo, **kwargs)
+            except psycopg.Error as exc:
+                holder[0].last_connect_error = reason(exc)
+                raise
+            holder[0].last_connect_error = None
+            return conn  # type: ignore[return-value]
+
+    def configure(conn: psycopg.Connection) -> None:
+        # Timestamps are rendered and parsed as UTC.
+        conn.execute("SET TIME ZONE 'UTC'")
+        if not conn.autocommit:
+            conn.commit()
+
+    kwargs: dict[str, Any] = {**settings.conninfo(), "autocommit": autocommit}
+    if settings.statement_timeout_secs:
+        kwargs["options"] = f"-c statement_timeout={round(settings.statement_timeout_secs * 1000)}"
+    created = _Pool(
+        kwargs=kwargs,
+        connection_class=Recording,
+        min_size=0,
+        max_size=POOL_MAX_SIZE,
+        open=True,
+        configure=configure,
+        check=ConnectionPool.check_connection,
+        name=f"streamling-{settings.host}:{settings.port}/{settings.database}{'' if autocommit else '-tx'}",
+        timeout=settings.pool_acquire_timeout_secs,
+        # A background attempt to connect backs off (1 s, 2 s, 4 s, …) and gives up when the client that started
+        # it stops waiting; that client's retry starts a fresh one, so a server back up is reached within seconds.
+        reconnect_timeout=settings.pool_acquire_timeout_secs,
+        num_workers=POOL_WORKERS,
+    )
+    holder.append(created)
+    return created
+
+
+@contextmanager
+def connection(
+    settings: PostgresConnectionSettings, where: str, *, autocommit: bool = True
+) -> Iterator[psycopg.Connection]:
+    """A connection of this process's pool, for this thread alone until the block ends; then it goes back
+    (rolled back if a transaction was left open, replaced if it broke), as with ``pool.connection()``. Not getting
+    one within ``pool_acquire_timeout_secs`` (at most ``retry_timeout_sec``) raises a retriable error naming
+    `where`."""
+    source = pool(settings, autocommit=autocommit)
+    timeout = min(settings.pool_acquire_timeout_secs, settings.retry_timeout_sec)
     try:
-        return psycopg.connect(**settings.conninfo(), autocommit=autocommit)
-    except psycopg.Error as exc:
-        raise StreamlingError.retry(f"{where}: cannot connect: {reason(exc)}") from None
+        conn = source.getconn(timeout=timeout)
+    except PoolTimeout:
+        last = source.last_connect_error
+        why = f"cannot connect: {last}" if last else f"no free connection within {timeout:g}s"
+        raise StreamlingError.retry(f"{where}: {why}") from None
+    try:
+        with conn:
+            yield conn
+    finally:
+        source.putconn(conn)
 
 
-_CACHED: dict[tuple[str, bool], psycopg.Connection] = {}
-_CACHED_LOCK = threading.Lock()
+def transact(settings: PostgresConnectionSettings, where: str, work: Callable[[psycopg.Cursor], T]) -> T:
+    """`work(cursor)` in one transaction on a pooled connection; transient failures (the transaction rolled
+    back, or its outcome unknown) run it again on another connection for up to ``retry_timeout_sec``, so
+    `work` must be idempotent."""
+
+    def attempt() -> T:
+        with connection(settings, where) as conn, conn.transaction(), conn.cursor() as cur:
+            return work(cur)
+
+    return with_retries(attempt, where, settings.retry_timeout_sec)
 
 
-def _cache_key(settings: PostgresConnectionSettings, autocommit: bool) -> tuple[str, bool]:
-    return settings.model_dump_json() + settings.password.get_secret_value(), autocommit
-
-
-def cached_connection(
-    settings: PostgresConnectionSettings, where: str, *, autocommit: bool = False
-) -> psycopg.Connection:
-    """One connection per process, destination and commit mode, reused across epochs: Spark's Python workers
-    outlive a task, so executors keep theirs. Sessions run in UTC (timestamps are rendered and parsed as such)."""
-    key = _cache_key(settings, autocommit)
-    with _CACHED_LOCK:
-        conn = _CACHED.get(key)
-        if conn is None or conn.closed or conn.broken:
-            conn = connect(settings, where, autocommit=autocommit)
-            conn.execute("SET TIME ZONE 'UTC'")
-            if not autocommit:
-                conn.commit()
-            _CACHED[key] = conn
-        return conn
-
-
-def drop_cached_connection(settings: PostgresConnectionSettings, *, autocommit: bool = False) -> None:
-    """Forget (and close) a cached connection after a failure, so the next attempt connects afresh."""
-    with _CACHED_LOCK:
-        conn = _CACHED.pop(_cache_key(settings, autocommit), None)
-    if conn is not None:
-        try:
-            conn.close()
-        except psycopg.Error:
-            pass
-
-
-def with_retries(
-    attempt: Callable[[], T], where: str, timeout_sec: float, on_retry: Callable[[], None] | None = None
-) -> T:
+def with_retries(attempt: Callable[[], T], where: str, timeout_sec: float) -> T:
     """Run `attempt` until it succeeds, retrying transient failures with jittered exponential backoff
     for up to `timeout_sec`; other failures raise at once as user-facing errors naming `where`."""
     deadline = time.monotonic() + timeout_sec
@@ -125,7 +209,5 @@ def with_retries(
         if time.monotonic() + delay > deadline:
             raise StreamlingError.retry(f"{where}: still failing after {failures} attempts: {text}") from None
         log.warning("%s: %s; retrying in %.1fs (attempt %d)", where, text, delay, failures)
-        if on_retry is not None:
-            on_retry()
         time.sleep(delay * (0.75 + random.random() / 2))
         delay = min(delay * 2, MAX_BACKOFF_SEC)

@@ -100,17 +100,16 @@ def record(cur: psycopg.Cursor, key: ProgressKey, epoch: Epoch, stream: int, str
     )
 
 
-def latest_applied(conn: psycopg.Connection, key: ProgressKey, source: str, streams: int) -> AppliedEpoch | None:
+def latest_applied(cur: psycopg.Cursor, key: ProgressKey, source: str, streams: int) -> AppliedEpoch | None:
     """The newest epoch of `source` any stream applied, if the streams were split as they are now (with a
     different split the replay would route rows to other streams, so skipping would not be exact)."""
-    with conn.cursor() as cur:
-        cur.execute(
-            sql.SQL(
-                "SELECT epoch, start_position, end_position FROM {} "
-                "WHERE application_id = %s AND sink = %s AND source = %s AND streams = %s "
-                "ORDER BY epoch DESC LIMIT 1"
-            ).format(key.table),
-            (key.application_id, key.sink, source, streams),
-        )
-        row = cur.fetchone()
+    cur.execute(
+        sql.SQL(
+            "SELECT epoch, start_position, end_position FROM {} "
+            "WHERE application_id = %s AND sink = %s AND source = %s AND streams = %s "
+            "ORDER BY epoch DESC LIMIT 1"
+        ).format(key.table),
+        (key.application_id, key.sink, source, streams),
+    )
+    row = cur.fetchone()
     return AppliedEpoch(int(row[0]), row[1], row[2]) if row else None

@@ -34,7 +34,7 @@ from streamling.dead_letters import DeadLetter, DeadLetterTarget, row_letter
 from streamling.errors import StreamlingError
 from streamling.operators import Epoch, Written
 from streamling.postgres import catalog
-from streamling.postgres.connection import cached_connection, drop_cached_connection, reason, with_retries
+from streamling.postgres.connection import connection, reason, with_retries
 from streamling.postgres.progress import ProgressKey, already_applied, record
 from streamling.postgres.types import Column
 from streamling.runtime.faults import crash_point
@@ -272,45 +272,10 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
     prepared = time.perf_counter()
 
     def attempt() -> Written:
-        conn = cached_connection(plan.connection, plan.label)
-        try:
-            with conn.transaction(), conn.cursor() as cur:
-                if _skip(cur, plan, epoch, stream, streams):
-                    return Written()
-                cur.execute(staging_ddl(plan))
-                for chunk in chunks:
-                    _apply(cur, plan, chunk.payload, chunk.statements)
-                crash_point("during_write", epoch.id)
-                record(cur, plan.progress, epoch, stream, streams, table.num_rows)
-            return received
-        except psycopg.Error as exc:
-            if not is_row_error(exc):
-                raise
-        # Some row cannot be stored: find it (and with dead letters every such row) in a new transaction.
-        with conn.transaction(), conn.cursor() as cur:
-            if _skip(cur, plan, epoch, stream, streams):
-                return Written()
-            cur.execute(staging_ddl(plan))
-            rejected: list[DeadLetter] = []
-            for chunk in chunks:
-                _apply_isolating(cur, plan, chunk.rows, chunk.statements, rejected)
-            if plan.dead_letter is not None:
-                plan.dead_letter.deliver(rejected, cur)
-                log.warning(
-                    "%s: epoch %d: %d row(s) rejected by Postgres went to dead-letter %s; first: %s",
-                    plan.label,
-                    epoch.id,
-                    len(rejected),
-                    plan.dead_letter.where,
-                    rejected[0].error if rejected else "-",
-                )
-            crash_point("during_write", epoch.id)
-            record(cur, plan.progress, epoch, stream, streams, table.num_rows)
-        return received
+        with connection(plan.connection, plan.label) as conn:
+            return _write(conn, plan, epoch, stream, streams, chunks, table.num_rows, received)
 
-    applied = with_retries(
-        attempt, plan.label, plan.connection.retry_timeout_sec, on_retry=lambda: drop_cached_connection(plan.connection)
-    )
+    applied = with_retries(attempt, plan.label, plan.connection.retry_timeout_sec)
     log.debug(
         "%s: epoch %d stream %d: %d rows, %d chunks; prepared in %.3fs, applied in %.3fs",
         plan.label,
@@ -322,6 +287,53 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
         time.perf_counter() - prepared,
     )
     return applied
+
+
+def _write(
+    conn: psycopg.Connection,
+    plan: WritePlan,
+    epoch: Epoch,
+    stream: int,
+    streams: int,
+    chunks: list[Chunk],
+    rows: int,
+    received: Written,
+) -> Written:
+    """One attempt on a connection of this thread's own: the chunks and the progress row in one transaction."""
+    try:
+        with conn.transaction(), conn.cursor() as cur:
+            if _skip(cur, plan, epoch, stream, streams):
+                return Written()
+            cur.execute(staging_ddl(plan))
+            for chunk in chunks:
+                _apply(cur, plan, chunk.payload, chunk.statements)
+            crash_point("during_write", epoch.id)
+            record(cur, plan.progress, epoch, stream, streams, rows)
+        return received
+    except psycopg.Error as exc:
+        if not is_row_error(exc):
+            raise
+    # Some row cannot be stored: find it (and with dead letters every such row) in a new transaction.
+    with conn.transaction(), conn.cursor() as cur:
+        if _skip(cur, plan, epoch, stream, streams):
+            return Written()
+        cur.execute(staging_ddl(plan))
+        rejected: list[DeadLetter] = []
+        for chunk in chunks:
+            _apply_isolating(cur, plan, chunk.rows, chunk.statements, rejected)
+        if plan.dead_letter is not None:
+            plan.dead_letter.deliver(rejected, cur)
+            log.warning(
+                "%s: epoch %d: %d row(s) rejected by Postgres went to dead-letter %s; first: %s",
+                plan.label,
+                epoch.id,
+                len(rejected),
+                plan.dead_letter.where,
+                rejected[0].error if rejected else "-",
+            )
+        crash_point("during_write", epoch.id)
+        record(cur, plan.progress, epoch, stream, streams, rows)
+    return received
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from streamling.dead_letters import DeadLetterTarget
 from streamling.operators import AppliedEpoch, Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
 from streamling.postgres import catalog, progress
-from streamling.postgres.connection import connect, with_retries
+from streamling.postgres.connection import transact
 from streamling.postgres.progress import ProgressKey
 from streamling.postgres.types import Column, columns_of
 from streamling.postgres.writer import ORDER_COLUMN, WritePlan, write_partition, write_stream
@@ -76,7 +76,6 @@ class PostgresWriterSink(Sink[Any]):
         self.keys: list[str] = []
         self.columns: list[Column] = []
         self.plan: WritePlan | None = None
-        self._conn: psycopg.Connection | None = None
         spec = getattr(self.spec, "dead_letter", None)
         self.dead_letter = (
             DeadLetterTarget.of(spec, self.settings, self.name, self.label, self.connection) if spec else None
@@ -105,23 +104,10 @@ class PostgresWriterSink(Sink[Any]):
         self.keys = list(primary_key)
         return catalog.identifier_errors(self.label, "column", [c.name for c in self.columns])
 
-    def _driver_connection(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = connect(self.connection, self.label, autocommit=True)
-        return self._conn
-
     def _with_connection(self, fn):  # type: ignore[no-untyped-def]
-        def attempt():  # type: ignore[no-untyped-def]
-            conn = self._driver_connection()
-            with conn.transaction(), conn.cursor() as cur:
-                return fn(cur)
-
-        def reset() -> None:
-            if self._conn is not None:
-                self._conn.close()
-            self._conn = None
-
-        return with_retries(attempt, self.label, self.connection.retry_timeout_sec, on_retry=reset)
+        """`fn(cursor)` in one transaction on a pooled connection of the driver, retried like writes: safe from
+        any thread (start-up on the main thread, finalizers on the committer threads)."""
+        return transact(self.connection, self.label, fn)
 
     def write_plan(self, ctx: RunContext, table: str, staging_types: list[str], conflict_keys: list[str]) -> WritePlan:
         spec = self.spec
@@ -138,7 +124,7 @@ class PostgresWriterSink(Sink[Any]):
             update_where=tuple((getattr(spec, "update_where", None) or {}).items()),
             # With DO NOTHING the first row per key must win, so rows are applied in order, never deduplicated.
             deduplicate=getattr(spec, "deduplicate", True) and getattr(spec, "on_conflict", "update") == "update",
-            batch_size=spec.batch_size,
+            batch_size=spec.batch_size or self.connection.batch_size,
             progress=ProgressKey(spec.schema_, ctx.settings.application_id, self.name),
             dead_letter=self.dead_letter,
         )
@@ -150,11 +136,7 @@ class PostgresWriterSink(Sink[Any]):
     def applied_epoch(self, source: str) -> AppliedEpoch | None:
         assert self.plan is not None
         key = self.plan.progress
-        return with_retries(
-            lambda: progress.latest_applied(self._driver_connection(), key, source, self.streams),
-            self.label,
-            self.connection.retry_timeout_sec,
-        )
+        return self._with_connection(lambda cur: progress.latest_applied(cur, key, source, self.streams))
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         return rows_of(self.stage(df, epoch)())
@@ -186,11 +168,6 @@ class PostgresWriterSink(Sink[Any]):
         schema = "rows long, inserts long, updates long, deletes long"
         counts = map_in_arrow(parted, lambda batches: write_partition(batches, plan, epoch, streams), schema)
         return sum((Written(row.inserts, row.updates, row.deletes) for row in counts.collect()), Written())
-
-    def terminate(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
 
 @operator("postgres", PostgresSinkSpec)

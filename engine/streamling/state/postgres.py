@@ -1,16 +1,21 @@
-"""PostgreSQL state: shared, durable, the production choice. Schema and table are created on start."""
+"""PostgreSQL state: shared, durable, the production choice. Schema and table are created on start.
+
+Every operation is one transaction on a connection of the process's pool (`postgres.connection`), so the
+committer threads of several sources commit concurrently without sharing a connection. Transient failures
+(restart, failover, read-only switch) are retried for ``retry_timeout_sec``, like the sinks' writes. A retry
+after a lost connection may repeat a transaction that did commit: every write is an upsert or a delete of the
+same keys to the same values, so repeating it changes nothing.
+"""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from streamling.config.model import PostgresConnectionSettings
-from streamling.errors import StreamlingError
-from streamling.postgres.connection import reason as _reason
+from streamling.postgres.connection import transact
 from streamling.state.base import JsonDoc, StateBackend
 
 DDL = (
@@ -34,32 +39,17 @@ class PostgresStateBackend(StateBackend):
         super().__init__(namespace)
         self._settings = settings
         self._where = f"postgres state backend {settings.host}:{settings.port}/{settings.database}"
-        self._lock = threading.Lock()
-        self._conn = self._connect()
-        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+
+        def create(cur: psycopg.Cursor) -> None:
             # Serialise concurrent first starts: CREATE ... IF NOT EXISTS races on the catalog.
             cur.execute("SELECT pg_advisory_xact_lock(hashtext('streamling.state'))")
             for statement in DDL:
                 cur.execute(statement)
 
-    def _connect(self) -> psycopg.Connection:
-        try:
-            return psycopg.connect(**self._settings.conninfo(), autocommit=True)
-        except psycopg.Error as exc:
-            raise StreamlingError.retry(f"{self._where}: cannot connect: {_reason(exc)}") from None
+        self._run(create)
 
     def _run(self, fn):  # type: ignore[no-untyped-def]
-        """Run `fn(cursor)` once, reconnecting first if the connection was lost."""
-        with self._lock:
-            if self._conn.closed or self._conn.broken:
-                self._conn = self._connect()
-            try:
-                with self._conn.transaction(), self._conn.cursor() as cur:
-                    return fn(cur)
-            except psycopg.OperationalError as exc:
-                raise StreamlingError.retry(f"{self._where}: {_reason(exc)}") from None
-            except psycopg.Error as exc:
-                raise StreamlingError(f"{self._where}: {_reason(exc)}") from None
+        return transact(self._settings, self._where, fn)
 
     def get(self, key: str) -> JsonDoc | None:
         def fetch(cur: psycopg.Cursor) -> JsonDoc | None:
@@ -93,7 +83,3 @@ class PostgresStateBackend(StateBackend):
             return {key: data for key, data in cur.fetchall()}
 
         return self._run(fetch)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()

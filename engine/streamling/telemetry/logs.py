@@ -40,6 +40,9 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     logger.propagate = False
     # py4j logs every callback at INFO; keep it to warnings.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # The connection pools' own reports (a failed connect, a rolled-back return); the retries that follow log the
+    # reason under streamling.postgres, and only past their limit does the run fail.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 def configure_worker_logging(level: str = "info", fmt: str = "text") -> None:

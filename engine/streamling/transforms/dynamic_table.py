@@ -116,7 +116,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
         refresh = self.spec.cache_refresh_debounce_ms
         return PostgresTable(
             node=self.name,
-            connection=self.settings.postgres_connection(self.name),
+            connection=self.settings.dynamic_table_connection(self.name),
             schema=self.spec.schema_,
             table=self.spec.backend_entity_name,
             max_batch_size=backend.max_batch_size,
@@ -161,9 +161,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
             self._writer.create()
 
     def terminate(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self._writer = None
         if "_memory" in self.__dict__:
             self._memory.release()
 
