@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from streamling.config.units import Milliseconds
 from streamling.operators import Epoch, Sink, Written, rows_of
 from streamling.plugins.registry import operator
-from streamling.topology.spec import SinkSpec, flush_interval, ignored_field
+from streamling.topology.spec import SinkSpec, flush_interval, ignored_fields
 from streamling.types import GS_OP
 
 
@@ -33,17 +33,15 @@ class BlackholeSink(Sink[BlackholeSinkSpec]):
         return flush_interval(self.spec.batch_flush_interval)
 
     def warnings(self) -> list[str]:
-        out = []
-        if self.spec.parallelism is not None:
-            meaning = (
-                "the rows are discarded by the Spark tasks that compute them, as many as the input has partitions; "
-                "a repartition would only add a shuffle to what is measured"
-            )
-            out.append(ignored_field(self.label, "parallelism", self.spec.parallelism, meaning))
-        if self.spec.batch_size is not None:
-            meaning = "nothing is buffered; each epoch is evaluated and dropped whole"
-            out.append(ignored_field(self.label, "batch_size", self.spec.batch_size, meaning))
-        return out
+        return ignored_fields(
+            self.label,
+            self.spec,
+            {
+                "parallelism": "the rows are discarded by the Spark tasks that compute them, as many as the input has "
+                "partitions; a repartition would only add a shuffle to what is measured",
+                "batch_size": "nothing is buffered; each epoch is evaluated and dropped whole",
+            },
+        )
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         return rows_of(self.stage(df, epoch)())

@@ -18,7 +18,7 @@ from pydantic import PositiveInt
 from streamling.config.units import Milliseconds
 from streamling.operators import ArrowSink, Epoch
 from streamling.plugins.registry import operator
-from streamling.topology.spec import SinkSpec, flush_interval, ignored_field
+from streamling.topology.spec import SinkSpec, flush_interval, ignored_fields
 from streamling.types import GS_OP, json_default
 
 ROW_KINDS = {"i": "Insert", "u": "Update", "d": "Delete"}
@@ -48,14 +48,15 @@ class PrintSink(ArrowSink[PrintSinkSpec]):
         return flush_interval(self.spec.batch_flush_interval)
 
     def warnings(self) -> list[str]:
-        out = []
-        if self.spec.parallelism is not None:
-            meaning = "the driver prints each epoch's rows in order; Spark's tasks compute them before that"
-            out.append(ignored_field(self.label, "parallelism", self.spec.parallelism, meaning))
-        if self.spec.batch_size is not None:
-            meaning = "each epoch's rows are printed when it is written; an epoch holds up to record_batch_size rows"
-            out.append(ignored_field(self.label, "batch_size", self.spec.batch_size, meaning))
-        return out
+        return ignored_fields(
+            self.label,
+            self.spec,
+            {
+                "parallelism": "the driver prints each epoch's rows in order; Spark's tasks compute them before that",
+                "batch_size": "each epoch's rows are printed when it is written; an epoch holds up to "
+                "record_batch_size rows",
+            },
+        )
 
     @property
     def sample_every(self) -> int:

@@ -160,6 +160,15 @@ def ignored_field(label: str, field: str, value: object, meaning: str) -> str:
     return f"{label}: {field} = {value!r} has no effect here: {meaning}"
 
 
+def ignored_fields(label: str, spec: BaseModel, meanings: Mapping[str, str]) -> list[str]:
+    """`ignored_field` for each field of `meanings` (field → what it maps to here) that `spec` sets."""
+    return [
+        ignored_field(label, field, getattr(spec, field), meaning)
+        for field, meaning in meanings.items()
+        if getattr(spec, field) is not None
+    ]
+
+
 class PluginOptions(BaseModel):
     """Shared shape of plugin-provided operators: identity comes from the type name itself."""
 
