@@ -6,13 +6,18 @@ import json
 import math
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import printed_ids, run_cli, sqlite_state, start_cli, wait_for, write
+from tests.e2e.cli import cli_env, printed_ids, run_cli, sqlite_state, start_cli, wait_for, write
+
+PLUGIN_CLI = "import sys, tests.e2e.failing_source; from streamling.cli import main; sys.exit(main(sys.argv[1:]))"
+"""The CLI with the test-only `failing_generator` source plugin registered."""
 
 
 def test_job_mode_bounded_filter_print_exact_count(tmp_path: Path) -> None:
@@ -72,6 +77,43 @@ def test_runtime_failure_exits_1_without_traceback_and_keeps_position(tmp_path: 
     assert started[0]["message"] == "Started generator source 'src' from position {'offset': 0}"
     assert "Error: blackhole sink 'out': " in result.stderr
     assert "bad row 2500" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sqlite_state(tmp_path / "state.db")["src:generator"]["offset"] == 2000
+
+
+def test_spark_side_query_failure_is_one_error_line(tmp_path: Path) -> None:
+    """A streaming query that Spark itself ends (here the test plugin's reader raises a plain RuntimeError in
+    Spark's Python streaming-source process, as a `[CANNOT_OPEN_SOCKET]` would) fails the run with exit 1 and
+    exactly one `Error:` line naming the source and the cause, without a traceback."""
+    path = write(
+        tmp_path,
+        """
+        sources:
+          src: {type: failing_generator, rows: 5000, record_batch_size: 1000, fail_at: 2000}
+        sinks:
+          out: {type: blackhole, from: src}
+        """,
+    )
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {
+        "STREAMLING__JOB_MODE": "true",
+        "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", PLUGIN_CLI, str(path)],
+        cwd=tmp_path,
+        env=cli_env(tmp_path, env),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert errors == [
+        "Error: failing_generator source 'src': streaming query failed: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] "
+        "Failed when Python streaming data source perform latestOffset: RuntimeError: the test reader gave up at "
+        "offset 2000"
+    ]
     assert "Traceback" not in result.stderr
     assert sqlite_state(tmp_path / "state.db")["src:generator"]["offset"] == 2000
 

@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streamling.config import Settings
-from streamling.errors import StreamlingError, error_context, wrap
+from streamling.errors import StreamlingError, embedded_error, error_context, first_line, wrap
 from streamling.operators import Epoch, RunContext, Sink, Source, Written, rows_of
 from streamling.runtime.committer import Committer
 from streamling.runtime.faults import crash_point
@@ -227,7 +227,11 @@ class SourceQuery:
         if self.query is not None and not self.query.isActive:
             exc = self.query.exception()
             if exc is not None:
-                return StreamlingError(f"{self.source.label}: streaming query failed: {exc.desc}")
+                # Our own error raised in Spark's Python process keeps its text and flags; anything else
+                # (a Spark or JVM failure) is reported by its first line, without the JVM stack.
+                return embedded_error(exc) or StreamlingError(
+                    f"{self.source.label}: streaming query failed: {first_line(exc)}"
+                )
         return None
 
 

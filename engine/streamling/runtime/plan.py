@@ -66,7 +66,10 @@ class Plan:
         return []
 
     def analyze(self, spark: SparkSession) -> list[str]:
-        """Compute every node's schema; returns user-facing errors (empty when the plan is sound)."""
+        """Compute every node's schema; returns user-facing errors (empty when the plan is sound).
+
+        A retriable error (a service that stayed unreachable) is raised instead: it says nothing about the
+        pipeline, so it must not turn into a validation error."""
         errors: list[str] = []
         for name in self.pipeline.topological_order():
             node = self.pipeline.nodes[name]
@@ -76,6 +79,8 @@ class Plan:
             try:
                 schema = self._schema_of(spark, node, parents)
             except StreamlingError as exc:
+                if exc.retriable:
+                    raise
                 named = exc.user_facing or f"{node.kind} '{node.name}'" in exc.message.split(": ", 1)[0]
                 errors.append(exc.message if named else f"{node.label}: {exc.message}")
                 continue
