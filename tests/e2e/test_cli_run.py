@@ -14,7 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import cli_env, printed_ids, run_cli, sqlite_state, start_cli, wait_for, write
+from tests.e2e.cli import (
+    cli_env,
+    printed_ids,
+    run_cli,
+    sqlite_state,
+    start_cli,
+    wait_for,
+    wait_until_gone,
+    write,
+)
 
 PLUGIN_CLI = "import sys, tests.e2e.failing_source; from streamling.cli import main; sys.exit(main(sys.argv[1:]))"
 """The CLI with the test-only `failing_generator` source plugin registered."""
@@ -142,6 +151,35 @@ def test_sigterm_finishes_and_commits_the_in_flight_epoch(tmp_path: Path) -> Non
     assert printed_ids((tmp_path / "out.txt").read_text()) == list(range(1, committed + 1))
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_to_the_process_group_drains_like_ctrl_c(tmp_path: Path, sig: signal.Signals) -> None:
+    """What `timeout`, a terminal and group-signalling supervisors do: the signal reaches every process of the
+    group. The JVM is not among them, so the drain finishes the in-flight epoch and exits 0, cleanly."""
+    path = write(
+        tmp_path,
+        """
+        sources:
+          live: {type: generator, rows_per_second: 3000}
+        sinks:
+          out: {type: print, from: live}
+        """,
+    )
+    out = (tmp_path / "out.txt").open("w")
+    proc = start_cli(tmp_path, str(path), env={"STREAMLING__CHECKPOINT_INTERVAL_SEC": "300ms"}, stdout=out)
+    db = tmp_path / "state.db"
+    wait_for(lambda: sqlite_state(db).get("live:generator", {}).get("offset", 0) > 3000, proc)
+    os.killpg(proc.pid, sig)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    out.close()
+    stderr = proc.stderr.read()
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+    assert f"Received {sig.name}" in stderr
+    committed = sqlite_state(db)["live:generator"]["offset"]
+    assert printed_ids((tmp_path / "out.txt").read_text()) == list(range(1, committed + 1))
+    assert f"sink 'out': {committed} rows written" in stderr  # the last epoch ran to its commit
+    wait_until_gone(tmp_path)
+
+
 def _kill_and_resume(tmp_path: Path, env: dict[str, str], read_offset) -> None:
     rows = 6000
     path = write(
@@ -162,6 +200,7 @@ def _kill_and_resume(tmp_path: Path, env: dict[str, str], read_offset) -> None:
     committed_before_kill = read_offset()
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
+    wait_until_gone(tmp_path)  # the JVM, in a session of its own, exits with its driver
     first_out.close()
     first = printed_ids((tmp_path / "first.txt").read_text())
     assert first and max(first) < rows  # really killed mid-run
