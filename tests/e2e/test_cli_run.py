@@ -207,6 +207,8 @@ def _kill_and_resume(tmp_path: Path, env: dict[str, str], read_offset) -> None:
 
     second = run_cli(tmp_path, str(path), env=env)
     assert second.returncode == 0, second.stderr
+    # The killed run's lease is taken over at once: its process is provably gone (same machine), no TTL wait.
+    assert "the run holding its lease (pid " in second.stderr and "is gone; taking the lease over" in second.stderr
     resumed = printed_ids(second.stdout)
     assert resumed and min(resumed) > committed_before_kill  # resumed from the state backend
     everything = Counter(first + resumed)
