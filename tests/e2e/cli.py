@@ -72,6 +72,16 @@ def sqlite_state(db: Path, app: str = "local_app_v1") -> dict:
     return {k: json.loads(v) for k, v in rows}
 
 
+def sqlite_leases(db: Path, app: str = "local_app_v1") -> dict[str, dict]:
+    """The run leases held in a Sqlite state file: lease name → holder."""
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute("SELECT name, holder FROM leases WHERE namespace = ?", (app,)).fetchall()
+    finally:
+        conn.close()
+    return {name: json.loads(holder) for name, holder in rows}
+
+
 def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
     """Poll `predicate` until true; fail early, with the engine's stderr, if the engine exits first."""
     deadline = time.time() + timeout

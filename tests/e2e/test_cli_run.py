@@ -18,6 +18,7 @@ from tests.e2e.cli import (
     cli_env,
     printed_ids,
     run_cli,
+    sqlite_leases,
     sqlite_state,
     start_cli,
     wait_for,
@@ -88,6 +89,7 @@ def test_runtime_failure_exits_1_without_traceback_and_keeps_position(tmp_path: 
     assert "bad row 2500" in result.stderr
     assert "Traceback" not in result.stderr
     assert sqlite_state(tmp_path / "state.db")["src:generator"]["offset"] == 2000
+    assert sqlite_leases(tmp_path / "state.db") == {}  # released after the failure
 
 
 def test_spark_side_query_failure_is_one_error_line(tmp_path: Path) -> None:
@@ -177,6 +179,7 @@ def test_signal_to_the_process_group_drains_like_ctrl_c(tmp_path: Path, sig: sig
     committed = sqlite_state(db)["live:generator"]["offset"]
     assert printed_ids((tmp_path / "out.txt").read_text()) == list(range(1, committed + 1))
     assert f"sink 'out': {committed} rows written" in stderr  # the last epoch ran to its commit
+    assert sqlite_leases(db) == {}  # released after the drain
     wait_until_gone(tmp_path)
 
 
