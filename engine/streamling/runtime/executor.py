@@ -467,21 +467,23 @@ class PipelineRunner:
             self.summary.stopped_by_signal = self._stop.is_set()
             return self.summary
         finally:
-            for query in queries:
-                query.stop()
-            for query in queries:
-                query.close()
-            for op in reversed(initialized):
-                try:
-                    op.terminate()
-                except Exception as exc:  # keep shutting the others down
-                    log.warning("%s: terminate failed: %s", op.label, exc)
-            for query in queries:
-                query.cleanup()
-            self.folders.release()
-            self.lease.release()
-            restore()
-            self.summary.duration_sec = time.monotonic() - started
+            try:
+                for query in queries:
+                    query.stop()
+                for query in queries:
+                    query.close()
+                for op in reversed(initialized):
+                    try:
+                        op.terminate()
+                    except Exception as exc:  # keep shutting the others down
+                        log.warning("%s: terminate failed: %s", op.label, exc)
+                for query in queries:
+                    query.cleanup()
+            finally:  # last, whatever happened: the next run may start from here on
+                self.folders.release()
+                self.lease.release()
+                restore()
+                self.summary.duration_sec = time.monotonic() - started
 
     def _supervise(self, queries: list[SourceQuery | PhasedQuery]) -> None:
         grace_deadline: float | None = None
