@@ -9,9 +9,10 @@ from typing import Any
 import dagster as dg
 from dagster_pyspark import PySparkResource
 from dagster_pyspark.resources import spark_session_from_config
+from dagster_spark.utils import flatten_dict
 
 from streamling.config import Settings, load_settings
-from streamling.runtime.session import finish_session, prepare_environment, session_conf
+from streamling.runtime.session import finish_session, prepare_environment, session_conf, start_jvm
 from streamling_dagster.pipelines import PipelineFile
 
 SECRET_CONF = re.compile(r"(?i)secret|password|token|access[.]?key|credential")
@@ -50,7 +51,9 @@ class StreamlingSparkResource(PySparkResource):
         prepare_environment()
         engine = load_settings(environ=os.environ).spark
         secrets = {k: v for k, v in engine.conf.items() if SECRET_CONF.search(k) and k not in self.spark_config}
-        self._spark_session = spark_session_from_config({**self.spark_config, **secrets})
+        conf = {**self.spark_config, **secrets}
+        start_jvm({k: str(v) for k, v in flatten_dict(conf)})  # out of the run worker's process group, like the CLI
+        self._spark_session = spark_session_from_config(conf)
         settings = engine.model_copy(update={"master": self.spark_config.get("spark.master", "local[*]")})
         finish_session(self.spark_session, settings)
 

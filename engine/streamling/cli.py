@@ -13,7 +13,7 @@ import traceback
 
 from streamling import __version__
 from streamling.config import Settings, load_settings
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 from streamling.telemetry.logs import configure_logging
 from streamling.topology.pipeline import ValidationReport
 
@@ -61,12 +61,12 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
     try:
         report = plan_pipeline(resolve_location(args.pipeline, settings), settings)[1]
     except StreamlingError as exc:
-        success = exc.user_facing
+        success = exc.user_facing and not exc.retriable  # an outage leaves the question open: exit 1
         report = ValidationReport(errors=[exc.message])
     except Exception as exc:  # an engine bug, reported as such
         log.debug("validation failed internally", exc_info=True)
         success = False
-        report = ValidationReport(errors=[f"internal error: {exc}"])
+        report = ValidationReport(errors=[f"internal error: {first_line(exc)}"])
     if args.validate:
         print(report.to_json(success=success))
     else:
@@ -81,24 +81,32 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     from streamling.api import check_structure, execute_plan, prepare_pipeline, resolve_location
     from streamling.runtime.session import build_session
 
+    spark = None
     try:
-        check_structure(resolve_location(args.pipeline, settings), settings)  # before Spark starts
-        spark = build_session(settings.spark)
-        plan = prepare_pipeline(args.pipeline, settings, spark)
-    except StreamlingError as exc:
-        print(f"Error: {exc.message}", file=sys.stderr)
-        return EXIT_INVALID if exc.user_facing else EXIT_FAILED
-    try:
+        try:
+            check_structure(resolve_location(args.pipeline, settings), settings)  # before Spark starts
+            spark = build_session(settings.spark)
+            plan = prepare_pipeline(args.pipeline, settings, spark)
+        except StreamlingError as exc:
+            # Bad input is an invalid pipeline or configuration; an outage (a retriable error, such as a
+            # Schema Registry that stayed unreachable) is a failed run that may succeed when retried.
+            print(f"Error: {exc.message}", file=sys.stderr)
+            _debug_traceback(exc, settings)
+            return EXIT_INVALID if exc.user_facing and not exc.retriable else EXIT_FAILED
         summary = execute_plan(plan, settings, spark)
     except StreamlingError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)
-        if not exc.user_facing and settings.log_level == "debug":
-            traceback.print_exception(exc)
+        _debug_traceback(exc, settings)
         return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_OK
+    except Exception as exc:  # an engine bug: still one line; the traceback only at debug level
+        print(f"Error: internal error: {first_line(exc)}", file=sys.stderr)
+        _debug_traceback(exc, settings)
+        return EXIT_FAILED
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     for name, progress in summary.sources.items():
         log.info("source '%s': %d epochs, position %s", name, progress.epochs, progress.position)
     for name, rows in summary.sink_rows.items():
@@ -116,6 +124,11 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             )
     log.info("Finished in %.1fs", summary.duration_sec)
     return EXIT_OK
+
+
+def _debug_traceback(exc: BaseException, settings: Settings) -> None:
+    if settings.log_level == "debug" and not getattr(exc, "user_facing", False):
+        traceback.print_exception(exc)
 
 
 if __name__ == "__main__":

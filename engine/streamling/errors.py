@@ -94,12 +94,36 @@ def embedded_error(exc: BaseException) -> StreamlingError | None:
     )
 
 
+TRACEBACK = "Traceback (most recent call last):"
+
+
 def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (Spark's JVM errors via ``getMessage``), else its type name."""
+    """The first line of an exception's message (Spark's JVM errors via ``getMessage``), else its type name.
+
+    Spark reports a Python failure in its own processes as ``…: Traceback (most recent call last):`` followed
+    by the traceback; the traceback is then replaced by its last line, the Python exception itself."""
     get_message = getattr(exc, "getMessage", None)
     text = (get_message() if callable(get_message) else None) or str(exc)
-    text = text.strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    lines = text.strip().splitlines()
+    if not lines:
+        return type(exc).__name__
+    first = lines[0]
+    if first.endswith(TRACEBACK):
+        raised = _raised(lines[1:])
+        if raised:
+            return first.removesuffix(TRACEBACK) + raised
+    return first
+
+
+def _raised(traceback_lines: list[str]) -> str | None:
+    """The exception line of a Python traceback (its last unindented line, before Spark's own additions)."""
+    found = None
+    for line in traceback_lines:
+        if not line.strip() or line.startswith((" SQLSTATE", "===", "JVM stacktrace")):
+            break
+        if not line[0].isspace() and not line.startswith((TRACEBACK, "During handling", "The above exception")):
+            found = line.strip()
+    return found
 
 
 def wrap(exc: BaseException, what: str) -> StreamlingError:
@@ -112,8 +136,7 @@ def wrap(exc: BaseException, what: str) -> StreamlingError:
     inner = embedded_error(exc)
     if inner is not None:
         return inner
-    text = str(exc).strip() or type(exc).__name__
-    return StreamlingError(f"{what}: {text}", cause=exc)
+    return StreamlingError(f"{what}: {first_line(exc)}", cause=exc)
 
 
 @contextmanager

@@ -74,6 +74,16 @@ def sqlite_state(db: Path, app: str = "local_app_v1") -> dict:
     return {k: json.loads(v) for k, v in rows}
 
 
+def sqlite_leases(db: Path, app: str = "local_app_v1") -> dict[str, dict]:
+    """The run leases held in a Sqlite state file: lease name → holder."""
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute("SELECT name, holder FROM leases WHERE namespace = ?", (app,)).fetchall()
+    finally:
+        conn.close()
+    return {name: json.loads(holder) for name, holder in rows}
+
+
 def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
     """Poll `predicate` until true; fail early, with the engine's stderr, if the engine exits first."""
     deadline = time.time() + timeout
@@ -84,3 +94,29 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
             raise AssertionError(f"engine exited early with {proc.returncode}: {proc.stderr.read()}")
         time.sleep(0.1)
     raise AssertionError("condition not reached in time")
+
+
+def run_processes(cwd: Path) -> list[int]:
+    """Every live process of runs started by `start_cli`/`run_cli` in `cwd` — the driver, its JVM and Spark's
+    Python workers — recognised by the environment they inherit (the checkpoint root under `cwd`)."""
+    marker = f"STREAMLING__SPARK__CHECKPOINT_ROOT={cwd / 'checkpoints'}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in environ and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until_gone(cwd: Path, timeout: float = 30) -> None:
+    """The run's processes (its JVM included) exit within `timeout`."""
+    deadline = time.time() + timeout
+    while (left := run_processes(cwd)) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes left behind: {left}"

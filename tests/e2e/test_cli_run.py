@@ -6,13 +6,28 @@ import json
 import math
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli import printed_ids, run_cli, sqlite_state, start_cli, wait_for, write
+from tests.e2e.cli import (
+    cli_env,
+    printed_ids,
+    run_cli,
+    sqlite_leases,
+    sqlite_state,
+    start_cli,
+    wait_for,
+    wait_until_gone,
+    write,
+)
+
+PLUGIN_CLI = "import sys, tests.e2e.failing_source; from streamling.cli import main; sys.exit(main(sys.argv[1:]))"
+"""The CLI with the test-only `failing_generator` source plugin registered."""
 
 
 def test_job_mode_bounded_filter_print_exact_count(tmp_path: Path) -> None:
@@ -74,6 +89,44 @@ def test_runtime_failure_exits_1_without_traceback_and_keeps_position(tmp_path: 
     assert "bad row 2500" in result.stderr
     assert "Traceback" not in result.stderr
     assert sqlite_state(tmp_path / "state.db")["src:generator"]["offset"] == 2000
+    assert sqlite_leases(tmp_path / "state.db") == {}  # released after the failure
+
+
+def test_spark_side_query_failure_is_one_error_line(tmp_path: Path) -> None:
+    """A streaming query that Spark itself ends (here the test plugin's reader raises a plain RuntimeError in
+    Spark's Python streaming-source process, as a `[CANNOT_OPEN_SOCKET]` would) fails the run with exit 1 and
+    exactly one `Error:` line naming the source and the cause, without a traceback."""
+    path = write(
+        tmp_path,
+        """
+        sources:
+          src: {type: failing_generator, rows: 5000, record_batch_size: 1000, fail_at: 2000}
+        sinks:
+          out: {type: blackhole, from: src}
+        """,
+    )
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {
+        "STREAMLING__JOB_MODE": "true",
+        "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", PLUGIN_CLI, str(path)],
+        cwd=tmp_path,
+        env=cli_env(tmp_path, env),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert errors == [
+        "Error: failing_generator source 'src': streaming query failed: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] "
+        "Failed when Python streaming data source perform latestOffset: RuntimeError: the test reader gave up at "
+        "offset 2000"
+    ]
+    assert "Traceback" not in result.stderr
+    assert sqlite_state(tmp_path / "state.db")["src:generator"]["offset"] == 2000
 
 
 def test_sigterm_finishes_and_commits_the_in_flight_epoch(tmp_path: Path) -> None:
@@ -100,6 +153,36 @@ def test_sigterm_finishes_and_commits_the_in_flight_epoch(tmp_path: Path) -> Non
     assert printed_ids((tmp_path / "out.txt").read_text()) == list(range(1, committed + 1))
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_to_the_process_group_drains_like_ctrl_c(tmp_path: Path, sig: signal.Signals) -> None:
+    """What `timeout`, a terminal and group-signalling supervisors do: the signal reaches every process of the
+    group. The JVM is not among them, so the drain finishes the in-flight epoch and exits 0, cleanly."""
+    path = write(
+        tmp_path,
+        """
+        sources:
+          live: {type: generator, rows_per_second: 3000}
+        sinks:
+          out: {type: print, from: live}
+        """,
+    )
+    out = (tmp_path / "out.txt").open("w")
+    proc = start_cli(tmp_path, str(path), env={"STREAMLING__CHECKPOINT_INTERVAL_SEC": "300ms"}, stdout=out)
+    db = tmp_path / "state.db"
+    wait_for(lambda: sqlite_state(db).get("live:generator", {}).get("offset", 0) > 3000, proc)
+    os.killpg(proc.pid, sig)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    out.close()
+    stderr = proc.stderr.read()
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+    assert f"Received {sig.name}" in stderr
+    committed = sqlite_state(db)["live:generator"]["offset"]
+    assert printed_ids((tmp_path / "out.txt").read_text()) == list(range(1, committed + 1))
+    assert f"sink 'out': {committed} rows written" in stderr  # the last epoch ran to its commit
+    assert sqlite_leases(db) == {}  # released after the drain
+    wait_until_gone(tmp_path)
+
+
 def _kill_and_resume(tmp_path: Path, env: dict[str, str], read_offset) -> None:
     rows = 6000
     path = write(
@@ -120,12 +203,15 @@ def _kill_and_resume(tmp_path: Path, env: dict[str, str], read_offset) -> None:
     committed_before_kill = read_offset()
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
+    wait_until_gone(tmp_path)  # the JVM, in a session of its own, exits with its driver
     first_out.close()
     first = printed_ids((tmp_path / "first.txt").read_text())
     assert first and max(first) < rows  # really killed mid-run
 
     second = run_cli(tmp_path, str(path), env=env)
     assert second.returncode == 0, second.stderr
+    # The killed run's lease is taken over at once: its process is provably gone (same machine), no TTL wait.
+    assert "the run holding its lease (pid " in second.stderr and "is gone; taking the lease over" in second.stderr
     resumed = printed_ids(second.stdout)
     assert resumed and min(resumed) > committed_before_kill  # resumed from the state backend
     everything = Counter(first + resumed)

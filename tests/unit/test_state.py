@@ -1,9 +1,11 @@
-"""State backends share one contract; Sqlite and Postgres also keep the documented table layout."""
+"""State backends share one contract, leases included; Sqlite and Postgres also keep the documented table layout."""
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,76 @@ def test_postgres_connection_error_hides_password(postgres_env) -> None:
     )
     assert "password authentication failed" in str(info.value)
     assert "wrong-Secret-123" not in str(info.value)
+
+
+def lease_contract(make: Callable[[], StateBackend], other_namespace: StateBackend) -> None:
+    """`make()` opens the same store again, as another run would."""
+    a, b = make(), make()
+    me, you = {"pid": 1, "host": "a"}, {"pid": 2, "host": "b"}
+    assert a.acquire_lease("pipeline:p", "run-a", me, ttl_sec=30) is None
+    assert a.acquire_lease("pipeline:p", "run-a", me, ttl_sec=30) is None  # ours already: taken again
+    held = b.acquire_lease("pipeline:p", "run-b", you, ttl_sec=30)
+    assert held is not None and (held.token, held.holder, held.renewals) == ("run-a", me, 0)
+    assert b.acquire_lease("pipeline:q", "run-b", you, ttl_sec=30) is None  # another pipeline
+    assert other_namespace.acquire_lease("pipeline:p", "run-c", you, ttl_sec=30) is None  # another application id
+    assert a.renew_lease("pipeline:p", "run-a", ttl_sec=30)
+    assert a.renew_lease("pipeline:p", "run-a", ttl_sec=30)
+    assert b.acquire_lease("pipeline:p", "run-b", you, ttl_sec=30).renewals == 2  # type: ignore[union-attr]
+    assert not b.renew_lease("pipeline:p", "run-b", ttl_sec=30)  # not b's
+    b.release_lease("pipeline:p", "run-b")  # not b's: left alone
+    assert b.acquire_lease("pipeline:p", "run-b", you, ttl_sec=30).token == "run-a"  # type: ignore[union-attr]
+    # A holder known to be dead is replaced at once, but only that holder.
+    assert b.acquire_lease("pipeline:p", "run-b", you, ttl_sec=30, replace="run-x") is not None
+    assert b.acquire_lease("pipeline:p", "run-b", you, ttl_sec=30, replace="run-a") is None
+    assert not a.renew_lease("pipeline:p", "run-a", ttl_sec=30)  # a lost it
+    b.release_lease("pipeline:p", "run-b")
+    assert a.acquire_lease("pipeline:p", "run-a", me, ttl_sec=0.5) is None  # released: free
+    # An expired lease is free for the taking.
+    assert b.acquire_lease("pipeline:p", "run-b", you, ttl_sec=30) is not None
+    deadline = time.monotonic() + 10
+    while b.acquire_lease("pipeline:p", "run-b", you, ttl_sec=30) is not None:
+        assert time.monotonic() < deadline, "the lease never expired"
+        time.sleep(0.05)
+    assert not a.renew_lease("pipeline:p", "run-a", ttl_sec=30)
+    # Concurrent takers of a free lease: exactly one wins.
+    b.release_lease("pipeline:p", "run-b")
+    takers = [make() for _ in range(4)]
+    with ThreadPoolExecutor(len(takers)) as pool:
+        results = list(
+            pool.map(lambda i: takers[i].acquire_lease("pipeline:p", f"t{i}", {"pid": i}, 30), range(len(takers)))
+        )
+    assert sum(r is None for r in results) == 1
+    winner = f"t{results.index(None)}"
+    assert all(r.token == winner for r in results if r is not None)
+    for backend in (a, b, *takers):
+        backend.close()
+
+
+def test_in_memory_leases_are_per_instance() -> None:
+    memory = InMemoryStateBackend("app")
+    lease_contract(lambda: memory, InMemoryStateBackend("other"))
+    # Another instance (another process) shares nothing, the lease included.
+    assert InMemoryStateBackend("app").acquire_lease("pipeline:p", "run-z", {}, 30) is None
+
+
+def test_sqlite_leases(tmp_path: Path) -> None:
+    path = str(tmp_path / "state.db")
+    with SqliteStateBackend("other", path) as other:
+        lease_contract(lambda: SqliteStateBackend("app", path), other)
+
+
+@pytest.mark.integration
+def test_postgres_leases(postgres_env) -> None:
+    from streamling.state.postgres import PostgresStateBackend
+
+    prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"
+    settings = PostgresConnectionSettings(
+        host=postgres_env[prefix + "HOST"],
+        port=int(postgres_env[prefix + "PORT"]),
+        user=postgres_env[prefix + "USER"],
+        password=postgres_env[prefix + "PASSWORD"],
+        database=postgres_env[prefix + "DATABASE"],
+    )
+    namespace = f"test_lease_{time.time_ns()}"
+    with PostgresStateBackend(namespace + "_o", settings) as other:
+        lease_contract(lambda: PostgresStateBackend(namespace, settings), other)

@@ -178,6 +178,15 @@ class StateBackendSettings(_Section):
     backend_type: BackendType = "Sqlite"
     sqlite: SqliteStateSettings = Field(default_factory=SqliteStateSettings)
     postgres: PostgresConnectionSettings = Field(default_factory=PostgresConnectionSettings)
+    lease_ttl_sec: Seconds = 30.0
+    """How long a run's lease on its pipeline outlives the run's last heartbeat (sent every sixth of it)."""
+
+    @field_validator("lease_ttl_sec")
+    @classmethod
+    def _lease_at_least_a_second(cls, value: float) -> float:
+        if value < 1:
+            raise ValueError("must be at least 1 second")
+        return value
 
     @field_validator("backend_type", mode="before")
     @classmethod

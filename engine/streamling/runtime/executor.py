@@ -9,7 +9,9 @@ the commit, so the epoch is replayed on restart: at-least-once. Sinks that repor
 epoch (`Sink.applied_epoch`) get that epoch replayed with identical bounds so they can skip it.
 
 Spark's checkpoint directory is per run and deleted afterwards; restarts resume from the state
-backend, which is therefore the only source of truth for positions.
+backend, which is therefore the only source of truth for positions. A run holds its pipeline's lease
+(`runtime/lease.py`) from before it touches anything until it has cleaned up, and checks it before each
+commit, so two runs never write one pipeline's positions.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from streamling.config import Settings
-from streamling.errors import StreamlingError, error_context, wrap
+from streamling.errors import StreamlingError, embedded_error, error_context, first_line, wrap
 from streamling.operators import Epoch, RunContext, Sink, Source, Written, rows_of
+from streamling.runtime.checkpoints import RunFolders, safe_name
 from streamling.runtime.committer import Committer
 from streamling.runtime.faults import crash_point
+from streamling.runtime.lease import RunLease
 from streamling.runtime.offset_log import read_batch_offsets
 from streamling.runtime.plan import Plan
 from streamling.state import StateBackend
@@ -79,7 +83,7 @@ class SourceQuery:
         self.epoch = epoch
         self.sinks = runner.plan.sinks_of(source.name)
         self.downstream = [runner.plan.operators[n] for n in runner.plan.downstream[source.name]]
-        self.checkpoint_dir = str(runner.checkpoint_root / _safe(source.name) / f"run-{uuid.uuid4().hex[:12]}")
+        self.checkpoint_dir = str(runner.folders.folder(source.name))
         self.query: StreamingQuery | None = None
         self.lock = threading.Lock()
         self.in_flight = False
@@ -177,6 +181,7 @@ class SourceQuery:
         now_ms = int(time.time() * 1000)
         entries = dict(self.source.position_entries(epoch.start, epoch.end, now_ms))
         entries[epoch_key(self.source.name)] = {"epoch": epoch.id, "updated_at": now_ms}
+        self.runner.check_lease()
         with error_context(f"{self.source.label}: failed to commit epoch {epoch.id}"):
             self.runner.state.put_many(entries)
         self.position = dict(epoch.end)
@@ -227,7 +232,11 @@ class SourceQuery:
         if self.query is not None and not self.query.isActive:
             exc = self.query.exception()
             if exc is not None:
-                return StreamlingError(f"{self.source.label}: streaming query failed: {exc.desc}")
+                # Our own error raised in Spark's Python process keeps its text and flags; anything else
+                # (a Spark or JVM failure) is reported by its first line, without the JVM stack.
+                return embedded_error(exc) or StreamlingError(
+                    f"{self.source.label}: streaming query failed: {first_line(exc)}"
+                )
         return None
 
 
@@ -391,7 +400,10 @@ class PipelineRunner:
         self.spark = spark
         self.state = state
         self.summary = summary or RunSummary()
-        self.checkpoint_root = Path(settings.spark.checkpoint_root) / _safe(settings.application_id)
+        self.checkpoint_root = Path(settings.spark.checkpoint_root) / safe_name(settings.application_id)
+        self.run_id = uuid.uuid4().hex[:16]
+        self.folders = RunFolders(self.checkpoint_root, self.run_id)
+        self.lease: RunLease | None = None
         self._stop = stop or threading.Event()
         self._rows_lock = threading.Lock()
         self._limit_reached = False
@@ -415,6 +427,11 @@ class PipelineRunner:
         log.info("Stopping after %d records (sink '%s' wrote %d)", limit, sink, total)
         self._stop.set()
 
+    def check_lease(self) -> None:
+        """Raise once this run may no longer hold its pipeline's lease (before a commit, and while supervising)."""
+        if self.lease is not None:
+            self.lease.check()
+
     def request_stop(self) -> None:
         """Stop taking new data; the in-flight epoch finishes and commits. Safe from any thread."""
         self._stop.set()
@@ -425,12 +442,20 @@ class PipelineRunner:
         restore = _install_signal_handlers(self.request_stop)
         queries: list[SourceQuery | PhasedQuery] = []
         initialized = []
+        pipeline = self.plan.pipeline
+        self.lease = RunLease(
+            self.state, pipeline.name, pipeline.path, self.settings.state_backend.lease_ttl_sec, self.run_id
+        )
         try:
+            if not self.lease.acquire(self._stop):  # stopped while waiting for another run's lease
+                self.summary.stopped_by_signal = True
+                return self.summary
+            self.folders.claim()
             for op in self.plan.operators.values():
                 with error_context(op.label):
                     op.initialize(ctx)
                 initialized.append(op)
-            self._clear_stale_checkpoints()
+            self.folders.sweep([node.name for node in pipeline.sources])
             for source_node in self.plan.pipeline.sources:
                 source = self.plan.source(source_node.name)
                 phases = source.phases()
@@ -453,23 +478,28 @@ class PipelineRunner:
             self.summary.stopped_by_signal = self._stop.is_set() and not self._limit_reached
             return self.summary
         finally:
-            for query in queries:
-                query.stop()
-            for query in queries:
-                query.close()
-            for op in reversed(initialized):
-                try:
-                    op.terminate()
-                except Exception as exc:  # keep shutting the others down
-                    log.warning("%s: terminate failed: %s", op.label, exc)
-            for query in queries:
-                query.cleanup()
-            restore()
-            self.summary.duration_sec = time.monotonic() - started
+            try:
+                for query in queries:
+                    query.stop()
+                for query in queries:
+                    query.close()
+                for op in reversed(initialized):
+                    try:
+                        op.terminate()
+                    except Exception as exc:  # keep shutting the others down
+                        log.warning("%s: terminate failed: %s", op.label, exc)
+                for query in queries:
+                    query.cleanup()
+            finally:  # last, whatever happened: the next run may start from here on
+                self.folders.release()
+                self.lease.release()
+                restore()
+                self.summary.duration_sec = time.monotonic() - started
 
     def _supervise(self, queries: list[SourceQuery | PhasedQuery]) -> None:
         grace_deadline: float | None = None
         while True:
+            self.check_lease()
             for query in queries:
                 query.poll()
                 error = query.failure()
@@ -531,11 +561,6 @@ class PipelineRunner:
         if data_source is not None:
             self.spark.dataSource.register(data_source)
 
-    def _clear_stale_checkpoints(self) -> None:
-        """Runs killed with -9 leave their per-run directories behind; they are never reused."""
-        for node in self.plan.pipeline.sources:
-            shutil.rmtree(self.checkpoint_root / _safe(node.name), ignore_errors=True)
-
 
 def _as_streamling_error(error: BaseException, where: str) -> StreamlingError:
     if isinstance(error, StreamlingError):
@@ -545,10 +570,6 @@ def _as_streamling_error(error: BaseException, where: str) -> StreamlingError:
 
 def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
-
-
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
 def _install_signal_handlers(on_stop: Callable[[], None]) -> Callable[[], None]:

@@ -87,8 +87,11 @@ class Plan:
         return problems
 
     def analyze(self, spark: SparkSession) -> list[str]:
-        """Compute every node's schema; returns user-facing errors (empty when the plan is sound). Missing
-        primary keys that are only warnings go to `key_warnings`."""
+        """Compute every node's schema; returns user-facing errors (empty when the plan is sound).
+
+        A retriable error (a service that stayed unreachable) is raised instead: it says nothing about the
+        pipeline, so it must not turn into a validation error. Missing primary keys that are only warnings go to
+        `key_warnings`."""
         errors: list[str] = []
         self.key_warnings = []
         if self.settings.enforce_primary_keys:
@@ -103,6 +106,8 @@ class Plan:
             try:
                 schema = self._schema_of(spark, node, parents)
             except StreamlingError as exc:
+                if exc.retriable:
+                    raise
                 named = exc.user_facing or f"{node.kind} '{node.name}'" in exc.message.split(": ", 1)[0]
                 errors.append(exc.message if named else f"{node.label}: {exc.message}")
                 continue

@@ -7,9 +7,12 @@ import os
 import sys
 import tempfile
 import zipfile
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 import streamling
@@ -49,10 +52,29 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
 def build_session(settings: SparkSettings) -> SparkSession:
     """Create (or reuse, when one is already active in this process) the session."""
     prepare_environment()
+    conf = session_conf(settings)
+    start_jvm(conf)
     builder = SparkSession.builder
-    for key, value in session_conf(settings).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     return finish_session(builder.getOrCreate(), settings)
+
+
+def start_jvm(conf: Mapping[str, str]) -> None:
+    """Launch the driver's JVM (the py4j gateway) in a session of its own, unless one runs already.
+
+    A SIGTERM sent to the driver's whole process group — by `timeout`, by a terminal, by supervisors that
+    signal the group — would otherwise kill the JVM (and the Python workers it starts) under the graceful
+    drain, which then ends in py4j errors. PySpark already starts the JVM ignoring SIGINT for the same
+    reason; out of the group, it gets neither. It still dies with the driver: the gateway exits when its
+    standard input, a pipe from the driver, closes — on a normal exit and on SIGKILL alike."""
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    spark_conf = SparkConf()
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def finish_session(spark: SparkSession, settings: SparkSettings) -> SparkSession:

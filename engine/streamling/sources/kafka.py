@@ -634,10 +634,13 @@ class KafkaSource(Source[KafkaSourceSpec]):
                     lambda: registry(self.connection).get_latest_version(subject), self._outage("Schema Registry")
                 )
             except Exception as exc:
-                raise StreamlingError.user(
+                message = (
                     f"{self.label}: failed to fetch the Avro schema of subject '{subject}' from the Schema Registry "
                     f"at {self.connection['registry_url']}: {first_line(exc)}"
-                ) from None
+                )
+                if is_unavailable(exc):  # an outage outlasted the patience: not the pipeline's fault
+                    raise StreamlingError.unavailable(message) from None
+                raise StreamlingError.user(message) from None
             self._reader_schema = (latest.schema.schema_str, int(latest.version), int(latest.schema_id))
         return self._reader_schema
 

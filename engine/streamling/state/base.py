@@ -1,16 +1,28 @@
-"""State backend interface: small JSON documents under (namespace, key).
+"""State backend interface: small JSON documents under (namespace, key), and run leases.
 
 The namespace is the ``application_id``; the runtime stores committed source positions here, so this
-is the source of truth for where a pipeline resumes.
+is the source of truth for where a pipeline resumes. A lease (`acquire_lease`) lets one run at a time
+write a pipeline's positions; it lives beside the documents, in a table of its own.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 JsonDoc = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    """Who holds a lease: the holder's token and description, and how often it has renewed the lease (a
+    count that moves while the holder is alive)."""
+
+    token: str
+    holder: JsonDoc
+    renewals: int
 
 
 class StateBackend(ABC):
@@ -37,6 +49,22 @@ class StateBackend(ABC):
     @abstractmethod
     def items(self, prefix: str = "") -> dict[str, JsonDoc]:
         """All keys of this namespace starting with `prefix`."""
+
+    @abstractmethod
+    def acquire_lease(
+        self, name: str, token: str, holder: JsonDoc, ttl_sec: float, replace: str | None = None
+    ) -> LeaseHolder | None:
+        """Take lease `name` of this namespace for `ttl_sec`, atomically: when nobody holds it, its holder's
+        time is up, it is ours (`token`) already, or its holder's token is `replace` (a holder known to be
+        dead). None when taken; else the current holder, and nothing changes."""
+
+    @abstractmethod
+    def renew_lease(self, name: str, token: str, ttl_sec: float) -> bool:
+        """Extend our lease to `ttl_sec` from now; False when it is no longer ours (it expired and was taken)."""
+
+    @abstractmethod
+    def release_lease(self, name: str, token: str) -> None:
+        """Give our lease up; a lease that is no longer ours is left alone."""
 
     def close(self) -> None:  # noqa: B027  (optional hook)
         pass

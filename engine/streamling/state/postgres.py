@@ -15,8 +15,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from streamling.config.model import PostgresConnectionSettings
+from streamling.errors import StreamlingError
 from streamling.postgres.connection import transact
-from streamling.state.base import JsonDoc, StateBackend
+from streamling.state.base import JsonDoc, LeaseHolder, StateBackend
 
 DDL = (
     "CREATE SCHEMA IF NOT EXISTS streamling",
@@ -27,10 +28,28 @@ DDL = (
         created_at TIMESTAMPTZ DEFAULT now(),
         PRIMARY KEY(namespace, key)
     )""",
+    """CREATE TABLE IF NOT EXISTS streamling.leases (
+        namespace TEXT,
+        name TEXT,
+        token TEXT NOT NULL,
+        holder JSONB NOT NULL,
+        renewals BIGINT NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY(namespace, name)
+    )""",
 )
 UPSERT = (
     "INSERT INTO streamling.state(namespace, key, data) VALUES (%s, %s, %s) "
     "ON CONFLICT (namespace, key) DO UPDATE SET data = EXCLUDED.data"
+)
+# Expiry is on the database's clock, so hosts with skewed clocks agree on it.
+ACQUIRE_LEASE = (
+    "INSERT INTO streamling.leases AS l (namespace, name, token, holder, renewals, expires_at) "
+    "VALUES (%(ns)s, %(name)s, %(token)s, %(holder)s, 0, clock_timestamp() + make_interval(secs => %(ttl)s)) "
+    "ON CONFLICT (namespace, name) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder, renewals = 0, "
+    "expires_at = EXCLUDED.expires_at "
+    "WHERE l.expires_at <= clock_timestamp() OR l.token = EXCLUDED.token OR l.token = %(replace)s "
+    "RETURNING l.token"
 )
 
 
@@ -83,3 +102,47 @@ class PostgresStateBackend(StateBackend):
             return {key: data for key, data in cur.fetchall()}
 
         return self._run(fetch)
+
+    def acquire_lease(
+        self, name: str, token: str, holder: JsonDoc, ttl_sec: float, replace: str | None = None
+    ) -> LeaseHolder | None:
+        """One INSERT … ON CONFLICT DO UPDATE … WHERE: concurrent callers queue on the row, and only one of
+        them finds it free."""
+        params = {"ns": self.namespace, "name": name, "token": token, "holder": Jsonb(holder), "ttl": ttl_sec}
+        params["replace"] = replace
+
+        def take(cur: psycopg.Cursor) -> LeaseHolder | None:
+            for _ in range(2):  # the holder may release between the two statements: then try once more
+                cur.execute(ACQUIRE_LEASE, params)
+                if cur.fetchone() is not None:
+                    return None
+                cur.execute(
+                    "SELECT token, holder, renewals FROM streamling.leases WHERE namespace = %s AND name = %s",
+                    (self.namespace, name),
+                )
+                row = cur.fetchone()
+                if row is not None:
+                    return LeaseHolder(row[0], row[1], row[2])
+            raise StreamlingError.retry(f"{self._where}: lease '{name}' changed hands twice while being taken")
+
+        return self._run(take)
+
+    def renew_lease(self, name: str, token: str, ttl_sec: float) -> bool:
+        def renew(cur: psycopg.Cursor) -> bool:
+            cur.execute(
+                "UPDATE streamling.leases SET renewals = renewals + 1, "
+                "expires_at = clock_timestamp() + make_interval(secs => %s) "
+                "WHERE namespace = %s AND name = %s AND token = %s",
+                (ttl_sec, self.namespace, name, token),
+            )
+            return cur.rowcount == 1
+
+        return self._run(renew)
+
+    def release_lease(self, name: str, token: str) -> None:
+        self._run(
+            lambda cur: cur.execute(
+                "DELETE FROM streamling.leases WHERE namespace = %s AND name = %s AND token = %s",
+                (self.namespace, name, token),
+            )
+        )

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from streamling.errors import StreamlingError
-from streamling.state.base import JsonDoc, StateBackend
+from streamling.state.base import JsonDoc, LeaseHolder, StateBackend
+
+T = TypeVar("T")
 
 DDL = """
 CREATE TABLE IF NOT EXISTS state (
@@ -24,6 +28,17 @@ UPSERT = (
     "INSERT INTO state(namespace, key, data) VALUES (?, ?, ?) "
     "ON CONFLICT(namespace, key) DO UPDATE SET data = excluded.data"
 )
+LEASE_DDL = """
+CREATE TABLE IF NOT EXISTS leases (
+    namespace TEXT,
+    name TEXT,
+    token TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    renewals INTEGER NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY(namespace, name)
+)
+"""
 
 
 class SqliteStateBackend(StateBackend):
@@ -37,6 +52,7 @@ class SqliteStateBackend(StateBackend):
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA busy_timeout=10000")
             self._conn.execute(DDL)
+            self._conn.execute(LEASE_DDL)
         except (OSError, sqlite3.Error) as exc:
             raise StreamlingError.user(f"sqlite state backend '{self.path}': cannot open: {exc}") from exc
         self._lock = threading.Lock()
@@ -76,6 +92,59 @@ class SqliteStateBackend(StateBackend):
                 (self.namespace, len(prefix), prefix),
             ).fetchall()
         return {key: json.loads(data) for key, data in rows}
+
+    def _write(self, what: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn` in one write transaction: BEGIN IMMEDIATE takes the database's write lock first, so what it
+        reads cannot change before it writes, whichever process asks."""
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                result = fn(self._conn)
+                self._conn.execute("COMMIT")
+                return result
+            except sqlite3.Error as exc:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise StreamlingError.retry(f"sqlite state backend '{self.path}': {what} failed: {exc}") from exc
+
+    def acquire_lease(
+        self, name: str, token: str, holder: JsonDoc, ttl_sec: float, replace: str | None = None
+    ) -> LeaseHolder | None:
+        def take(conn: sqlite3.Connection) -> LeaseHolder | None:
+            now = time.time()
+            row = conn.execute(
+                "SELECT token, holder, renewals, expires_at FROM leases WHERE namespace = ? AND name = ?",
+                (self.namespace, name),
+            ).fetchone()
+            if row is not None and row[3] > now and row[0] not in (token, replace):
+                return LeaseHolder(row[0], json.loads(row[1]), row[2])
+            conn.execute(
+                "INSERT OR REPLACE INTO leases(namespace, name, token, holder, renewals, expires_at) "
+                "VALUES (?, ?, ?, ?, 0, ?)",
+                (self.namespace, name, token, json.dumps(holder, separators=(",", ":")), now + ttl_sec),
+            )
+            return None
+
+        return self._write("lease", take)
+
+    def renew_lease(self, name: str, token: str, ttl_sec: float) -> bool:
+        def renew(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE leases SET renewals = renewals + 1, expires_at = ? WHERE namespace = ? AND name = ? "
+                "AND token = ?",
+                (time.time() + ttl_sec, self.namespace, name, token),
+            )
+            return cur.rowcount == 1
+
+        return self._write("lease renewal", renew)
+
+    def release_lease(self, name: str, token: str) -> None:
+        self._write(
+            "lease release",
+            lambda conn: conn.execute(
+                "DELETE FROM leases WHERE namespace = ? AND name = ? AND token = ?", (self.namespace, name, token)
+            ),
+        )
 
     def close(self) -> None:
         with self._lock:

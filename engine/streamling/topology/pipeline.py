@@ -38,9 +38,10 @@ class ValidationReport:
         return not self.errors
 
     def to_json(self, success: bool = True) -> str:
-        return json.dumps(
-            {"success": success, "is_valid": self.is_valid, "errors": self.errors, "warnings": self.warnings}
-        )
+        """`success` false: validation could not finish (an internal error, or a service it needs stayed
+        unreachable), so whether the pipeline is valid is unknown and `is_valid` is null."""
+        is_valid = self.is_valid if success else None
+        return json.dumps({"success": success, "is_valid": is_valid, "errors": self.errors, "warnings": self.warnings})
 
 
 @dataclass(frozen=True)
