@@ -276,3 +276,24 @@ def test_a_pool_acquire_timeout_is_transient_and_retried() -> None:
 
     assert with_retries(attempt, "postgres sink 'x'", 30) == "written"
     assert len(calls) == 3
+
+
+def test_a_refused_login_is_not_transient_but_a_lost_connection_is() -> None:
+    """libpq reports both without a SQLSTATE; only the server's login refusals fail at once."""
+    import psycopg
+
+    from streamling.postgres.connection import is_transient, refused_login
+
+    refused = (
+        'connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  password authentication '
+        'failed for user "app"',
+        'FATAL:  no pg_hba.conf entry for host "10.0.0.1", user "app", database "db", no encryption',
+        'FATAL:  role "nobody" does not exist',
+        'FATAL:  database "nodb" does not exist',
+    )
+    for text in refused:
+        assert refused_login(text)
+        assert not is_transient(psycopg.OperationalError(text))
+    lost = 'connection failed: connection to server at "127.0.0.1", port 5432 failed: Connection refused'
+    assert not refused_login(lost)
+    assert is_transient(psycopg.OperationalError(lost))

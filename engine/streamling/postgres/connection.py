@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -68,7 +69,21 @@ def reason(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+REFUSED_LOGIN = re.compile(
+    r"password authentication failed|no pg_hba\.conf entry|role \".*\" does not exist|database \".*\" does not exist"
+    r"|server does not support SSL|SSL is not enabled on the server|certificate verify failed"
+)
+"""The server (or TLS) turned the login itself down: wrong password or user, no such database, an SSL mode the server
+does not offer. libpq reports these without a SQLSTATE, like a lost connection, but retrying never helps."""
+
+
+def refused_login(text: str) -> bool:
+    return REFUSED_LOGIN.search(text) is not None
+
+
 def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, psycopg.Error) and refused_login(str(exc)):
+        return False
     if isinstance(exc, PoolTimeout):
         return True  # every connection busy, or none could be opened: wait and try again
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) and not getattr(exc, "sqlstate", None):
@@ -99,15 +114,32 @@ def _pool_key(settings: PostgresConnectionSettings, autocommit: bool) -> tuple[A
     )
 
 
-def pool(settings: PostgresConnectionSettings, *, autocommit: bool = True) -> _Pool:
-    """This process's pool for `settings` and commit mode, opened on first use (it connects only on demand)."""
+def pool(settings: PostgresConnectionSettings, *, autocommit: bool = True, where: str = "postgres") -> _Pool:
+    """This process's pool for `settings` and commit mode, opened on first use (it connects only on demand).
+
+    Before a pool is made, one connection is tried directly, so that a login the server turns down fails at once,
+    naming `where`, rather than after the pool's acquire timeout (the pool connects in background threads)."""
     key = _pool_key(settings, autocommit)
+    with _POOLS_LOCK:
+        found = _POOLS.get(key)
+        if found is not None:
+            return found
+    _probe(settings, where)
     with _POOLS_LOCK:
         found = _POOLS.get(key)
         if found is None:
             found = _open_pool(settings, autocommit)
             _POOLS[key] = found
         return found
+
+
+def _probe(settings: PostgresConnectionSettings, where: str) -> None:
+    try:
+        psycopg.connect(**settings.conninfo()).close()
+    except psycopg.Error as exc:
+        if refused_login(str(exc)):
+            raise StreamlingError.user(f"{where}: cannot connect: {reason(exc)}") from None
+        raise StreamlingError.retry(f"{where}: cannot connect: {reason(exc)}") from None
 
 
 def _open_pool(settings: PostgresConnectionSettings, autocommit: bool) -> _Pool:
@@ -160,12 +192,14 @@ def connection(
     (rolled back if a transaction was left open, replaced if it broke), as with ``pool.connection()``. Not getting
     one within ``pool_acquire_timeout_secs`` (at most ``retry_timeout_sec``) raises a retriable error naming
     `where`."""
-    source = pool(settings, autocommit=autocommit)
+    source = pool(settings, autocommit=autocommit, where=where)
     timeout = min(settings.pool_acquire_timeout_secs, settings.retry_timeout_sec)
     try:
         conn = source.getconn(timeout=timeout)
     except PoolTimeout:
         last = source.last_connect_error
+        if last and refused_login(last):
+            raise StreamlingError.user(f"{where}: cannot connect: {last}") from None
         why = f"cannot connect: {last}" if last else f"no free connection within {timeout:g}s"
         raise StreamlingError.retry(f"{where}: {why}") from None
     try:
