@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamling.topology.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec
+from streamling.topology.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec, flush_interval
 from streamling.types import GS_OP
 
 if TYPE_CHECKING:
@@ -80,6 +80,12 @@ class Operator(Generic[S]):
         """The node's own primary key: its ``primary_key`` field (a source may find one in its schema)."""
         columns_of = getattr(self.spec, "primary_key_columns", None)
         return columns_of() if columns_of else []
+
+    @property
+    def flush_interval_sec(self) -> float | None:
+        """The longest this node wants rows to wait (its ``batch_flush_interval``); sources feeding it close epochs
+        at least this often."""
+        return flush_interval(getattr(self.spec, "batch_flush_interval", None))
 
     def warnings(self) -> list[str]:
         """Things validation reports and a run logs once at start (never per epoch): settings the node took
@@ -267,11 +273,6 @@ class Sink(Operator[KS]):
         (`write`), which reports an ``int``."""
         rows = self.write(df, epoch)
         return lambda: rows
-
-    @property
-    def flush_interval_sec(self) -> float | None:
-        """The longest this sink wants rows to wait; sources feeding it close epochs at least this often."""
-        return None
 
     def applied_epoch(self, source: str) -> AppliedEpoch | None:
         """The last epoch of `source` this sink applied durably, for sinks that record it atomically with

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from streamling.config.units import Milliseconds
 from streamling.operators import Epoch, Sink, Written, rows_of
 from streamling.plugins.registry import operator
-from streamling.topology.spec import SinkSpec, flush_interval, ignored_fields
+from streamling.topology.spec import SinkSpec, ignored_fields
 from streamling.types import GS_OP
 
 
@@ -28,10 +28,6 @@ class BlackholeSinkSpec(SinkSpec):
 
 @operator("blackhole", BlackholeSinkSpec)
 class BlackholeSink(Sink[BlackholeSinkSpec]):
-    @property
-    def flush_interval_sec(self) -> float | None:
-        return flush_interval(self.spec.batch_flush_interval)
-
     def warnings(self) -> list[str]:
         return ignored_fields(
             self.label,

@@ -156,6 +156,11 @@ def _avro_encoder(plan: Mapping[str, Any]):  # type: ignore[no-untyped-def]
 
 @operator("kafka", KafkaSinkSpec)
 class KafkaSink(Sink[KafkaSinkSpec]):
+    @property
+    def flush_interval_sec(self) -> float | None:
+        """Its ``batch_flush_interval`` is the producer's ``linger.ms``, not a limit on the epoch interval."""
+        return None
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connection = connection_options(self.settings.kafka_sink)

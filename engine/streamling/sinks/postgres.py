@@ -85,11 +85,6 @@ class PostgresWriterSink(Sink[Any]):
     def label(self) -> str:
         return f"{self.spec.type} sink '{self.name}'"
 
-    @property
-    def flush_interval_sec(self) -> float | None:
-        interval = getattr(self.spec, "batch_flush_interval", None)
-        return interval / 1000 if interval else None
-
     def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
         if not primary_key:
             return [f"{self.label} requires a primary key"]

@@ -18,7 +18,7 @@ from pydantic import PositiveInt
 from streamling.config.units import Milliseconds
 from streamling.operators import ArrowSink, Epoch
 from streamling.plugins.registry import operator
-from streamling.topology.spec import SinkSpec, flush_interval, ignored_fields
+from streamling.topology.spec import SinkSpec, ignored_fields
 from streamling.types import GS_OP, json_default
 
 ROW_KINDS = {"i": "Insert", "u": "Update", "d": "Delete"}
@@ -42,10 +42,6 @@ class PrintSink(ArrowSink[PrintSinkSpec]):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.seen = 0
         self._lock = threading.Lock()
-
-    @property
-    def flush_interval_sec(self) -> float | None:
-        return flush_interval(self.spec.batch_flush_interval)
 
     def warnings(self) -> list[str]:
         return ignored_fields(

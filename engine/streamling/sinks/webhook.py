@@ -24,7 +24,7 @@ from streamling.http.options import HttpRequestOptions
 from streamling.http.payloads import PayloadFormat
 from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
-from streamling.topology.spec import SinkSpec, flush_interval
+from streamling.topology.spec import SinkSpec
 from streamling.types import spread
 
 log = logging.getLogger("streamling.http")
@@ -90,10 +90,6 @@ class WebhookSink(Sink[WebhookSinkSpec]):
     @property
     def label(self) -> str:
         return f"webhook sink '{self.name}'"
-
-    @property
-    def flush_interval_sec(self) -> float | None:
-        return flush_interval(self.spec.batch_flush_interval)
 
     def check(self, schema: Any, primary_key: list[str]) -> list[str]:
         self.keys = primary_key

@@ -27,7 +27,7 @@ from streamling.http.options import HttpRequestOptions
 from streamling.http.payloads import PayloadError, PayloadFormat, decode_response, to_record_batch
 from streamling.operators import Epoch, Operator, Transform
 from streamling.plugins.registry import operator
-from streamling.topology.spec import TransformSpec, flush_interval, split_columns
+from streamling.topology.spec import TransformSpec, split_columns
 from streamling.types import GS_OP, parse_type, spread, with_gs_op
 
 OUTPUT_BATCH_ROWS = 10_000
@@ -145,10 +145,6 @@ class HandlerTransform(Transform[HandlerSpec]):
     @property
     def label(self) -> str:
         return f"handler transform '{self.name}'"
-
-    @property
-    def flush_interval_sec(self) -> float | None:
-        return flush_interval(self.spec.batch_flush_interval)
 
     def bind(self, operators: Mapping[str, Operator]) -> None:
         # Read by several nodes, the output is cached per epoch so that every request is sent once.

@@ -35,7 +35,7 @@ from streamling.script.sandbox import (
     discard,
     sandbox_for,
 )
-from streamling.topology.spec import TransformSpec, flush_interval, split_columns
+from streamling.topology.spec import TransformSpec, split_columns
 from streamling.types import GS_OP, json_default, parse_type, spread
 
 INPUT_ROW_CHARS = 300
@@ -116,10 +116,6 @@ class ScriptTransform(Transform[ScriptTransformSpec]):
     @property
     def label(self) -> str:
         return f"script transform '{self.name}'"
-
-    @property
-    def flush_interval_sec(self) -> float | None:
-        return flush_interval(self.spec.batch_flush_interval)
 
     @cached_property
     def limits(self) -> Limits:
