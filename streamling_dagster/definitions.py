@@ -11,7 +11,8 @@ from pathlib import Path
 import dagster as dg
 
 from streamling.config import load_settings
-from streamling_dagster.assets import backfill_assets, pipeline_specs
+from streamling_dagster.assets import pipeline_specs
+from streamling_dagster.backfill import backfill_assets
 from streamling_dagster.backfill_sensor import backfill_sensor
 from streamling_dagster.jobs import backfill_then_stream_job, stream_job
 from streamling_dagster.keeper import keeper_sensor

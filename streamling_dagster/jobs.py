@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from streamling_dagster.assets import sink_metadata
+from streamling_dagster.backfill import sink_metadata
 from streamling_dagster.pipelines import PipelineFile, node_key
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 from streamling_dagster.streaming import StreamConfig, run_engine

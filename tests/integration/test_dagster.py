@@ -114,7 +114,7 @@ def test_backfill_materializes_the_sinks_with_rows_and_positions(
 def test_reconciliation_fails_when_rows_were_lost_or_invented(tmp_path) -> None:
     from streamling import RunSummary, SourceStatus
     from streamling.runtime.executor import SourceProgress
-    from streamling_dagster.assets import reconcile
+    from streamling_dagster.backfill import reconcile
     from streamling_dagster.pipelines import discover
 
     write(tmp_path, "orders.yaml", VALID.format(schema="s"))
