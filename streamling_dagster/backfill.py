@@ -7,6 +7,7 @@ import dagster as dg
 from dagster import AssetExecutionContext
 
 from streamling import RunSummary, SourceStatus, source_status
+from streamling_dagster.guard import check_no_other_run, op_tags
 from streamling_dagster.observations import feeding
 from streamling_dagster.pipelines import PipelineFile, node_key
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
@@ -44,13 +45,14 @@ def backfill_assets(pf: PipelineFile, sinks: list[dg.AssetSpec]) -> dg.AssetsDef
         if reconcilable(pf, node.name)
     ]
 
-    @dg.multi_asset(name=f"{pf.name}__run", specs=sinks, check_specs=checks, can_subset=False)
+    @dg.multi_asset(name=f"{pf.name}__run", specs=sinks, check_specs=checks, can_subset=False, op_tags=op_tags(pf))
     def run(
         context: AssetExecutionContext,
         config: StreamConfig,
         streamling: StreamlingResource,
         spark: StreamlingSparkResource,
     ) -> Any:
+        check_no_other_run(context.op_execution_context, pf)  # before Spark starts
         settings = streamling.pipeline_settings(pf, job_mode="true")
         before = source_status(pf.path, settings)
         context.log.info(f"Running {pf.path} in job mode (state namespace {settings.application_id})")

@@ -28,6 +28,7 @@ from streamling.config import Settings
 from streamling.config.model import ClickHouseConnectionSettings
 from streamling.errors import StreamlingError, first_line
 from streamling.sources.clickhouse import ClickHouseSource, ClickHouseSourceSpec
+from streamling_dagster.guard import stream_skip_reason
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource
 
@@ -192,6 +193,8 @@ def backfill_sensor(
         **target,
     )
     def sensor(context: dg.SensorEvaluationContext, streamling: StreamlingResource) -> Any:
+        if busy := stream_skip_reason(context.instance, pf.name):  # the run would be refused; cursor kept
+            return busy
         return evaluate(pf, streamling.settings(), context.cursor, name)
 
     return sensor

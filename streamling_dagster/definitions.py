@@ -14,6 +14,7 @@ from streamling.config import load_settings
 from streamling_dagster.assets import pipeline_specs
 from streamling_dagster.backfill import backfill_assets
 from streamling_dagster.backfill_sensor import backfill_sensor
+from streamling_dagster.guard import backfill_schedule
 from streamling_dagster.jobs import backfill_then_stream_job, stream_job
 from streamling_dagster.keeper import keeper_sensor
 from streamling_dagster.observations import health_checks, positions_sensor, reports_lag
@@ -79,15 +80,7 @@ def build_definitions(directory: Path | None = None) -> dg.Definitions:
             sensors.append(backfill_sensor(pf, job, default_status=status))
             plan = pf.orchestration
             if plan.backfill_schedule:
-                schedules.append(
-                    dg.ScheduleDefinition(
-                        name=f"{pf.name}__backfill_schedule",
-                        job=job,
-                        cron_schedule=plan.backfill_schedule,
-                        execution_timezone=plan.timezone,
-                        default_status=dg.DefaultScheduleStatus.RUNNING,
-                    )
-                )
+                schedules.append(backfill_schedule(pf, job))
     settings = load_settings()
     return dg.Definitions(
         sensors=sensors,

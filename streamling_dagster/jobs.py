@@ -1,9 +1,10 @@
 """Long-running jobs per pipeline: `<pipeline>__stream` and `<pipeline>__backfill_then_stream`.
 
 Both carry the `streamling/pipeline` tag (dagster.yaml allows one run per pipeline at a time, backfills included)
-and `streamling/stream` (how the keeper finds them), run in-process (the
-run worker is the process holding Spark, so killing it is a crash the keeper sees) and opt out of Dagster's
-run retries: the stream keeper sensor restarts streams, with backoff.
+and `streamling/stream` (how the keeper finds them, and what makes the run coordinator refuse other runs of the
+pipeline meanwhile), run in-process (the run worker is the process holding Spark, so killing it is a crash the
+keeper sees) and opt out of Dagster's run retries: the stream keeper sensor restarts streams, with backoff.
+Terminating one is a normal end: the run is CANCELED with its positions committed (`streaming.stopped_cleanly`).
 """
 
 from collections.abc import Iterator
@@ -11,11 +12,12 @@ from collections.abc import Iterator
 import dagster as dg
 
 from streamling_dagster.backfill import sink_metadata
+from streamling_dagster.guard import STREAM_TAG, op_tags
 from streamling_dagster.pipelines import PipelineFile, node_key
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
-from streamling_dagster.streaming import StreamConfig, run_engine
+from streamling_dagster.streaming import StreamConfig, run_engine, stopped_cleanly
 
-STREAM_TAG = "streamling/stream"
+__all__ = ["STREAM_TAG", "backfill_then_stream_job", "stream_job", "stream_tags"]
 
 
 def stream_tags(pf: PipelineFile) -> dict[str, str]:
@@ -27,6 +29,7 @@ def stream_job(pf: PipelineFile) -> dg.JobDefinition:
         out={},
         name=f"stream_{pf.name}",
         description=f"Run {pf.path.name} from its committed positions until the run is terminated.",
+        tags=op_tags(pf),
     )
     def stream(
         context: dg.OpExecutionContext,
@@ -36,13 +39,14 @@ def stream_job(pf: PipelineFile) -> dg.JobDefinition:
     ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization]:
         settings = streamling.pipeline_settings(pf, job_mode="false")
         context.log.info(f"Streaming {pf.path} (state namespace {settings.application_id})")
-        yield from run_engine(context, pf, settings, spark.spark_session, config, observe=True)
+        yield from run_engine(context, pf, settings, lambda: spark.spark_session, config, observe=True, clean_stop=True)
 
     @dg.job(
         name=f"{pf.name}__stream",
-        description=f"Stream {pf.path.name}: cancel the run to stop it gracefully.",
+        description=f"Stream {pf.path.name}: terminate the run to stop it gracefully.",
         tags=stream_tags(pf),
         executor_def=dg.in_process_executor,
+        hooks={stopped_cleanly},
     )
     def job() -> None:
         stream()
@@ -60,6 +64,7 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         out={},
         name=f"backfill_then_stream_{pf.name}",
         description=f"Backfill {pf.path.name}, then stream it until the run is terminated.",
+        tags=op_tags(pf),
     )
     def backfill_then_stream(
         context: dg.OpExecutionContext,
@@ -69,19 +74,23 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
     ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization]:
         settings = streamling.pipeline_settings(pf, job_mode="true")
         context.log.info(f"Backfilling {pf.path} (state namespace {settings.application_id})")
-        summary = yield from run_engine(context, pf, settings, spark.spark_session, config, observe=False)
+        session = lambda: spark.spark_session  # noqa: E731 - started after the one-run-per-pipeline check
+        summary = yield from run_engine(context, pf, settings, session, config, observe=False, clean_stop=True)
+        if summary.stopped_by_signal:  # terminated during the backfill: the stream does not start
+            return
         for sink, metadata in sink_metadata(pf, summary).items():
             yield dg.AssetMaterialization(asset_key=node_key(pf.name, sink), metadata=metadata)
         boundary = {name: progress.position for name, progress in summary.sources.items()}
         context.log.info(f"Backfill done; streaming from the committed positions {boundary}")
         streaming = settings.model_copy(update={"job_mode": False})
-        yield from run_engine(context, pf, streaming, spark.spark_session, config, observe=True)
+        yield from run_engine(context, pf, streaming, session, config, observe=True, clean_stop=True)
 
     @dg.job(
         name=f"{pf.name}__backfill_then_stream",
         description=f"Backfill {pf.path.name}, then stream from where the backfill ended, in one run.",
         tags=stream_tags(pf),
         executor_def=dg.in_process_executor,
+        hooks={stopped_cleanly},
     )
     def job() -> None:
         backfill_then_stream()

@@ -13,6 +13,7 @@ import time
 
 import dagster as dg
 
+from streamling_dagster.guard import REFUSED_TAG
 from streamling_dagster.jobs import STREAM_TAG
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.streaming import STOPPED_BY_TAG
@@ -89,6 +90,6 @@ def keeper_sensor(pf: PipelineFile, job: dg.JobDefinition) -> dg.SensorDefinitio
         records = context.instance.get_run_records(
             filters=dg.RunsFilter(tags={STREAM_TAG: pf.name}), limit=20, order_by="create_timestamp", ascending=False
         )
-        return decide(pf, list(records), time.time())
+        return decide(pf, [r for r in records if REFUSED_TAG not in r.dagster_run.tags], time.time())
 
     return stream_keeper

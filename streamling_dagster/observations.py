@@ -36,12 +36,42 @@ def feeding(pf: PipelineFile, sink: str) -> list[str]:
     return [s.name for s in pf.pipeline.sources if sink in pf.pipeline.downstream(s.name)]
 
 
-def status_metadata(statuses: dict[str, SourceStatus], sources: list[str]) -> dict[str, Any]:
+def kafka_topic(pf: PipelineFile, source: str, phase: int | None = None) -> str | None:
+    """The topic a source reads at `phase`: a Kafka source's, or a hybrid's in its stream phase (its last; with
+    `phase` unknown, the hybrid's topic is returned and the caller decides from the position's shape)."""
+    assert pf.pipeline is not None
+    spec: Any = pf.pipeline.nodes[source].spec
+    if spec.type == "kafka":
+        return spec.topic
+    if spec.type == "hybrid" and spec.unbounded_source is not None:
+        if phase is None or phase == len(spec.bounded_sources):
+            return spec.unbounded_source.topic
+    return None
+
+
+def named_position(pf: PipelineFile, source: str, value: Any, phase: int | None = None) -> Any:
+    """A Kafka position or backlog (partition → offset) under its topic: ``{"<topic>": {"0": 12}}``; other
+    sources' positions as they are."""
+    topic = kafka_topic(pf, source, phase)
+    if topic is None or not isinstance(value, dict) or not all(str(k).isdigit() for k in value):
+        return value
+    return {topic: {str(k): v for k, v in value.items()}}
+
+
+def named_positions(pf: PipelineFile, positions: dict[str, Any], phases: dict[str, int | None] | None = None) -> Any:
+    """Per source, `named_position` (for metadata: committed, final or backlog positions)."""
+    return {name: named_position(pf, name, value, (phases or {}).get(name)) for name, value in positions.items()}
+
+
+def status_metadata(pf: PipelineFile, statuses: dict[str, SourceStatus], sources: list[str]) -> dict[str, Any]:
     mine = {name: statuses[name] for name in sources if name in statuses}
     known = [s.backlog_total for s in mine.values() if s.backlog_total is not None]
+    phases = {n: s.phase for n, s in mine.items()}
     metadata: dict[str, Any] = {
-        "committed_positions": dg.MetadataValue.json({n: s.position for n, s in mine.items()}),
-        "backlog": dg.MetadataValue.json({n: s.backlog for n, s in mine.items()}),
+        "committed_positions": dg.MetadataValue.json(
+            named_positions(pf, {n: s.position for n, s in mine.items()}, phases)
+        ),
+        "backlog": dg.MetadataValue.json(named_positions(pf, {n: s.backlog for n, s in mine.items()}, phases)),
         "last_finalized_epoch": dg.MetadataValue.json({n: s.last_epoch for n, s in mine.items()}),
     }
     if known:
@@ -62,7 +92,7 @@ def sink_observations(
         sources = feeding(pf, sink.name)
         if all(statuses.get(name) is None or statuses[name].position is None for name in sources):
             continue
-        metadata = {**status_metadata(statuses, sources), **(extra or {}).get(sink.name, {})}
+        metadata = {**status_metadata(pf, statuses, sources), **(extra or {}).get(sink.name, {})}
         events.append(dg.AssetObservation(asset_key=node_key(pf.name, sink.name), metadata=metadata))
     return events
 
@@ -107,8 +137,8 @@ def stream_health(
                     f"{described}; {waiting} records waiting (limit {limits.stream_max_staleness_sec:.0f} s "
                     "while records wait)"
                 ),
-                metadata={
-                    "seconds_since_commit": round(age, 1) if age is not None else -1.0,
+                metadata={  # no commit yet: no age (the description says so)
+                    **({"seconds_since_commit": round(age, 1)} if age is not None else {}),
                     "backlog_total": waiting,
                     "limit_sec": limits.stream_max_staleness_sec,
                 },

@@ -38,7 +38,7 @@ class StreamlingResource(dg.ConfigurableResource):
 
 class StreamlingSparkResource(PySparkResource):
     """dagster-pyspark's session, configured like the engine's own (`spark_config` defaults to the engine's
-    `spark.*` settings, master included) and stopped when the run ends."""
+    `spark.*` settings, master included), started on first use and stopped when the run ends."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StreamlingSparkResource:
@@ -48,6 +48,16 @@ class StreamlingSparkResource(PySparkResource):
         return cls(spark_config={k: v for k, v in conf.items() if not SECRET_CONF.search(k)})
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Nothing yet: the session starts on first use, so a run refused at the start of its op (another run
+        holds the pipeline) never starts Spark."""
+
+    @property
+    def spark_session(self) -> Any:
+        if self._spark_session is None:
+            self._start()
+        return self._spark_session
+
+    def _start(self) -> None:
         prepare_environment()
         engine = load_settings(environ=os.environ).spark
         secrets = {k: v for k, v in engine.conf.items() if SECRET_CONF.search(k) and k not in self.spark_config}
@@ -55,8 +65,8 @@ class StreamlingSparkResource(PySparkResource):
         start_jvm({k: str(v) for k, v in flatten_dict(conf)})  # out of the run worker's process group, like the CLI
         self._spark_session = spark_session_from_config(conf)
         settings = engine.model_copy(update={"master": self.spark_config.get("spark.master", "local[*]")})
-        finish_session(self.spark_session, settings)
+        finish_session(self._spark_session, settings)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        if self.spark_session is not None:
-            self.spark_session.stop()
+        if self._spark_session is not None:
+            self._spark_session.stop()

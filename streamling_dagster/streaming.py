@@ -2,17 +2,18 @@
 
 The engine runs in a thread with a stop Event (signal handlers belong to Dagster's main thread). The op's
 own thread watches it: a progress line in the run log every `progress_interval_sec` and, for streams, an
-AssetObservation per sink every `observe_interval_sec`. A termination request from the UI or the API, or a
-SIGTERM/SIGINT to the run worker, interrupts the op's thread: it sets the stop Event (the in-flight epoch
-finishes and commits, nothing after it starts), waits for the engine, records the final positions and
-re-raises, so Dagster ends the run CANCELED rather than FAILED.
+AssetObservation per sink as soon as the first epoch commits and then every `observe_interval_sec`. A
+termination request from the UI or the API, or a SIGTERM/SIGINT to the run worker, interrupts the op's thread:
+it sets the stop Event (the in-flight epoch finishes and commits, nothing after it starts), waits for the
+engine and records the final positions. A stream then marks its run CANCELED and returns; its job's hook ends
+the run there (see `stopped_cleanly`), so terminating is a normal end: no step failure, no traceback.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,8 @@ import dagster as dg
 
 from streamling import RunSummary, Settings, run_pipeline, source_status
 from streamling.errors import first_line
-from streamling_dagster.observations import sink_observations
+from streamling_dagster.guard import check_no_other_run, engine_refusal
+from streamling_dagster.observations import named_position, sink_observations
 from streamling_dagster.pipelines import PipelineFile
 
 STOPPED_BY_TAG = "streamling/stopped_by"
@@ -36,7 +38,12 @@ class StreamConfig(dg.Config):
 
 @dataclass
 class Progress:
-    """Throttled reporting from the op's thread while the engine runs."""
+    """Throttled reporting from the op's thread while the engine runs.
+
+    Rates say what they cover: the log line gives the rows written by all sinks per second since the previous
+    line and since the run started; an observation gives each sink's rows per second since the previous
+    observation and since the run started. The first observation comes as soon as the first epoch commits,
+    then every `observe_interval_sec`."""
 
     context: dg.OpExecutionContext
     pf: PipelineFile
@@ -47,16 +54,24 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     _logged: tuple[float, int] = field(init=False)
     _observed: tuple[float, dict[str, int]] = field(init=False)
+    _first_seen: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self._logged = (self.started, 0)
         self._observed = (self.started, {})
 
+    def committed(self) -> bool:
+        return any(p.epochs for p in self.summary.sources.values())
+
     def tick(self, now: float) -> list[dg.AssetObservation]:
         last, _ = self._logged
         if now - last >= self.config.progress_interval_sec:
             self.log_line(now)
-        if self.observe and now - self._observed[0] >= self.config.observe_interval_sec:
+        if not self.observe:
+            return []
+        first = not self._first_seen and self.committed()
+        if first or now - self._observed[0] >= self.config.observe_interval_sec:
+            self._first_seen = self._first_seen or first
             return self.observations(now)
         return []
 
@@ -64,13 +79,15 @@ class Progress:
         last, rows_then = self._logged
         rows = sum(self.summary.sink_rows.values())
         sources = ", ".join(
-            f"{name}: epoch {p.epochs}, {p.rows_in} rows in, at {p.position}"
+            f"{name}: epoch {p.epochs}, {p.rows_in} rows in, at {named_position(self.pf, name, p.position)}"
             for name, p in self.summary.sources.items()
         )
         sinks = ", ".join(f"{name}: {n} rows" for name, n in self.summary.sink_rows.items())
         rate = (rows - rows_then) / (now - last) if now > last else 0.0
+        average = rows / (now - self.started) if now > self.started else 0.0
         self.context.log.info(
-            f"{self.pf.name}: {now - self.started:.0f} s, {rate:,.0f} rows/s | sources {sources or '-'} | "
+            f"{self.pf.name}: {now - self.started:.0f} s, all sinks {rate:,.1f} rows/s over the last "
+            f"{now - last:.0f} s ({average:,.1f} rows/s since the run started) | sources {sources or '-'} | "
             f"sinks {sinks or '-'}"
         )
         self._logged = (now, rows)
@@ -79,10 +96,14 @@ class Progress:
         last, rows_then = self._observed
         rows = dict(self.summary.sink_rows)
         elapsed = max(now - last, 1e-9)
+        running = max(now - self.started, 1e-9)
         extra = {
             sink: {
                 "stream_rows_written": dg.MetadataValue.int(count),
-                "rows_per_sec": dg.MetadataValue.float(round((count - rows_then.get(sink, 0)) / elapsed, 1)),
+                "rows_per_sec_since_last_observation": dg.MetadataValue.float(
+                    round((count - rows_then.get(sink, 0)) / elapsed, 1)
+                ),
+                "rows_per_sec_since_run_start": dg.MetadataValue.float(round(count / running, 1)),
                 "run_id": dg.MetadataValue.text(self.context.run_id),
             }
             for sink, count in rows.items()
@@ -100,19 +121,27 @@ def run_engine(
     context: dg.OpExecutionContext,
     pf: PipelineFile,
     settings: Settings,
-    spark: Any,
+    spark: Callable[[], Any] | Any,
     config: StreamConfig,
     observe: bool,
+    clean_stop: bool = False,
 ) -> Generator[dg.AssetObservation, None, RunSummary]:
     """Run the pipeline in a thread until its sources end, it fails, or the run is terminated; yields the
-    observations (events must be yielded: ones logged from an op that then raises would be lost)."""
+    observations (events must be yielded: ones logged from an op that then raises would be lost).
+
+    `spark` is the session, or a function giving it, called after the one-run-per-pipeline check so that a
+    refused run never starts Spark. With `clean_stop`, a stop request returns the summary (`stopped_by_signal`
+    set) once the run is marked CANCELED, and the job's `stopped_cleanly` hook ends it there, without a step
+    failure; otherwise the interrupt is re-raised after the graceful stop."""
+    check_no_other_run(context, pf)
     summary = RunSummary()
     stop = threading.Event()
     outcome: dict[str, Any] = {}
+    session = spark() if callable(spark) else spark
 
     def engine() -> None:
         try:
-            outcome["summary"] = run_pipeline(pf.path, settings, spark, stop=stop, summary=summary)
+            outcome["summary"] = run_pipeline(pf.path, settings, session, stop=stop, summary=summary)
         except BaseException as exc:  # handed to the op's thread
             outcome["error"] = exc
 
@@ -131,9 +160,16 @@ def run_engine(
         yield from _final(progress, observe)
         if "error" in outcome:
             context.log.error(f"the pipeline failed while stopping: {first_line(outcome['error'])}")
-        raise
+        if not clean_stop or "error" in outcome:
+            raise
+        _report_canceled(context, summary)
+        summary.stopped_by_signal = True
+        return summary
     yield from _final(progress, observe)
     if "error" in outcome:
+        refused = engine_refusal(context, pf, outcome["error"])
+        if refused is not None:
+            raise refused from None
         raise outcome["error"]
     return outcome["summary"]
 
@@ -152,3 +188,24 @@ def _report_stopping(context: dg.OpExecutionContext) -> None:
         return
     context.instance.add_run_tags(context.run_id, {STOPPED_BY_TAG: "signal"})
     context.instance.report_run_canceling(run, message="The run worker received a stop signal")
+
+
+def _report_canceled(context: dg.OpExecutionContext, summary: RunSummary) -> None:
+    """The stop is done and its positions committed: the run is CANCELED now (the hook ends it)."""
+    run = context.instance.get_run_by_id(context.run_id)
+    if run is None or run.status != dg.DagsterRunStatus.CANCELING:
+        return
+    epochs = ", ".join(f"{name} after epoch {p.epochs} of this run" for name, p in summary.sources.items())
+    context.instance.report_run_canceled(
+        run, message=f"Stopped on request; positions committed ({epochs or 'no epoch ran'})"
+    )
+
+
+@dg.success_hook(name="streamling_stopped_cleanly")
+def stopped_cleanly(context: dg.HookContext) -> None:
+    """Ends a run whose op stopped on request and marked it CANCELED. Dagster ends a run CANCELED (rather than
+    SUCCESS) only when an interrupt leaves the execution plan; raised here, after the step succeeded, it adds
+    no step failure, and the run, already CANCELED, gets no failure or traceback event either."""
+    run = context.instance.get_run_by_id(context.run_id)
+    if run is not None and run.status == dg.DagsterRunStatus.CANCELED:
+        raise dg.DagsterExecutionInterruptedError("stopped on request")

@@ -1,0 +1,146 @@
+"""One run per pipeline, whatever launches it: the checks shared by the run coordinator, the ops, the keeper,
+the backfill sensor and the backfill schedule.
+
+A pipeline's runs share its committed positions (and, through the engine, its run lease), so while one runs
+another must not start. The run coordinator refuses a launch while a stream of the pipeline is active, before
+the run is queued; each Streamling op checks again when it starts (a `dagster job execute` never meets the
+coordinator), before Spark starts; sensors and schedules skip instead of requesting a run that would be refused.
+A run names its pipelines in tags: `streamling/pipeline` (one pipeline) and `streamling/pipelines` (all of them,
+comma-separated: an asset run launched from the lineage page can span several pipelines).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import dagster as dg
+
+from streamling.errors import StreamlingError
+from streamling_dagster.pipelines import PipelineFile
+
+PIPELINE_TAG = "streamling/pipeline"
+PIPELINES_TAG = "streamling/pipelines"
+STREAM_TAG = "streamling/stream"
+REFUSED_TAG = "streamling/refused"
+"""Set on a run the coordinator refused: the id of the run it would have collided with."""
+RUNNING = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
+QUEUED = (dg.DagsterRunStatus.QUEUED,)
+ENGINE_REFUSAL = re.compile(r"pipeline '[^']*' is already running \(pid")
+
+
+class RunRefused(Exception):
+    """A launch that would run a pipeline a second time; the message says which run holds it and what to do."""
+
+
+def op_tags(pf: PipelineFile) -> dict[str, str]:
+    """Tags for every Streamling op: the coordinator reads them from a run's plan (asset runs carry no job tags)."""
+    return {PIPELINE_TAG: pf.name}
+
+
+def run_pipelines(run: dg.DagsterRun) -> set[str]:
+    listed = run.tags.get(PIPELINES_TAG)
+    if listed:
+        return set(listed.split(","))
+    one = run.tags.get(PIPELINE_TAG)
+    return {one} if one else set()
+
+
+def other_runs(
+    instance: dg.DagsterInstance,
+    pipeline: str,
+    statuses: Iterable[dg.DagsterRunStatus],
+    exclude: str | None = None,
+    streams_only: bool = False,
+) -> list[dg.RunRecord]:
+    """Runs of `pipeline` in `statuses`, oldest first, without `exclude` and refused runs."""
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(statuses=list(statuses)), order_by="create_timestamp", ascending=True
+    )
+    return [
+        r
+        for r in records
+        if r.dagster_run.run_id != exclude
+        and REFUSED_TAG not in r.dagster_run.tags
+        and pipeline in run_pipelines(r.dagster_run)
+        and (not streams_only or STREAM_TAG in r.dagster_run.tags)
+    ]
+
+
+def active_stream(instance: dg.DagsterInstance, pipeline: str, exclude: str | None = None) -> dg.DagsterRun | None:
+    """The stream run of `pipeline` that is queued, starting, running or being canceled, if any."""
+    found = other_runs(instance, pipeline, (*RUNNING, *QUEUED), exclude, streams_only=True)
+    return found[0].dagster_run if found else None
+
+
+def describe(run: dg.DagsterRun) -> str:
+    return f"run {run.run_id} ({run.job_name}, {run.status.value})"
+
+
+def stream_skip_reason(instance: dg.DagsterInstance, pipeline: str) -> dg.SkipReason | None:
+    """For sensors and schedules: skip while a stream of the pipeline is active (the run would be refused)."""
+    stream = active_stream(instance, pipeline)
+    if stream is None:
+        return None
+    return dg.SkipReason(
+        f"{pipeline}: not requesting a run while stream {describe(stream)} is active; terminate it to let this run"
+    )
+
+
+def refusal(pipeline: str, holder: dg.DagsterRun, job: str) -> str:
+    return (
+        f"pipeline '{pipeline}' is already running in Dagster {describe(holder)}; this {job} run was not started, "
+        f"so that run keeps its positions and Spark checkpoint. To run {job}, terminate run {holder.run_id} first "
+        "(its run page, Terminate) or wait for it to end, then launch again."
+    )
+
+
+def check_no_other_run(context: dg.OpExecutionContext, pf: PipelineFile) -> None:
+    """At the start of a Streamling op, before Spark starts: end this run when an older run of the same pipeline
+    is active (runs started outside the run coordinator, e.g. by `dagster job execute`)."""
+    me = context.instance.get_run_record_by_id(context.run_id)
+    mine = me.create_timestamp if me is not None else None
+    for record in other_runs(context.instance, pf.name, RUNNING, exclude=context.run_id):
+        if mine is None or record.create_timestamp <= mine:  # the younger run gives way, never both
+            raise dg.Failure(description=refusal(pf.name, record.dagster_run, context.job_name), allow_retries=False)
+
+
+def engine_refusal(context: dg.OpExecutionContext, pf: PipelineFile, error: BaseException) -> dg.Failure | None:
+    """The engine's run lease refused the run (another process holds the pipeline): the same clean message,
+    naming the Dagster run when the holder is one."""
+    message = error.message if isinstance(error, StreamlingError) else str(error)
+    if not ENGINE_REFUSAL.search(message):
+        return None
+    holders = other_runs(context.instance, pf.name, RUNNING, exclude=context.run_id)
+    if holders:
+        return dg.Failure(description=refusal(pf.name, holders[0].dagster_run, context.job_name), allow_retries=False)
+    return dg.Failure(
+        description=(
+            f"{message}, outside this Dagster instance (a `streamling run`, or another DAGSTER_HOME); this "
+            f"{context.job_name} run was not started. Stop that run first, then launch again."
+        ),
+        allow_retries=False,
+    )
+
+
+def backfill_schedule(
+    pf: PipelineFile, job: dg.JobDefinition | dg.UnresolvedAssetJobDefinition
+) -> dg.ScheduleDefinition:
+    """`<pipeline>__backfill_schedule`: the `orchestration.backfill_schedule` cron, skipping a tick while the
+    pipeline is being streamed."""
+    plan = pf.orchestration
+    assert plan.backfill_schedule is not None
+
+    @dg.schedule(
+        name=f"{pf.name}__backfill_schedule",
+        job=job,
+        cron_schedule=plan.backfill_schedule,
+        execution_timezone=plan.timezone,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description=f"Runs {job.name} on `{plan.backfill_schedule}` ({plan.timezone}), except while a stream of "
+        f"{pf.name} is active.",
+    )
+    def schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+        return stream_skip_reason(context.instance, pf.name) or dg.RunRequest(tags={PIPELINE_TAG: pf.name})
+
+    return schedule
