@@ -261,7 +261,14 @@ def drop_schema(postgres_env: dict[str, str], schema: str) -> None:
 
 
 @contextmanager
-def running_dagster_dev(root: Path, postgres_env: dict[str, str], kafka_env: dict[str, str]) -> Iterator[DagsterDev]:
+def running_dagster_dev(
+    root: Path,
+    postgres_env: dict[str, str],
+    kafka_env: dict[str, str],
+    extra_pipelines: dict[str, str] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[DagsterDev]:
+    """`extra_pipelines`: more pipeline files (name → text; `{schema}` is replaced by the Postgres schema)."""
     schema = f"dd_{uuid.uuid4().hex[:8]}"
     topic = f"dagster_ticks_{uuid.uuid4().hex[:8]}"
     home = root / "dagster_home"
@@ -269,11 +276,14 @@ def running_dagster_dev(root: Path, postgres_env: dict[str, str], kafka_env: dic
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
     pipelines = root / "pipelines"
     write_pipelines(pipelines, schema, topic)
+    for name, text in (extra_pipelines or {}).items():
+        (pipelines / name).write_text(textwrap.dedent(text).replace("{schema}", schema))
     env = cli_env(
         root,
         {
             **postgres_env,
             **kafka_env,
+            **(extra_env or {}),
             "DAGSTER_HOME": str(home),
             "STREAMLING_DAGSTER_PIPELINES": str(pipelines),
         },

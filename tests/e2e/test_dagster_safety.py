@@ -1,0 +1,265 @@
+"""One run per pipeline through every Dagster entry point, over a real `dagster dev` (one for the module).
+
+With `pay__stream` running (a hybrid: a ClickHouse table, then a Kafka topic, into Postgres), each way of starting
+another run of `pay` is refused or skipped with a message naming the stream run: the asset page's Materialize and
+the lineage page's "Materialize all" (GraphQL launches of `__ASSET_JOB`, as the UI sends them, and a click in
+Chromium), the job page (`pay__backfill`), `dagster job execute`, the backfill sensor and the backfill schedule.
+The stream meanwhile keeps committing from its own Spark checkpoint. Then terminating it from its run page ends it
+Canceled with nothing red in its log. Screenshots go to tests/artifacts/dagster_ui/.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from confluent_kafka.admin import NewTopic
+from playwright.sync_api import expect
+
+from tests.e2e.dagster_dev import DAGSTER, LOCATION, DagsterDev, running_dagster_dev
+from tests.e2e.test_dagster_ui import CHROMIUM, page, shot  # noqa: F401 - `page` is a fixture
+from tests.kafka_util import KafkaTestbed
+
+pytestmark = pytest.mark.e2e
+SCHEMA_COLUMNS = "{id: bigint, who: string, amount: double}"
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchPipelineExecution(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on Error { message }
+  }
+}
+"""
+MATERIALIZABLE = "query { assetNodes { assetKey { path } isMaterializable } }"
+REPOSITORY = "query { repositoriesOrError { ... on RepositoryConnection { nodes { name location { name } } } } }"
+START_SENSOR = """
+mutation Start($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename ... on PythonError { message } } }
+"""
+SENSOR_TICKS = """
+query Ticks($s: SensorSelector!) {
+  sensorOrError(sensorSelector: $s) { ... on Sensor { sensorState { ticks(limit: 5) { status skipReason } } } }
+}
+"""
+SCHEDULE_TICKS = """
+query Ticks($s: ScheduleSelector!) {
+  scheduleOrError(scheduleSelector: $s) { ... on Schedule { scheduleState { ticks(limit: 5) { status skipReason } } } }
+}
+"""
+CREATE_TABLE = """
+import sys, clickhouse_connect
+client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1])
+client.command("CREATE DATABASE IF NOT EXISTS pay_db")
+client.command("CREATE TABLE pay_db.recent (id Int64, who String, amount Float64) ENGINE = MergeTree ORDER BY id")
+client.command("INSERT INTO pay_db.recent SELECT number + 1, 'ch', toFloat64(number) FROM numbers(200)")
+"""
+
+
+class Safety:
+    def __init__(self, dev: DagsterDev, bed: KafkaTestbed, topic: str) -> None:
+        self.dev, self.bed, self.topic = dev, bed, topic
+        self.stream_run = ""
+        (repository,) = dev.graphql(REPOSITORY)["repositoriesOrError"]["nodes"]
+        self.repository = {
+            "repositoryName": repository["name"],
+            "repositoryLocationName": repository["location"]["name"],
+        }
+
+    def launch(self, job: str, assets: list[list[str]] | None = None) -> dict:
+        selector = {**self.repository, "pipelineName": job}
+        if assets is not None:
+            selector["assetSelection"] = [{"path": p} for p in assets]
+        params = {"selector": selector, "mode": "default", "executionMetadata": {"tags": []}, "runConfigData": {}}
+        return self.dev.graphql(LAUNCH, {"params": params})["launchPipelineExecution"]
+
+    def produce(self, ids: range) -> None:
+        self.bed.produce_json(self.topic, ({"id": i, "who": "k", "amount": 1.0} for i in ids))
+
+
+@pytest.fixture(scope="module")
+def safety(tmp_path_factory, postgres_env, kafka_env) -> Iterator[Safety]:
+    root = tmp_path_factory.mktemp("dagster_safety")
+    data = root / "clickhouse"
+    subprocess.run([sys.executable, "-c", CREATE_TABLE, str(data)], check=True, timeout=120)  # chdb: one process
+    topic = f"pay_{uuid.uuid4().hex[:8]}"
+    bed = KafkaTestbed(kafka_env)
+    bed.admin.create_topics([NewTopic(topic, num_partitions=2)])[topic].result(timeout=30)
+    pay = f"""
+        sources:
+          transfers:
+            type: hybrid
+            primary_key: id
+            bounded_sources: [{{source_type: clickhouse, table_name: pay_db.recent}}]
+            unbounded_source: {{source_type: kafka, topic: {topic}, data_format: json, schema: {SCHEMA_COLUMNS}, start_at: earliest}}
+        sinks:
+          out: {{type: postgres, from: transfers, schema: {{schema}}, table: transfers}}
+        orchestration: {{backfill_schedule: "* * * * *"}}
+        """
+    env = {"STREAMLING__CLICKHOUSE_SOURCE__PATH": str(data), "STREAMLING__CLICKHOUSE_SINK__PATH": str(data)}
+    with running_dagster_dev(root, postgres_env, kafka_env, {"pay.yaml": textwrap.dedent(pay)}, env) as dev:
+        yield Safety(dev, bed, topic)
+    bed.close()
+
+
+def stored(pg_connect, schema: str) -> int:
+    with pg_connect() as conn:
+        try:
+            return conn.execute(f'SELECT count(*) FROM "{schema}".transfers').fetchone()[0]
+        except Exception:
+            return 0
+
+
+def wait_for(condition, what: str, dev: DagsterDev, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not reached in {timeout:.0f} s\n{dev.log_tail()}")
+
+
+def assert_refused(safety: Safety, answer: dict, job: str) -> None:
+    assert answer["__typename"] == "PythonError", answer
+    message = answer["message"]
+    assert f"pipeline 'pay' is already running in Dagster run {safety.stream_run} (pay__stream, STARTED)" in message
+    assert f"this {job} run was not started" in message
+    assert f"terminate run {safety.stream_run} first" in message
+
+
+def refused_runs(safety: Safety) -> list[dg.DagsterRun]:
+    with safety.dev.instance() as instance:
+        return [r for r in instance.get_runs() if r.tags.get("streamling/refused") == safety.stream_run]
+
+
+def test_stream_runs_and_reports_its_first_observation_right_after_its_first_commit(safety, pg_connect) -> None:
+    dev = safety.dev
+    safety.stream_run = dev.client.submit_job_execution("pay__stream")  # default config: observe every 60 s
+    wait_for(lambda: stored(pg_connect, dev.schema) >= 1, "the first rows in Postgres", dev)
+    first_rows = time.time()
+    wait_for(lambda: stored(pg_connect, dev.schema) == 200, "the 200 ClickHouse rows", dev)
+    safety.produce(range(1001, 1021))
+    wait_for(lambda: stored(pg_connect, dev.schema) == 220, "the 20 Kafka rows", dev)
+    with dev.instance() as instance:
+        wait_for(
+            lambda: instance.fetch_observations(dg.AssetKey(["pay", "out"]), limit=1).records, "an observation", dev, 30
+        )
+        first = instance.fetch_observations(dg.AssetKey(["pay", "out"]), limit=1, ascending=True).records[0]
+    assert first.timestamp - first_rows < 10  # not the 60 s interval
+    metadata = first.asset_observation.metadata
+    assert "rows_per_sec_since_last_observation" in metadata and "rows_per_sec_since_run_start" in metadata
+
+
+def test_materialize_from_the_asset_page_is_refused(safety) -> None:
+    answer = safety.launch("__ASSET_JOB", [["pay", "out"]])
+    assert_refused(safety, answer, "__ASSET_JOB")
+    (run,) = refused_runs(safety)
+    assert run.status == dg.DagsterRunStatus.FAILURE
+    assert run.tags["streamling/pipeline"] == "pay"  # found from the ops of the run's asset selection
+
+
+def test_materialize_all_from_the_lineage_page_is_refused(safety) -> None:
+    nodes = safety.dev.graphql(MATERIALIZABLE)["assetNodes"]
+    everything = [n["assetKey"]["path"] for n in nodes if n["isMaterializable"]]
+    assert ["pay", "out"] in everything and ["shop", "stored"] in everything
+    answer = safety.launch("__ASSET_JOB", everything)
+    assert_refused(safety, answer, "__ASSET_JOB")
+    newest = refused_runs(safety)[0]
+    assert "pay" in newest.tags["streamling/pipelines"].split(",")
+
+
+def test_launch_from_the_job_page_is_refused(safety) -> None:
+    assert_refused(safety, safety.launch("pay__backfill"), "pay__backfill")
+
+
+def test_dagster_job_execute_stops_before_spark_naming_the_stream_run(safety) -> None:
+    dev = safety.dev
+    done = subprocess.run(
+        [DAGSTER, "job", "execute", "-m", LOCATION, "-j", "pay__backfill"],
+        cwd=dev.home.parent,
+        env=dev.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output[-3000:]
+    with dev.instance() as instance:
+        (run,) = instance.get_runs(dg.RunsFilter(job_name="pay__backfill", statuses=[dg.DagsterRunStatus.FAILURE]))
+        failures = [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.is_step_failure]
+    (failure,) = failures
+    described = failure.dagster_event.step_failure_data.user_failure_data.description
+    assert f"pipeline 'pay' is already running in Dagster run {safety.stream_run}" in described
+    assert "SparkSession" not in output and "Starting Spark" not in output
+
+
+def _ticks(safety: Safety, query: str, selector: dict) -> list[dict]:
+    found = safety.dev.graphql(query, {"s": selector})
+    state = next(iter(found.values()))
+    return (state.get("sensorState") or state.get("scheduleState") or {}).get("ticks") or []
+
+
+def test_the_backfill_sensor_and_schedule_skip_naming_the_stream_run(safety) -> None:
+    dev = safety.dev
+    sensor = {**safety.repository, "sensorName": "pay__backfill_sensor"}
+    assert dev.graphql(START_SENSOR, {"s": sensor})["startSensor"]["__typename"] == "Sensor"
+    schedule = {**safety.repository, "scheduleName": "pay__backfill_schedule"}
+    wanted = f"not requesting a run while stream run {safety.stream_run} (pay__stream, STARTED) is active"
+    for query, selector in ((SENSOR_TICKS, sensor), (SCHEDULE_TICKS, schedule)):
+        wait_for(
+            lambda q=query, s=selector: any(wanted in (t["skipReason"] or "") for t in _ticks(safety, q, s)),
+            f"a skipped tick of {selector}",
+            dev,
+            timeout=130,
+        )
+    with dev.instance() as instance:
+        assert not instance.get_runs(dg.RunsFilter(job_name="pay__backfill", statuses=[dg.DagsterRunStatus.QUEUED]))
+
+
+def test_materialize_clicked_on_the_asset_page_shows_the_refusal(safety, page) -> None:  # noqa: F811
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} missing")
+    page.goto(f"{safety.dev.url}/assets/pay/out")
+    page.locator("button", has_text=re.compile(r"^Materialize$")).first.click()
+    expect(page.get_by_text(re.compile(f"already running in Dagster run {safety.stream_run}")).first).to_be_visible()
+    expect(page.get_by_text(re.compile(f"terminate run {safety.stream_run} first")).first).to_be_visible()
+    shot(page, "10_materialize_refused.png")
+
+
+def test_the_live_stream_kept_its_checkpoint_and_keeps_committing(safety, pg_connect) -> None:
+    dev = safety.dev
+    assert dev.run_status(safety.stream_run) == "STARTED"
+    folders = list((dev.home.parent / "checkpoints").glob("*pay/transfers/run-*"))
+    assert folders, "the stream's Spark checkpoint folder"
+    safety.produce(range(2001, 2021))
+    wait_for(lambda: stored(pg_connect, dev.schema) == 240, "20 more Kafka rows", dev)
+    assert all(f.exists() for f in folders)
+
+
+def test_terminate_from_the_run_page_ends_canceled_with_a_clean_log(safety, page, pg_connect) -> None:  # noqa: F811
+    dev = safety.dev
+    page.goto(f"{dev.url}/runs/{safety.stream_run}")
+    page.get_by_role("button", name="Terminate").first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("button", name=re.compile("Terminate")).last.click()
+    assert dev.wait_for_run(safety.stream_run, timeout=120) == "CANCELED"
+    page.reload()
+    expect(page.get_by_text("Canceled", exact=True).first).to_be_visible()
+    expect(page.get_by_text("Loading run logs")).to_have_count(0)
+    expect(page.get_by_text("DagsterExecutionInterruptedError")).to_have_count(0)
+    shot(page, "11_terminated_canceled.png")
+    with dev.instance() as instance:
+        events = [e.dagster_event for e in instance.all_logs(safety.stream_run) if e.dagster_event]
+    types = {e.event_type for e in events}
+    assert dg.DagsterEventType.STEP_FAILURE not in types and dg.DagsterEventType.RUN_FAILURE not in types
+    assert dg.DagsterEventType.STEP_SUCCESS in types
+    assert not [e for e in events if getattr(e.event_specific_data, "error", None) is not None]
+    assert stored(pg_connect, dev.schema) == 240
