@@ -85,12 +85,15 @@ def status_metadata(pf: PipelineFile, statuses: dict[str, SourceStatus], sources
 def sink_observations(
     pf: PipelineFile, statuses: dict[str, SourceStatus], extra: dict[str, dict[str, Any]] | None = None
 ) -> list[dg.AssetObservation]:
-    """One observation per sink fed by a source that committed something."""
+    """One observation per sink fed by a source that committed something, or that a running stream wrote to
+    (`extra`: a hybrid source that just moved to its Kafka phase has no position there yet, but the run's
+    figures are news)."""
     assert pf.pipeline is not None
     events = []
     for sink in pf.pipeline.sinks:
         sources = feeding(pf, sink.name)
-        if all(statuses.get(name) is None or statuses[name].position is None for name in sources):
+        written = sink.name in (extra or {})
+        if not written and all(statuses.get(name) is None or statuses[name].position is None for name in sources):
             continue
         metadata = {**status_metadata(pf, statuses, sources), **(extra or {}).get(sink.name, {})}
         events.append(dg.AssetObservation(asset_key=node_key(pf.name, sink.name), metadata=metadata))

@@ -25,6 +25,7 @@ from streamling_dagster.guard import check_no_other_run, engine_refusal
 from streamling_dagster.observations import named_position, sink_observations
 from streamling_dagster.pipelines import PipelineFile
 
+FIRST_OBSERVATION_RETRY_SEC = 2.0
 STOPPED_BY_TAG = "streamling/stopped_by"
 """Set on a run that stopped because its worker got SIGTERM/SIGINT (the keeper restarts those)."""
 
@@ -55,6 +56,7 @@ class Progress:
     _logged: tuple[float, int] = field(init=False)
     _observed: tuple[float, dict[str, int]] = field(init=False)
     _first_seen: bool = field(init=False, default=False)
+    _tried: float = field(init=False, default=float("-inf"))
 
     def __post_init__(self) -> None:
         self._logged = (self.started, 0)
@@ -69,11 +71,16 @@ class Progress:
             self.log_line(now)
         if not self.observe:
             return []
-        first = not self._first_seen and self.committed()
-        if first or now - self._observed[0] >= self.config.observe_interval_sec:
-            self._first_seen = self._first_seen or first
-            return self.observations(now)
-        return []
+        due = now - self._observed[0] >= self.config.observe_interval_sec
+        # until the first observation, try every FIRST_OBSERVATION_RETRY_SEC once an epoch committed (a hybrid
+        # source between phases has no position to report for a moment)
+        first = not self._first_seen and self.committed() and now - self._tried >= FIRST_OBSERVATION_RETRY_SEC
+        if not (due or first):
+            return []
+        self._tried = now
+        events = self.observations(now)
+        self._first_seen = self._first_seen or bool(events)
+        return events
 
     def log_line(self, now: float) -> None:
         last, rows_then = self._logged

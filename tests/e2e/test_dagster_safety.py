@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
+import httpx
 import pytest
 from confluent_kafka.admin import NewTopic
 from playwright.sync_api import expect
@@ -79,7 +80,11 @@ class Safety:
         if assets is not None:
             selector["assetSelection"] = [{"path": p} for p in assets]
         params = {"selector": selector, "mode": "default", "executionMetadata": {"tags": []}, "runConfigData": {}}
-        return self.dev.graphql(LAUNCH, {"params": params})["launchPipelineExecution"]
+        response = httpx.post(
+            f"{self.dev.url}/graphql", json={"query": LAUNCH, "variables": {"params": params}}, timeout=60
+        )
+        assert response.status_code == 200, f"{response.status_code}: {response.text[:3000]}\n{self.dev.log_tail()}"
+        return response.json()["data"]["launchPipelineExecution"]
 
     def produce(self, ids: range) -> None:
         self.bed.produce_json(self.topic, ({"id": i, "who": "k", "amount": 1.0} for i in ids))
@@ -92,7 +97,7 @@ def safety(tmp_path_factory, postgres_env, kafka_env) -> Iterator[Safety]:
     subprocess.run([sys.executable, "-c", CREATE_TABLE, str(data)], check=True, timeout=120)  # chdb: one process
     topic = f"pay_{uuid.uuid4().hex[:8]}"
     bed = KafkaTestbed(kafka_env)
-    bed.admin.create_topics([NewTopic(topic, num_partitions=2)])[topic].result(timeout=30)
+    bed.admin.create_topics([NewTopic(topic, num_partitions=4)])[topic].result(timeout=30)
     pay = f"""
         sources:
           transfers:
