@@ -193,7 +193,7 @@ def backfill_sensor(
         **target,
     )
     def sensor(context: dg.SensorEvaluationContext, streamling: StreamlingResource) -> Any:
-        if busy := stream_skip_reason(context.instance, pf.name):  # the run would be refused; cursor kept
+        if busy := stream_skip_reason(context, pf.name):  # the run would be refused; cursor kept
             return busy
         return evaluate(pf, streamling.settings(), context.cursor, name)
 

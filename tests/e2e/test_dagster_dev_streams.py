@@ -92,7 +92,7 @@ def test_terminating_a_stream_through_the_api_ends_it_canceled_with_offsets_comm
     assert run is not None and "streamling/stopped_by" not in run.tags  # asked for: the keeper treats it as a pause
     assert "Stop requested: finishing the in-flight epoch, then stopping" in messages
     metadata = last.asset_observation.metadata
-    assert sum(metadata["committed_positions"].value["ticks"].values()) == 500
+    assert sum(metadata["committed_positions"].value["ticks"][dev.topic].values()) == 500  # Kafka: by topic
     assert metadata["backlog_total"].value == 0
 
 

@@ -389,4 +389,6 @@ def test_spark_conf_secrets_reach_the_session_but_not_the_resource_config(tmp_pa
     monkeypatch.setattr(resources, "spark_session_from_config", lambda c: built.update(c) or "session")
     monkeypatch.setattr(resources, "finish_session", lambda session, settings: session)
     resource.setup_for_execution(dg.build_init_resource_context())
+    assert built == {}  # the session starts on first use, after the op's one-run-per-pipeline check
+    assert resource.spark_session == "session"
     assert built == {**resource.spark_config, "spark.hadoop.fs.s3a.secret.key": SPARK_SECRET}
