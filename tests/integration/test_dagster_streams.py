@@ -126,3 +126,37 @@ def test_backfill_then_stream_in_one_run_stops_gracefully_and_ends_canceled(
     assert by_check["stream_freshness"].passed  # the last commit is seconds old
     (observation,) = [e for e in tick.asset_events if isinstance(e, dg.AssetObservation)]
     assert observation.metadata["backlog_total"].value == 5
+
+
+def test_a_stream_whose_pipeline_another_process_holds_ends_with_a_clear_message(tmp_path) -> None:
+    """The engine's run lease held by another live holder (here a lease taken in this process, renewed by its
+    heartbeat, as a `streamling run` of the same pipeline would): the op ends with a Failure saying so, not a
+    traceback of the engine's error, and the holder keeps its lease."""
+    from streamling.runtime.lease import RunLease
+    from streamling.state.sqlite import SqliteStateBackend
+
+    write(
+        tmp_path,
+        "gen.yaml",
+        "sources:\n  g: {type: generator, primary_key: id}\nsinks:\n  o: {type: blackhole, from: g}\n",
+    )
+    defs = build_definitions(tmp_path)
+    extra = resources(tmp_path)
+    extra["streamling"] = StreamlingResource(
+        overrides={**extra["streamling"].overrides, "state_backend.lease_ttl_sec": "3"}  # type: ignore[attr-defined]
+    )
+    holder = RunLease(SqliteStateBackend("local_app_v1.gen", str(tmp_path / "state.db")), "gen", None, 3.0, "cli")
+    assert holder.acquire(threading.Event())
+    try:
+        result = defs.resolve_job_def("gen__stream").execute_in_process(
+            instance=dg.DagsterInstance.ephemeral(), resources=extra, raise_on_error=False
+        )
+    finally:
+        holder.release()
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    described = failure.step_failure_data.user_failure_data.description
+    assert described.startswith("pipeline 'gen' is already running (pid ")
+    assert "outside this Dagster instance (a `streamling run`, or another DAGSTER_HOME); this gen__stream run was" in (
+        described
+    )
