@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from streamling.errors import StreamlingError
@@ -60,16 +61,30 @@ class PipelineFile:
     backfill_errors: list[str] = field(default_factory=list)
     """Why the pipeline cannot run in job mode (no bounded sources), empty when it can."""
     orchestration: Orchestration = field(default_factory=lambda: Orchestration())
+    asset_keys: dict[str, dg.AssetKey] = field(default_factory=dict)
+    """Each node's asset key, as the translator made it (filled when the definitions are built)."""
+
+    def asset_key(self, node: str) -> dg.AssetKey:
+        return self.asset_keys.get(node) or node_key(self.name, node)
 
     @property
     def can_backfill(self) -> bool:
         return self.pipeline is not None and not self.backfill_errors
 
+    @property
+    def can_stream(self) -> bool:
+        """Some source never ends (Kafka without `ending_offsets`, a generator without `rows`, a hybrid with a
+        Kafka phase): only then are a stream job and its keeper worth having."""
+        return self.pipeline is not None and any(
+            not getattr(s.spec, "bounded", False) or getattr(s.spec, "unbounded_source", None) is not None
+            for s in self.pipeline.sources
+        )
+
     def node_yaml(self, node: Node) -> str:
-        """The node's own definition as the user wrote it (for asset descriptions)."""
-        body = node.spec.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
-        lines = [f"{node.name}:"] + [f"  {key}: {value}" for key, value in body.items()]
-        return "\n".join(lines)
+        """The node's own definition as the user wrote it (for asset descriptions), as YAML; URLs and headers
+        as the spec shows them (no credentials)."""
+        body = node.spec.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+        return yaml.safe_dump({node.name: body}, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 
 def pipelines_directory() -> Path:
