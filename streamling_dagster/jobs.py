@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from streamling_dagster.backfill import sink_metadata
+from streamling import source_status
+from streamling_dagster.backfill import backfill_checks, sink_metadata
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 from streamling_dagster.streaming import StreamConfig, run_engine
@@ -66,12 +67,14 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         config: StreamConfig,
         streamling: StreamlingResource,
         spark: StreamlingSparkResource,
-    ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization]:
+    ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization | dg.AssetCheckEvaluation]:
         settings = streamling.pipeline_settings(pf, job_mode="true")
         context.log.info(f"Backfilling {pf.path} (state namespace {settings.application_id})")
+        before = source_status(pf.path, settings)
         summary = yield from run_engine(context, pf, settings, spark.spark_session, config, observe=False)
         for sink, metadata in sink_metadata(pf, summary).items():
             yield dg.AssetMaterialization(asset_key=pf.asset_key(sink), metadata=metadata)
+        yield from backfill_checks(pf, before, summary)
         boundary = {name: progress.position for name, progress in summary.sources.items()}
         context.log.info(f"Backfill done; streaming from the committed positions {boundary}")
         streaming = settings.model_copy(update={"job_mode": False})

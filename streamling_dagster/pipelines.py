@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from streamling.errors import StreamlingError
 from streamling.topology import yaml_input
 from streamling.topology.pipeline import Node, Pipeline, load_pipeline, read_pipeline_text
+from streamling_dagster.partitions import BackfillPartitions
 
 PIPELINES_ENV = "STREAMLING_DAGSTER_PIPELINES"
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent.parent / "pipelines"
@@ -26,6 +27,8 @@ class Orchestration(BaseModel):
     backfill_schedule: str | None = None
     """A cron expression: when to run `<pipeline>__backfill`."""
     timezone: str = "UTC"
+    backfill_partitions: BackfillPartitions | None = None
+    """Partitioned backfills: integer ranges or time windows of the first sort key (see `partitions.py`)."""
     backfill_on_change: bool = False
     """Start the backfill sensor (bounded input advanced, or file changed) with the code location."""
     keep_streaming: bool = False
@@ -122,7 +125,14 @@ def discover(directory: Path) -> list[PipelineFile]:
                 where = ".".join(["orchestration", *(str(p) for p in problem["loc"])])
                 errors.append(f"{where}: {problem['msg'].removeprefix('Value error, ')}")
                 pipeline = None
-            for wanted in ("backfill_schedule", "backfill_on_change"):
+            plan = orchestration
+            if plan.backfill_partitions is not None and plan.backfill_schedule and pipeline is not None:
+                errors.append(
+                    f"orchestration.backfill_schedule: '{plan.backfill_schedule}' cannot launch a partitioned "
+                    "backfill (backfill_partitions is set): launch ranges from the partition view instead"
+                )
+                pipeline = None
+            for wanted in ("backfill_schedule", "backfill_on_change", "backfill_partitions"):
                 if getattr(orchestration, wanted) and backfill_errors and pipeline is not None:
                     errors.append(f"orchestration.{wanted}: the pipeline cannot backfill: {backfill_errors[0]}")
                     pipeline = None

@@ -103,10 +103,12 @@ def run_engine(
     spark: Any,
     config: StreamConfig,
     observe: bool,
+    summary: RunSummary | None = None,
 ) -> Generator[dg.AssetObservation, None, RunSummary]:
     """Run the pipeline in a thread until its sources end, it fails, or the run is terminated; yields the
-    observations (events must be yielded: ones logged from an op that then raises would be lost)."""
-    summary = RunSummary()
+    observations (events must be yielded: ones logged from an op that then raises would be lost). A given
+    `summary` is filled as epochs commit, so the caller knows what a terminated run did."""
+    summary = summary if summary is not None else RunSummary()
     stop = threading.Event()
     outcome: dict[str, Any] = {}
 

@@ -820,11 +820,17 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def backlog(self, position: Mapping[str, Any] | None) -> dict[str, int] | None:
         consumer = self._driver_consumer()
         partitions = list_partitions(consumer, self.topic)
+        wanted = self.settings.backfill_range
         if position is None:
-            position = initial_offsets(consumer, self.topic, partitions, self.spec.starting_offsets)
-        return {
-            str(p): max(0, high - int(position.get(str(p), 0))) for p, high in self._high_watermarks(partitions).items()
-        }
+            if wanted is not None:
+                position = range_offsets(consumer, self.topic, partitions, wanted.start)
+            else:
+                position = initial_offsets(consumer, self.topic, partitions, self.spec.starting_offsets)
+        if wanted is not None:
+            ends = {int(p): o for p, o in range_offsets(consumer, self.topic, partitions, wanted.end).items()}
+        else:
+            ends = self._high_watermarks(partitions)
+        return {str(p): max(0, high - int(position.get(str(p), 0))) for p, high in ends.items()}
 
     def commit_checkpoint(self, epoch) -> None:  # type: ignore[no-untyped-def]
         """Mirror the committed positions to the consumer group. The state backend already holds them, so while
