@@ -158,6 +158,24 @@ def write_pipelines(directory: Path, schema: str, topic: str) -> None:
             """
         )
     )
+    (directory / "ranged.yaml").write_text(ranged_pipeline(schema, topic, factor=1))
+
+
+def ranged_pipeline(schema: str, topic: str, factor: int) -> str:
+    """A partitioned backfill: offsets 0-50 and 50-100 of topic `<topic>_ranged` (the test creates it), scaled
+    by `factor` (a test edits it to see a re-run re-apply its range)."""
+    return textwrap.dedent(
+        f"""\
+        sources:
+          feed: {{type: kafka, topic: {topic}_ranged, data_format: json, schema: {{id: bigint, v: bigint}}, primary_key: id, ending_offsets: latest}}
+        transforms:
+          scaled: {{type: sql, primary_key: id, sql: "SELECT id, v * {factor} AS v FROM feed"}}
+        sinks:
+          ranged: {{type: postgres, from: scaled, schema: {schema}, table: ranged}}
+        orchestration:
+          backfill_partitions: {{start: 0, end: 100, step: 50}}
+        """
+    )
 
 
 def _wait_until_ready(dev: DagsterDev) -> None:
