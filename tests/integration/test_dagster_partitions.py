@@ -202,3 +202,144 @@ def test_a_terminated_backfill_reports_the_whole_total_when_it_resumes(tmp_path,
         assert check.passed and "source_rows_offered" in check.metadata
     with pg_connect() as conn:
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+HYBRID = """
+sources:
+  hy:
+    type: hybrid
+    primary_key: block, idx
+    bounded_sources:
+      - {{source_type: clickhouse, table_name: {database}.events}}
+    unbounded_source: {{source_type: kafka, topic: {topic}, data_format: json, schema: {{block: bigint, idx: bigint}}}}
+sinks:
+  out: {{type: blackhole, from: hy}}
+"""
+
+
+def test_backfill_then_stream_evaluates_rows_reconcile_after_its_bounded_phase(
+    tmp_path, spark, env, clickhouse, kafka, monkeypatch
+) -> None:
+    """The stream is ended by a SIGINT to this process once the check was recorded (Dagster's interrupt)."""
+    from streamling_dagster.jobs import backfill_then_stream_job
+
+    client, database = clickhouse
+    rows = make_table(client, database)
+    topic = kafka.topic("bts", partitions=1)
+    for key, value in kafka.env.items():
+        monkeypatch.setenv(key, value)
+    directory = tmp_path / "pipelines"
+    directory.mkdir()
+    (directory / "hy.yaml").write_text(textwrap.dedent(HYBRID.format(database=database, topic=topic)))
+    (pf,) = discover(directory)
+    with dg.instance_for_test() as instance:
+
+        def interrupt_once_checked() -> None:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                runs = instance.get_runs()
+                if runs and any(
+                    e.dagster_event is not None and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"
+                    for e in instance.all_logs(runs[0].run_id)
+                ):
+                    break
+                time.sleep(0.2)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        interrupter = threading.Thread(target=interrupt_once_checked)
+        interrupter.start()
+        result = backfill_then_stream_job(pf).execute_in_process(
+            instance=instance, resources=resources(tmp_path), raise_on_error=False
+        )
+        interrupter.join()
+    (check,) = result.get_asset_check_evaluations()
+    assert (check.asset_key, check.check_name, check.passed) == (pf.asset_key("out"), "rows_reconcile", True)
+    metadata = {k: v.value for k, v in check.metadata.items()}
+    assert metadata == {"source_rows_read": rows, "sink_rows_written": rows, "rows_filtered": 0}  # nothing offered
+    # is known for a ClickHouse table, so no number stands in for it
+
+
+def test_partition_settings_are_validated_by_field_and_value(tmp_path) -> None:
+    base = "sources:\n  g: {type: generator, rows: 10}\nsinks:\n  s: {type: blackhole, from: g}\norchestration:\n  "
+    cases = {
+        "steps.yaml": (
+            "backfill_partitions: {start: 0, end: 100}",
+            "orchestration.backfill_partitions: integer ranges need 'step'",
+        ),
+        "many.yaml": (
+            "backfill_partitions: {start: 0, end: 1000000, step: 1}",
+            "orchestration.backfill_partitions: step 1 makes 1000000 partitions, more than 10000",
+        ),
+        "zone.yaml": (
+            "backfill_partitions: {every: day, start: 2026-01-01, timezone: Mars/Base}",
+            "orchestration.backfill_partitions.timezone: timezone 'Mars/Base' is not a known time zone",
+        ),
+        "every.yaml": (
+            "backfill_partitions: {every: fortnight, start: 2026-01-01}",
+            "orchestration.backfill_partitions.every: Input should be 'hour', 'day', 'week' or 'month'",
+        ),
+        "mixed.yaml": (
+            "backfill_partitions: {every: day, start: 5}",
+            "orchestration.backfill_partitions: time windows need a date or date-time start, not 5",
+        ),
+        "scheduled.yaml": (
+            "{backfill_schedule: '0 3 * * *', backfill_partitions: {start: 0, end: 10, step: 5}}",
+            "orchestration.backfill_schedule: '0 3 * * *' cannot launch a partitioned backfill (backfill_partitions is "
+            "set): launch ranges from the partition view instead",
+        ),
+    }
+    for name, (block, _) in cases.items():
+        text = base + block if not block.startswith("{") else base.removesuffix("\n  ") + " " + block
+        (tmp_path / name).write_text(text + "\n")
+    found = {pf.path.name: pf.errors for pf in discover(tmp_path)}
+    assert found == {name: [error] for name, (_, error) in cases.items()}
+
+
+def test_time_windows_and_integer_ranges_become_partitions_and_engine_ranges(tmp_path) -> None:
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    from streamling_dagster.partitions import BackfillPartitions
+
+    hourly = BackfillPartitions.model_validate({"every": "hour", "start": "2026-01-01", "timezone": "Europe/Berlin"})
+    definition = hourly.definition()
+    assert definition.get_first_partition_key() == "2026-01-01-00:00"
+    wanted = hourly.range_of(definition, "2026-01-01-05:00")
+    berlin = ZoneInfo("Europe/Berlin")
+    assert (wanted.start, wanted.end) == (
+        datetime(2026, 1, 1, 5, tzinfo=berlin),
+        datetime(2026, 1, 1, 6, tzinfo=berlin),
+    )
+    assert wanted.start.astimezone(UTC).hour == 4
+    ranges = BackfillPartitions.model_validate({"column": "id", "start": -10, "end": 15, "step": 10})
+    assert ranges.definition().get_partition_keys() == ["-10-0", "0-10", "10-15"]
+    last = ranges.range_of(ranges.definition(), "10-15")
+    assert (last.start, last.end, last.column) == (10, 15, "id")
+
+
+def test_the_sensor_reprocesses_on_a_changed_file_and_reruns_done_ranges_when_partitioned(tmp_path) -> None:
+    from streamling.config import load_settings
+    from streamling_dagster.backfill_sensor import evaluate
+
+    text = "sources:\n  g: {type: generator, rows: 10}\nsinks:\n  s: {type: blackhole, from: g}\n"
+    path = tmp_path / "gen.yaml"
+    path.write_text(text)
+    settings = load_settings(environ={})
+    (pf,) = discover(tmp_path)
+    first = evaluate(pf, settings, None, "sensor")
+    (plain,) = first.run_requests
+    assert REPROCESS_TAG not in plain.tags  # the first run resumes
+    path.write_text(text + "# edited\n")
+    (changed,) = evaluate(pf, settings, first.cursor, "sensor").run_requests
+    assert changed.tags[REPROCESS_TAG] == "pipeline file changed"
+
+    path.write_text(text + "orchestration:\n  backfill_partitions: {start: 0, end: 30, step: 10}\n")
+    (pf,) = discover(tmp_path)
+    start = evaluate(pf, settings, None, "sensor", done=[])
+    assert not start.run_requests and "ranges are launched from the partition view" in start.skip_reason.skip_message
+    path.write_text(path.read_text() + "# edited\n")
+    again = evaluate(pf, settings, start.cursor, "sensor", done=["0-10", "20-30"])
+    assert [(r.partition_key, r.tags["streamling/trigger"]) for r in again.run_requests] == [
+        ("0-10", "pipeline file changed"),
+        ("20-30", "pipeline file changed"),
+    ]
