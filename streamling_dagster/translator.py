@@ -158,7 +158,9 @@ def object_of(pf: PipelineFile, node: Node, settings: Settings) -> StreamlingObj
         database = settings.postgres_connection(node.name).database
         return StreamlingObject(pf, node, role, "postgres", (database, spec.schema_, spec.agg_table))
     if kind == "clickhouse" and node.kind == "sink":
-        return StreamlingObject(pf, node, role, "clickhouse", _clickhouse(spec.table, settings.clickhouse_sink.database))
+        return StreamlingObject(
+            pf, node, role, "clickhouse", _clickhouse(spec.table, settings.clickhouse_sink.database)
+        )
     if kind == "kafka" and node.kind == "sink":
         return StreamlingObject(pf, node, role, "kafka", (spec.topic,))
     if kind == "dynamic_table" and spec.backend_type == "Postgres":
