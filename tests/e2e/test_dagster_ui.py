@@ -12,7 +12,6 @@ import os
 import re
 from collections.abc import Iterator
 
-import dagster as dg
 import pytest
 from playwright import sync_api
 from playwright.sync_api import expect
