@@ -161,9 +161,11 @@ def health_checks(pf: PipelineFile) -> dg.AssetChecksDefinition:
     return stream_health_checks
 
 
-def positions_sensor(pipelines: list[PipelineFile]) -> dg.SensorDefinition:
+def positions_sensor(
+    pipelines: list[PipelineFile], name: str = "streamling_committed_positions"
+) -> dg.SensorDefinition:
     @dg.sensor(
-        name="streamling_committed_positions",
+        name=name,
         minimum_interval_seconds=OBSERVE_INTERVAL_SEC,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
