@@ -79,8 +79,6 @@ def test_a_range_backfill_writes_its_range_and_a_rerun_after_an_edit_reapplies_i
     directory = tmp_path / "pipelines"
     directory.mkdir()
     write(directory, RANGED.format(database=database, factor=1, schema=schema, orchestration=plan))
-    (pf,) = discover(directory)
-    key = pf.asset_key("out")
     (assets,) = run_assets(directory)
     assert assets.partitions_def.get_partition_keys() == ["0-550", "550-1100"]
     expected = {
@@ -96,6 +94,8 @@ def test_a_range_backfill_writes_its_range_and_a_rerun_after_an_edit_reapplies_i
         assert sink_rows(pg_connect, schema) == expected  # exactly the range
         (event,) = first.get_asset_materialization_events()
         assert event.materialization.metadata["rows_written"].value == len(expected)
+        key = event.asset_key
+        assert key.path[0] == "postgres" and key.path[-2:] == [schema, "events"]
         assert instance.get_materialized_partitions(key) == {"550-1100"}
 
         # the SQL changes; running the same range again reads it from its start and re-applies the rows
