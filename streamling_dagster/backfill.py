@@ -8,7 +8,7 @@ from dagster import AssetExecutionContext
 
 from streamling import RunSummary, SourceStatus, source_status
 from streamling_dagster.observations import feeding
-from streamling_dagster.pipelines import PipelineFile, node_key
+from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 from streamling_dagster.streaming import StreamConfig, run_engine
 
@@ -37,7 +37,7 @@ def backfill_assets(pf: PipelineFile, sinks: list[dg.AssetSpec]) -> dg.AssetsDef
     checks = [
         dg.AssetCheckSpec(
             RECONCILE_CHECK,
-            asset=node_key(pf.name, node.name),
+            asset=pf.asset_key(node.name),
             description="Rows read ≥ rows the sources offered at the start, and rows read = written + filtered out",
         )
         for node in pf.pipeline.sinks
@@ -58,7 +58,7 @@ def backfill_assets(pf: PipelineFile, sinks: list[dg.AssetSpec]) -> dg.AssetsDef
             context.op_execution_context, pf, settings, spark.spark_session, config, observe=False
         )
         for sink, metadata in sink_metadata(pf, summary).items():
-            yield dg.MaterializeResult(asset_key=node_key(pf.name, sink), metadata=metadata)
+            yield dg.MaterializeResult(asset_key=pf.asset_key(sink), metadata=metadata)
         for spec in checks:
             yield reconcile(pf, spec.asset_key, before, summary)
 
@@ -91,7 +91,7 @@ def reconcile(
     pf: PipelineFile, key: dg.AssetKey, before: dict[str, SourceStatus], summary: RunSummary
 ) -> dg.AssetCheckResult:
     assert pf.pipeline is not None
-    sink = pf.pipeline.nodes[next(n for n in pf.pipeline.nodes if node_key(pf.name, n) == key)]
+    sink = next(s for s in pf.pipeline.sinks if pf.asset_key(s.name) == key)
     sources = feeding(pf, sink.name)
     read = sum(summary.sources[s].rows_in for s in sources if s in summary.sources)
     offered = [before[s].backlog_total if s in before else None for s in sources]

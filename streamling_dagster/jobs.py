@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import dagster as dg
 
 from streamling_dagster.backfill import sink_metadata
-from streamling_dagster.pipelines import PipelineFile, node_key
+from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 from streamling_dagster.streaming import StreamConfig, run_engine
 
@@ -71,7 +71,7 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         context.log.info(f"Backfilling {pf.path} (state namespace {settings.application_id})")
         summary = yield from run_engine(context, pf, settings, spark.spark_session, config, observe=False)
         for sink, metadata in sink_metadata(pf, summary).items():
-            yield dg.AssetMaterialization(asset_key=node_key(pf.name, sink), metadata=metadata)
+            yield dg.AssetMaterialization(asset_key=pf.asset_key(sink), metadata=metadata)
         boundary = {name: progress.position for name, progress in summary.sources.items()}
         context.log.info(f"Backfill done; streaming from the committed positions {boundary}")
         streaming = settings.model_copy(update={"job_mode": False})
