@@ -142,7 +142,7 @@ def inputs_of(pf: PipelineFile, node: Node, settings: Settings) -> list[Streamli
         ]
         if spec.unbounded_source is not None:
             found.append(obj("kafka", spec.unbounded_source.topic))
-        return list(dict.fromkeys(found))
+        return list({(o.system, o.path): o for o in found}.values())  # a table read by two phases: once
     return [StreamlingObject(pf, node, "output", None)]
 
 

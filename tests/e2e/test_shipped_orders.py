@@ -9,7 +9,6 @@ after the seed exited: chdb opens a data path in one process at a time.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -19,16 +18,18 @@ from pathlib import Path
 
 from confluent_kafka import Consumer
 
-from tests.e2e.cli import sqlite_state, start_cli, wait_for
+from tests.e2e.cli import cli_env, sqlite_state, start_cli, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TOPIC = "shop.orders"
 
 
-def seed(env: dict[str, str]) -> subprocess.CompletedProcess:
+def seed(cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`infra/services seed` with the state, checkpoints and ClickHouse data under `cwd` (its runs start in the
+    repository root, where relative paths would land)."""
     return subprocess.run(
         [sys.executable, str(REPO / "infra" / "services"), "seed"],
-        env={**os.environ, **env},
+        env=cli_env(cwd, env),
         capture_output=True,
         text=True,
         timeout=300,
@@ -68,7 +69,7 @@ def test_seed_once_then_hybrid_backfills_and_streams_and_totals_follow_the_topic
     clickhouse = str(tmp_path / "clickhouse")
     chdb = {"STREAMLING__CLICKHOUSE_SOURCE__PATH": clickhouse, "STREAMLING__CLICKHOUSE_SINK__PATH": clickhouse}
 
-    first = seed(chdb)
+    first = seed(tmp_path, chdb)
     assert first.returncode == 0, first.stderr
     wrote = re.search(
         r"seed: wrote (\d+) rows \((\d+) current orders\) into ClickHouse table default.orders_archive", first.stdout
@@ -80,9 +81,11 @@ def test_seed_once_then_hybrid_backfills_and_streams_and_totals_follow_the_topic
     assert int(wrote[1]) == 20000  # ids 1..20000, the latest change of each (the sink keeps one per id and epoch)
     archived = int(wrote[2])
     changes = topic_changes(kafka.brokers)
+    # the topic's run committed its position as `./dev run` would: the live stream continues after the seeded orders
+    assert sqlite_state(tmp_path / "state.db")["new_orders:generator"]["offset"] == int(published[1])
     assert len(changes) == int(published[1])  # ids 20001.. are new in the first 5000 orders: one record each
 
-    again = seed(chdb)
+    again = seed(tmp_path, chdb)
     assert again.returncode == 0, again.stderr
     assert "ClickHouse table default.orders_archive already holds 20000 rows" in again.stdout, again.stdout
     assert f"Kafka topic shop.orders already holds {published[1]} records; left as is" in again.stdout
