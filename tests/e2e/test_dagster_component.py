@@ -150,3 +150,17 @@ def test_an_invalid_attribute_fails_dg_check_with_a_clear_message(
     checked = dg(root, "check", "defs")
     assert checked.returncode != 0
     assert message in checked.stdout + checked.stderr, checked.stdout + checked.stderr
+
+
+def test_asset_key_prefix_applies_to_every_key_and_edge(tmp_path: Path) -> None:
+    root = project(tmp_path, {"orders": "pipeline: orders_hybrid.yaml\nasset_key_prefix: [acme, prod]\n"})
+    shown = dg(root, "list", "defs", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assets = {a["asset_key"]: a for a in json.loads(shown.stdout)["assets"]}
+    assert set(assets) == {
+        "acme/prod/clickhouse/default/orders_archive",
+        "acme/prod/kafka/shop.orders",
+        "acme/prod/orders_hybrid/priced",
+        "acme/prod/postgres/postgres/shop/orders",
+    }
+    assert assets["acme/prod/postgres/postgres/shop/orders"]["dependency_keys"] == ["acme/prod/orders_hybrid/priced"]
