@@ -138,7 +138,7 @@ def _key_lines(text: str) -> dict[tuple[str, ...], int]:
     """1-based line of each top-level key and each node name in the pipeline's sections."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):  # the validator's message already says where, or cannot
         return {}
     found: dict[tuple[str, ...], int] = {}
     if not isinstance(root, yaml.MappingNode):

@@ -30,7 +30,7 @@ def key_part(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]", "_", text)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StreamlingObject:
     """One asset of a pipeline: an external object it reads or writes, or a node that lives only in it."""
 
@@ -73,7 +73,9 @@ class StreamlingTranslator:
 
     def get_metadata(self, obj: StreamlingObject) -> dict[str, Any]:
         metadata = node_targets(obj.node)
-        metadata["streamling/pipeline_file"] = str(obj.pipeline.path)
+        metadata["pipeline_file"] = str(obj.pipeline.path)
+        if obj.node.kind == "sink":
+            metadata["pipeline_yaml"] = dg.MetadataValue.md(f"```yaml\n{obj.pipeline.text}\n```")
         return metadata
 
     def get_owners(self, obj: StreamlingObject) -> list[str]:
@@ -142,7 +144,7 @@ def inputs_of(pf: PipelineFile, node: Node, settings: Settings) -> list[Streamli
         ]
         if spec.unbounded_source is not None:
             found.append(obj("kafka", spec.unbounded_source.topic))
-        return list({(o.system, o.path): o for o in found}.values())  # a table read by two phases: once
+        return list({(o.system, o.path): o for o in reversed(found)}.values())[::-1]  # a table read twice: once
     return [StreamlingObject(pf, node, "output", None)]
 
 

@@ -96,6 +96,12 @@ class DagsterDev:
             raise AssertionError(f"GraphQL errors: {body['errors']}")
         return body["data"]
 
+    def table_key(self, table: str) -> Any:
+        """The asset key of a table in the test schema: `postgres/<db>/<schema>/<table>`."""
+        import dagster as dg
+
+        return dg.AssetKey(["postgres", self.env.get("STREAMLING__POSTGRES_SINK__DB", "postgres"), self.schema, table])
+
     def instance(self):
         """The instance `dagster dev` runs on (sqlite storage under `home`); use it as a context manager."""
         import dagster as dg

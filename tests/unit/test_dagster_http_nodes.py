@@ -6,8 +6,8 @@ import textwrap
 from pathlib import Path
 
 from streamling.topology.pipeline import load_pipeline
-from streamling_dagster.translator import node_targets as _targets
 from streamling_dagster.pipelines import PipelineFile
+from streamling_dagster.translator import node_targets as _targets
 
 TEXT = textwrap.dedent("""
     sources:
