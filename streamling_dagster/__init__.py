@@ -7,6 +7,7 @@ for it, not on import. Build your own with `build_definitions(directory)` (a fol
 
 import dagster as dg
 
+from streamling_dagster.component import StreamlingPipelineComponent
 from streamling_dagster.definitions import build_definitions
 from streamling_dagster.factory import pipeline_definitions
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
@@ -20,6 +21,7 @@ def defs() -> dg.Definitions:
 
 __all__ = [
     "StreamlingObject",
+    "StreamlingPipelineComponent",
     "StreamlingResource",
     "StreamlingSparkResource",
     "StreamlingTranslator",

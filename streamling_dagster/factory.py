@@ -161,7 +161,7 @@ def build_pipeline(
 
 
 def pipeline_definitions(
-    path: str | Path,
+    path: str | Path | PipelineFile,
     translator: StreamlingTranslator | None = None,
     settings: Settings | None = None,
     *,
@@ -179,7 +179,8 @@ def pipeline_definitions(
 
     settings = settings or load_settings()
     translator = translator or StreamlingTranslator()
-    built = build_pipeline(read_pipeline_file(Path(path)), translator, settings)
+    pf = path if isinstance(path, PipelineFile) else read_pipeline_file(Path(path))  # the component passes one
+    built = build_pipeline(pf, translator, settings)
     assets = list(built.assets)
     if define_inputs and built.specs is not None:
         assets += [input_spec(key, [obj], translator) for key, obj in built.specs.inputs.items()]

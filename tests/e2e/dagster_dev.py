@@ -184,8 +184,8 @@ def ranged_pipeline(schema: str, topic: str, factor: int) -> str:
     )
 
 
-def _wait_until_ready(dev: DagsterDev) -> None:
-    """Ready by protocol: GraphQL lists `shop__backfill` in the code location, and the daemons are healthy."""
+def _wait_until_ready(dev: DagsterDev, ready_job: str = "shop__backfill") -> None:
+    """Ready by protocol: GraphQL lists `ready_job` in the code location, and the daemons are healthy."""
     deadline = time.monotonic() + START_TIMEOUT_SEC
     last = "no answer yet"
     jobs_seen = False
@@ -199,7 +199,7 @@ def _wait_until_ready(dev: DagsterDev) -> None:
                     if loaded.get("__typename") == "PythonError":
                         raise AssertionError(f"code location {entry['name']} failed to load: {loaded['message']}")
                     jobs = {j["name"] for r in loaded.get("repositories", []) for j in r["jobs"]}
-                    jobs_seen = jobs_seen or "shop__backfill" in jobs
+                    jobs_seen = jobs_seen or ready_job in jobs
                 last = f"locations: {[(e['name'], e['loadStatus']) for e in entries]}"
             if jobs_seen:
                 statuses = dev.graphql(DAEMONS_QUERY, timeout=10)["instance"]["daemonHealth"]["allDaemonStatuses"]
@@ -285,14 +285,23 @@ def drop_schema(postgres_env: dict[str, str], schema: str) -> None:
 
 
 @contextmanager
-def running_dagster_dev(root: Path, postgres_env: dict[str, str], kafka_env: dict[str, str]) -> Iterator[DagsterDev]:
+def running_dagster_dev(
+    root: Path,
+    postgres_env: dict[str, str],
+    kafka_env: dict[str, str],
+    pipelines: Path | None = None,
+    ready_job: str = "shop__backfill",
+) -> Iterator[DagsterDev]:
+    """Over `pipelines` (a directory of pipeline files; default: shop.yaml and ticker.yaml written under `root`),
+    ready once `ready_job` is listed."""
     schema = f"dd_{uuid.uuid4().hex[:8]}"
     topic = f"dagster_ticks_{uuid.uuid4().hex[:8]}"
     home = root / "dagster_home"
     home.mkdir(parents=True)
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    pipelines = root / "pipelines"
-    write_pipelines(pipelines, schema, topic)
+    if pipelines is None:
+        pipelines = root / "pipelines"
+        write_pipelines(pipelines, schema, topic)
     env = cli_env(
         root,
         {
@@ -327,7 +336,7 @@ def running_dagster_dev(root: Path, postgres_env: dict[str, str], kafka_env: dic
     )
     strays: list[str] = []
     try:
-        _wait_until_ready(dev)
+        _wait_until_ready(dev, ready_job)
         from dagster_graphql import DagsterGraphQLClient
 
         dev.client = DagsterGraphQLClient("127.0.0.1", port_number=port)
