@@ -1,7 +1,31 @@
-"""The Dagster control plane for Streamling pipelines: `defs` is what `workspace.yaml` loads."""
+"""The Dagster control plane for Streamling pipelines.
 
+`defs` (what `workspace.yaml` and `dagster job execute -m streamling_dagster` load) is built when Dagster asks
+for it, not on import. Build your own with `build_definitions(directory)` (a folder of pipeline files),
+`pipeline_definitions(path)` (one file), or drop `StreamlingPipelineComponent` into a `dg` project.
+"""
+
+import dagster as dg
+
+from streamling_dagster.component import StreamlingPipelineComponent
 from streamling_dagster.definitions import build_definitions
+from streamling_dagster.factory import pipeline_definitions
+from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
+from streamling_dagster.translator import StreamlingObject, StreamlingTranslator
 
-defs = build_definitions()
 
-__all__ = ["build_definitions", "defs"]
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions()
+
+
+__all__ = [
+    "StreamlingObject",
+    "StreamlingPipelineComponent",
+    "StreamlingResource",
+    "StreamlingSparkResource",
+    "StreamlingTranslator",
+    "build_definitions",
+    "defs",
+    "pipeline_definitions",
+]

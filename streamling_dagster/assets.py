@@ -1,99 +1,85 @@
-"""A pipeline as assets: its sinks are materializable assets (`<pipeline>/<sink>`); its sources (Kafka topics,
-ClickHouse tables, generators) and transforms are specs upstream of them, so the asset graph shows the topology."""
+"""A pipeline as asset specs: what its sources read, its transforms, and what its sinks write, keyed by the
+translator. The specs of the sinks are what the pipeline produces (materialized by a backfill, observed by a
+stream); the others are upstream, so the asset graph shows the topology and crosses pipelines."""
 
-from typing import Any
+from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import dagster as dg
 
-from streamling.topology.pipeline import Node
-from streamling_dagster.pipelines import PipelineFile, asset_name, node_key
+from streamling.config import Settings
+from streamling_dagster.pipelines import PipelineFile, node_key
+from streamling_dagster.translator import StreamlingObject, StreamlingTranslator, inputs_of, object_of
 
 
-def source_keys(node: Node, pipeline: str) -> list[dg.AssetKey]:
-    """What a source reads, as external asset keys shared across pipelines reading the same topic or table."""
-    spec: Any = node.spec
-    if node.spec.type == "kafka":
-        return [dg.AssetKey(["kafka", asset_name(spec.topic)])]
-    if node.spec.type == "clickhouse":
-        return [_table_key(spec.table_name)]
-    if node.spec.type == "hybrid":
-        keys = [_table_key(b.table_name) for b in spec.bounded_sources]
-        if spec.unbounded_source is not None:
-            keys.append(dg.AssetKey(["kafka", asset_name(spec.unbounded_source.topic)]))
-        return keys
-    return [dg.AssetKey([pipeline, asset_name(node.name)])]
+@dataclass
+class PipelineSpecs:
+    inputs: dict[dg.AssetKey, StreamlingObject] = field(default_factory=dict)
+    """External objects the sources read (topics, tables), each once."""
+    upstream: list[dg.AssetSpec] = field(default_factory=list)
+    """Pipeline-owned sources and transforms, and dynamic tables."""
+    sinks: list[dg.AssetSpec] = field(default_factory=list)
 
 
-def _table_key(table_name: str) -> dg.AssetKey:
-    return dg.AssetKey(["clickhouse", *[asset_name(p) for p in table_name.split(".")]])
+def pipeline_specs(
+    pf: PipelineFile,
+    translator: StreamlingTranslator,
+    settings: Settings,
+    taken: set[dg.AssetKey] | None = None,
+    jobs: list[str] | None = None,
+) -> PipelineSpecs:
+    """Fills `pf.asset_keys`. A sink whose object another pipeline already writes (a key in `taken`) keeps the
+    pipeline-scoped key `<pipeline>/<sink>`: one asset has one producer in Dagster."""
+    assert pf.pipeline is not None
+    pipeline = pf.pipeline
+    taken = taken if taken is not None else set()
+    out = PipelineSpecs()
+    keys_of: dict[str, list[dg.AssetKey]] = {}
+    for node in pipeline.sources:
+        keys_of[node.name] = []
+        for obj in inputs_of(pf, node, settings):
+            key = translator.get_asset_key(obj)
+            keys_of[node.name].append(key)
+            if obj.system is None:
+                out.upstream.append(translator.get_asset_spec(obj))
+            else:
+                out.inputs.setdefault(key, obj)
+        pf.asset_keys[node.name] = keys_of[node.name][0]
 
+    def deps(name: str) -> list[dg.AssetKey]:
+        parents = [*pipeline.inputs.get(name, []), *pipeline.after.get(name, [])]
+        return list(dict.fromkeys(k for parent in parents for k in keys_of.get(parent, [])))
 
-def _described(what: str, pf: PipelineFile, node: Node) -> str:
-    return f"{what}\n\n```yaml\n{pf.node_yaml(node)}\n```"
-
-
-def _targets(node: Node) -> dict[str, Any]:
-    """Connector targets for metadata: where data comes from or goes to, never credentials (values as the spec
-    serializes them for display: a URL without user, password or query values)."""
-    spec: Any = node.spec
-    shown = spec.model_dump()
-    out = {"type": node.spec.type}
-    for field in ("topic", "table_name", "table", "schema_", "landing_table", "agg_table", "url"):
-        value = shown.get(field)
-        if isinstance(value, str):
-            out[field.rstrip("_")] = value
-    if getattr(spec, "sql", None):
-        out["sql"] = dg.MetadataValue.md(f"```sql\n{spec.sql}\n```")
-    if node.spec.type == "script":
-        out["language"] = spec.language
-        out["script"] = dg.MetadataValue.md(f"```{spec.language}\n{spec.script}\n```")
+    for name in pipeline.topological_order():
+        node = pipeline.nodes[name]
+        if node.kind == "source":
+            continue
+        obj = object_of(pf, node, settings)
+        key = translator.get_asset_key(obj)
+        if key in taken:
+            key = node_key(pf.name, name)
+        taken.add(key)
+        keys_of[name] = [key]
+        pf.asset_keys[name] = key
+        spec = translator.get_asset_spec(obj, deps(name)).replace_attributes(key=key)
+        if node.kind == "sink":
+            if jobs:
+                spec = spec.merge_attributes(metadata={"streamling/jobs": ", ".join(jobs)})
+            out.sinks.append(spec)
+        else:
+            out.upstream.append(spec)
     return out
 
 
-def pipeline_specs(pf: PipelineFile) -> tuple[list[dg.AssetSpec], list[dg.AssetSpec]]:
-    """(upstream specs: sources and transforms, sink specs)."""
-    assert pf.pipeline is not None
-    pipeline = pf.pipeline
-    upstream: dict[dg.AssetKey, dg.AssetSpec] = {}
-    keys_of: dict[str, list[dg.AssetKey]] = {}
-    for node in pipeline.sources:
-        keys_of[node.name] = source_keys(node, pf.name)
-        for key in keys_of[node.name]:
-            upstream[key] = dg.AssetSpec(
-                key,
-                description=_described(f"Read by source '{node.name}' of pipeline {pf.name}.", pf, node),
-                metadata=_targets(node),
-                group_name=pf.name if key.path[0] == pf.name else None,
-                kinds={node.spec.type.split(".")[-1]},
-            )
-    for name in pipeline.topological_order():
-        node = pipeline.nodes[name]
-        if node.kind != "transform":
-            continue
-        key = node_key(pf.name, name)
-        keys_of[name] = [key]
-        deps = [k for parent in pipeline.inputs.get(name, []) for k in keys_of.get(parent, [])]
-        upstream[key] = dg.AssetSpec(
-            key,
-            deps=deps,
-            description=_described(f"Transform '{name}' of pipeline {pf.name}.", pf, node),
-            metadata=_targets(node),
-            group_name=pf.name,
-            kinds={"spark"},
-        )
-    sinks = [
-        dg.AssetSpec(
-            node_key(pf.name, node.name),
-            deps=[k for parent in pipeline.inputs.get(node.name, []) for k in keys_of.get(parent, [])],
-            description=_described(f"Sink '{node.name}' of pipeline {pf.name} ({pf.path.name}).", pf, node),
-            metadata={
-                **_targets(node),
-                "pipeline_file": str(pf.path),
-                "pipeline_yaml": dg.MetadataValue.md(f"```yaml\n{pf.text}\n```"),
-            },
-            group_name=pf.name,
-            kinds={node.spec.type.split(".")[-1]},
-        )
-        for node in pipeline.sinks
-    ]
-    return list(upstream.values()), sinks
+def input_spec(key: dg.AssetKey, readers: list[StreamlingObject], translator: StreamlingTranslator) -> dg.AssetSpec:
+    """A topic or table read by one or more pipelines and written by none of them: one node for all."""
+    first = readers[0]
+    spec = translator.get_asset_spec(first)
+    if len(readers) > 1:
+        names = ", ".join(f"{r.pipeline.name} (source '{r.node.name}')" for r in readers)
+        description = f"{spec.description.split(chr(10))[0]}\n\nRead by {names}." if spec.description else names
+        spec = spec.replace_attributes(description=description)
+    return spec.replace_attributes(key=key).merge_attributes(
+        metadata={"streamling/read_by": ", ".join(sorted({r.pipeline.name for r in readers}))}
+    )

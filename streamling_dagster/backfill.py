@@ -1,21 +1,42 @@
 """The backfill: materializing a pipeline's sink assets runs its bounded sources to their end (job mode),
-with a `rows_reconcile` check per sink and the run's figures as materialization metadata."""
+with a `rows_reconcile` check per sink and the run's figures as materialization metadata.
 
+Which data a run reads:
+- a partition (``orchestration.backfill_partitions``): its range, from scratch, in the namespace
+  ``<namespace>.partition.<key>``; rows are applied again (sinks upsert by key, `_gs_op` says how), so a re-run
+  after an edit brings the new result. A re-execution of a failed or canceled run (Dagster's
+  ``dagster/parent_run_id``) resumes where that run's positions are instead.
+- unpartitioned, tagged ``streamling/reprocess`` (the backfill sensor sets it when the pipeline file changed): the
+  bounded sources from their start (`streamling.reset_positions`; a hybrid's stream offsets are kept). Else it
+  resumes after the committed positions.
+
+A terminated run records what it wrote (an observation marked ``backfill_incomplete``), and the run that resumes
+it reports its own rows and the backfill's total since it began (``backfill_rows_total``).
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 from dagster import AssetExecutionContext
 
-from streamling import RunSummary, SourceStatus, source_status
+from streamling import RunSummary, Settings, SourceStatus, reset_positions, source_status
 from streamling_dagster.guard import check_no_other_run, op_tags
 from streamling_dagster.observations import feeding
-from streamling_dagster.pipelines import PipelineFile, node_key
+from streamling_dagster.partitions import partition_namespace
+from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 from streamling_dagster.streaming import StreamConfig, run_engine
 
 RECONCILE_CHECK = "rows_reconcile"
 COUNTING_SOURCES = {"kafka", "generator", "clickhouse", "hybrid"}
 """Sources that count the rows of each epoch, so a backfill can be reconciled."""
+REPROCESS_TAG = "streamling/reprocess"
+"""On an unpartitioned backfill run: read the bounded sources from their start (the value says why)."""
+PARENT_RUN_TAG = "dagster/parent_run_id"
+INCOMPLETE = "backfill_incomplete"
+TOTAL = "backfill_rows_total"
 
 
 def reconcilable(pf: PipelineFile, sink: str) -> bool:
@@ -32,43 +53,148 @@ def reconcilable(pf: PipelineFile, sink: str) -> bool:
     )
 
 
+def reconciled_sinks(pf: PipelineFile) -> list[str]:
+    assert pf.pipeline is not None
+    return [node.name for node in pf.pipeline.sinks if reconcilable(pf, node.name)]
+
+
+@dataclass
+class BackfillRun:
+    """What one backfill run reads: its settings (namespace, range) and whether it starts over."""
+
+    settings: Settings
+    fresh: bool
+    why: str
+    partition: str | None = None
+
+
+def plan_run(context: AssetExecutionContext, pf: PipelineFile, streamling: StreamlingResource) -> BackfillRun:
+    settings = streamling.pipeline_settings(pf, job_mode="true")
+    tags = context.run.tags
+    parent = tags.get(PARENT_RUN_TAG)
+    partitions = pf.orchestration.backfill_partitions
+    if context.has_partition_key and partitions is not None:
+        key = context.partition_key
+        wanted = partitions.range_of(context.assets_def.partitions_def, key)  # type: ignore[arg-type]
+        ranged = settings.model_copy(
+            update={"application_id": partition_namespace(settings.application_id, key), "backfill_range": wanted}
+        )
+        if parent:
+            return BackfillRun(ranged, False, f"range {wanted}, resuming re-executed run {parent}", key)
+        return BackfillRun(ranged, True, f"range {wanted}, from its start", key)
+    if tags.get(REPROCESS_TAG) and not parent:
+        return BackfillRun(settings, True, f"from the start of every bounded source ({tags[REPROCESS_TAG]})")
+    return BackfillRun(settings, False, "resuming after the committed positions")
+
+
 def backfill_assets(pf: PipelineFile, sinks: list[dg.AssetSpec]) -> dg.AssetsDefinition:
-    """Materializing the sinks runs the pipeline's bounded sources to their end (job mode)."""
+    """Materializing the sinks runs the pipeline's bounded sources to their end (job mode); with
+    `backfill_partitions`, one range per partition."""
     assert pf.pipeline is not None
     checks = [
         dg.AssetCheckSpec(
             RECONCILE_CHECK,
-            asset=node_key(pf.name, node.name),
+            asset=pf.asset_key(sink),
             description="Rows read ≥ rows the sources offered at the start, and rows read = written + filtered out",
         )
-        for node in pf.pipeline.sinks
-        if reconcilable(pf, node.name)
+        for sink in reconciled_sinks(pf)
     ]
+    plan = pf.orchestration.backfill_partitions
+    partitions_def = plan.definition() if plan is not None else None
 
-    @dg.multi_asset(name=f"{pf.name}__run", specs=sinks, check_specs=checks, can_subset=False, op_tags=op_tags(pf))
+    @dg.multi_asset(
+        name=f"{pf.name}__run",
+        specs=sinks,
+        check_specs=checks,
+        can_subset=False,
+        partitions_def=partitions_def,
+        op_tags=op_tags(pf),
+    )
     def run(
         context: AssetExecutionContext,
         config: StreamConfig,
         streamling: StreamlingResource,
         spark: StreamlingSparkResource,
     ) -> Any:
-        check_no_other_run(context.op_execution_context, pf)  # before Spark starts
-        settings = streamling.pipeline_settings(pf, job_mode="true")
+        check_no_other_run(context.op_execution_context, pf)  # before resetting positions or starting Spark
+        job = plan_run(context, pf, streamling)
+        settings = job.settings
+        if job.fresh:
+            removed = reset_positions(pf.path, settings)
+            context.log.info(f"Starting over in namespace {settings.application_id}: reset {removed or 'nothing'}")
+        carried = {} if job.fresh else carried_rows(context.instance, pf, job.partition)
         before = source_status(pf.path, settings)
-        context.log.info(f"Running {pf.path} in job mode (state namespace {settings.application_id})")
-        summary = yield from run_engine(
-            context.op_execution_context, pf, settings, spark.spark_session, config, observe=False
-        )
-        for sink, metadata in sink_metadata(pf, summary).items():
-            yield dg.MaterializeResult(asset_key=node_key(pf.name, sink), metadata=metadata)
+        context.log.info(f"Running {pf.path} in job mode, {job.why} (state namespace {settings.application_id})")
+        summary = RunSummary()
+        try:
+            yield from run_engine(
+                context.op_execution_context, pf, settings, spark.spark_session, config, observe=False, summary=summary
+            )
+        except BaseException:  # terminated: what was written is recorded, and counted when the backfill resumes
+            yield from incomplete(pf, summary, carried, job.partition)
+            raise
+        for sink, metadata in sink_metadata(pf, summary, carried).items():
+            yield dg.MaterializeResult(asset_key=pf.asset_key(sink), metadata=metadata)
         for spec in checks:
             yield reconcile(pf, spec.asset_key, before, summary)
 
     return run
 
 
-def sink_metadata(pf: PipelineFile, summary: RunSummary) -> dict[str, dict[str, Any]]:
-    """What a bounded run did, per sink: rows and operations written, speed, and where each source ended."""
+def carried_rows(instance: dg.DagsterInstance, pf: PipelineFile, partition: str | None) -> dict[str, int]:
+    """Per sink, the rows the interrupted runs of this backfill wrote so far: the total on the newest
+    `backfill_incomplete` record, when no materialization (a finished backfill) came after it."""
+    assert pf.pipeline is not None
+    out: dict[str, int] = {}
+    for node in pf.pipeline.sinks:
+        key = pf.asset_key(node.name)
+        where = dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None)
+        finished = instance.fetch_materializations(where, limit=1).records
+        after = finished[0].storage_id if finished else 0
+        for record in instance.fetch_observations(where, limit=100).records:  # newest first
+            if record.storage_id < after:
+                break
+            observed = record.asset_observation
+            if observed is not None and INCOMPLETE in observed.metadata and TOTAL in observed.metadata:
+                out[node.name] = int(observed.metadata[TOTAL].value)  # type: ignore[arg-type]
+                break
+    return out
+
+
+def incomplete(
+    pf: PipelineFile, summary: RunSummary, carried: dict[str, int], partition: str | None
+) -> Iterator[dg.AssetObservation]:
+    for sink, metadata in sink_metadata(pf, summary, carried).items():
+        metadata[INCOMPLETE] = dg.MetadataValue.bool(True)
+        yield dg.AssetObservation(asset_key=pf.asset_key(sink), partition=partition, metadata=metadata)
+
+
+def backfill_checks(
+    pf: PipelineFile, before: dict[str, SourceStatus], summary: RunSummary
+) -> list[dg.AssetCheckEvaluation]:
+    """The `rows_reconcile` evaluations of a bounded phase run outside the backfill asset (backfill-then-stream's
+    op, which does not declare the checks), as events that op can yield."""
+    out = []
+    for sink in reconciled_sinks(pf):
+        result = reconcile(pf, pf.asset_key(sink), before, summary)
+        out.append(
+            dg.AssetCheckEvaluation(
+                asset_key=pf.asset_key(sink),
+                check_name=RECONCILE_CHECK,
+                passed=result.passed,
+                metadata=result.metadata,
+                description=result.description,
+                severity=result.severity,
+            )
+        )
+    return out
+
+
+def sink_metadata(
+    pf: PipelineFile, summary: RunSummary, carried: dict[str, int] | None = None
+) -> dict[str, dict[str, Any]]:
+    """What a bounded run did, per sink: rows and operations written, speed, and where each source ended;
+    `backfill_rows_total` adds the rows of the interrupted runs this one resumed (`carried`)."""
     assert pf.pipeline is not None
     duration = summary.duration_sec
     positions = {name: progress.position for name, progress in summary.sources.items()}
@@ -78,6 +204,7 @@ def sink_metadata(pf: PipelineFile, summary: RunSummary) -> dict[str, dict[str, 
         rows = summary.sink_rows.get(node.name, 0)
         metadata: dict[str, Any] = {
             "rows_written": dg.MetadataValue.int(rows),
+            TOTAL: dg.MetadataValue.int(rows + (carried or {}).get(node.name, 0)),
             "duration_sec": dg.MetadataValue.float(round(duration, 3)),
             "rows_per_sec": dg.MetadataValue.float(round(rows / duration, 1) if duration else 0.0),
             "epochs": dg.MetadataValue.json(epochs),
@@ -93,7 +220,7 @@ def reconcile(
     pf: PipelineFile, key: dg.AssetKey, before: dict[str, SourceStatus], summary: RunSummary
 ) -> dg.AssetCheckResult:
     assert pf.pipeline is not None
-    sink = pf.pipeline.nodes[next(n for n in pf.pipeline.nodes if node_key(pf.name, n) == key)]
+    sink = next(s for s in pf.pipeline.sinks if pf.asset_key(s.name) == key)
     sources = feeding(pf, sink.name)
     read = sum(summary.sources[s].rows_in for s in sources if s in summary.sources)
     offered = [before[s].backlog_total if s in before else None for s in sources]
@@ -110,7 +237,7 @@ def reconcile(
         passed=not problems,
         description="; ".join(problems) or f"{read} read = {written} written + {read - written} filtered out",
         metadata={
-            "source_rows_offered": expected if expected is not None else -1,
+            **({"source_rows_offered": expected} if expected is not None else {}),  # omitted when unknown
             "source_rows_read": read,
             "sink_rows_written": written,
             "rows_filtered": read - written,

@@ -5,6 +5,11 @@ at each tick, so an edit is seen before the code location reloads), or a ClickHo
 `clickhouse` source, or a bounded phase of a `hybrid` one — has a larger first sort-key value than recorded.
 Rows with smaller keys do not count: a backfill resumes after its committed cursor and would not read them.
 
+A changed file means a changed definition, so its run reprocesses: it carries ``streamling/reprocess`` and reads
+the bounded sources from their start (`backfill.plan_run`); a grown table's run resumes. For a partitioned
+pipeline a changed file runs every range already backfilled again; new rows request nothing (ranges are
+launched from the partition view).
+
 The cursor is the fingerprint (JSON): the file digest and, per table, the largest first sort-key value seen
 (a high-water mark, kept when the table shrinks). A run's key is derived from the fingerprint, so one state
 never launches two runs. When ClickHouse cannot be read the tick is skipped with the reason and the cursor kept.
@@ -28,6 +33,7 @@ from streamling.config import Settings
 from streamling.config.model import ClickHouseConnectionSettings
 from streamling.errors import StreamlingError, first_line
 from streamling.sources.clickhouse import ClickHouseSource, ClickHouseSourceSpec
+from streamling_dagster.backfill import REPROCESS_TAG
 from streamling_dagster.guard import stream_skip_reason
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource
@@ -36,6 +42,7 @@ BACKFILL_INTERVAL_SEC = 60
 PIPELINE_TAG = "streamling/pipeline"
 TRIGGER_TAG = "streamling/trigger"
 FIRST_TRIGGER = "first evaluation: this sensor has not requested a backfill yet"
+FILE_CHANGED = "pipeline file changed"
 
 
 def bounded_tables(pf: PipelineFile, settings: Settings) -> list[tuple[str, str]]:
@@ -112,15 +119,18 @@ def _shown(value: str | None) -> str:
     return "(empty)" if value is None else value
 
 
-def evaluate(pf: PipelineFile, settings: Settings, cursor: str | None, where: str) -> dg.SensorResult | dg.SkipReason:
-    """One tick: the current fingerprint against the cursor's."""
+def evaluate(
+    pf: PipelineFile, settings: Settings, cursor: str | None, where: str, done: list[str] | None = None
+) -> dg.SensorResult | dg.SkipReason:
+    """One tick: the current fingerprint against the cursor's. `done`: the partitions already backfilled (of a
+    partitioned pipeline), which a changed file runs again."""
     previous = _previous(cursor)
     recorded_tables: dict[str, str | None] = (previous or {}).get("tables") or {}
     try:
         digest = hashlib.sha256(pf.path.read_bytes()).hexdigest()
     except OSError as exc:
         return dg.SkipReason(f"cannot read pipeline file {pf.path} (cursor kept): {first_line(exc)}")
-    advanced = ["pipeline file changed"] if previous is not None and previous.get("file") != digest else []
+    advanced = [FILE_CHANGED] if previous is not None and previous.get("file") != digest else []
     unchanged = [] if advanced else ["pipeline file unchanged"]
     tables: dict[str, str | None] = {}
     targets = bounded_tables(pf, settings)
@@ -153,11 +163,31 @@ def evaluate(pf: PipelineFile, settings: Settings, cursor: str | None, where: st
         if fingerprint == cursor:
             return reason
         return dg.SensorResult(skip_reason=reason, cursor=fingerprint)  # e.g. a table no longer read
-    request = dg.RunRequest(
-        run_key=f"{pf.name}:{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}",
-        tags={PIPELINE_TAG: pf.name, TRIGGER_TAG: "; ".join(advanced) if previous is not None else FIRST_TRIGGER},
-    )
-    return dg.SensorResult(run_requests=[request], cursor=fingerprint)
+    run_key = f"{pf.name}:{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}"
+    trigger = "; ".join(advanced) if previous is not None else FIRST_TRIGGER
+    tags = {PIPELINE_TAG: pf.name, TRIGGER_TAG: trigger}
+    changed = previous is not None and advanced[0] == FILE_CHANGED
+    if pf.orchestration.backfill_partitions is not None:
+        return _partition_requests(pf, fingerprint, run_key, tags, changed, done or [])
+    if changed:  # the definition changed: existing data is read again, so the edit reaches it
+        tags[REPROCESS_TAG] = FILE_CHANGED
+    return dg.SensorResult(run_requests=[dg.RunRequest(run_key=run_key, tags=tags)], cursor=fingerprint)
+
+
+def _partition_requests(
+    pf: PipelineFile, fingerprint: str, run_key: str, tags: dict[str, str], changed: bool, done: list[str]
+) -> dg.SensorResult:
+    """A partitioned pipeline: when its file changed, every range already backfilled runs again (from its start,
+    as partition runs do); new rows, or a first evaluation, request nothing: ranges are launched from the
+    partition view."""
+    if not changed:
+        why = "ranges are launched from the partition view (backfill_partitions is set)"
+        return dg.SensorResult(skip_reason=dg.SkipReason(f"{tags[TRIGGER_TAG]}: {why}"), cursor=fingerprint)
+    if not done:
+        reason = dg.SkipReason(f"{FILE_CHANGED}, but no range has been backfilled yet")
+        return dg.SensorResult(skip_reason=reason, cursor=fingerprint)
+    requests = [dg.RunRequest(run_key=f"{run_key}:{key}", partition_key=key, tags=tags) for key in done]
+    return dg.SensorResult(run_requests=requests, cursor=fingerprint)
 
 
 def backfill_sensor(
@@ -184,7 +214,9 @@ def backfill_sensor(
         default_status=default_status,
         description=(
             f"Requests a `{pf.name}__backfill` run when a bounded input advanced: {pf.path.name} changed on disk "
-            "(sha256), or a ClickHouse table its clickhouse/hybrid sources read holds a larger first sort-key value "
+            "(sha256; the run then reads every bounded source from its start, or for a partitioned pipeline every "
+            "range already backfilled runs again), or a ClickHouse table its clickhouse/hybrid sources read holds "
+            "a larger first sort-key value "
             "than recorded (smaller keys are not read by a resumed backfill, so they do not count); the first "
             "evaluation requests a run too. The cursor records the file digest and each table's largest key, and "
             "the run key is a digest of them, so one state never launches two runs. If ClickHouse cannot be read "
@@ -195,6 +227,12 @@ def backfill_sensor(
     def sensor(context: dg.SensorEvaluationContext, streamling: StreamlingResource) -> Any:
         if busy := stream_skip_reason(context, pf.name):  # the run would be refused; cursor kept
             return busy
-        return evaluate(pf, streamling.settings(), context.cursor, name)
+        done: list[str] = []
+        if pf.orchestration.backfill_partitions is not None and pf.pipeline is not None:
+            found = {
+                p for n in pf.pipeline.sinks for p in context.instance.get_materialized_partitions(pf.asset_key(n.name))
+            }
+            done = sorted(found)
+        return evaluate(pf, streamling.settings(), context.cursor, name, done)
 
     return sensor

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from streamling_dagster.backfill import sink_metadata
-from streamling_dagster.guard import STREAM_TAG, op_tags
-from streamling_dagster.pipelines import PipelineFile, node_key
+from streamling import source_status
+from streamling_dagster.backfill import backfill_checks, sink_metadata
+from streamling_dagster.guard import STREAM_TAG, check_no_other_run, op_tags
+from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 from streamling_dagster.streaming import StreamConfig, run_engine, stopped_cleanly
 
@@ -71,15 +72,18 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         config: StreamConfig,
         streamling: StreamlingResource,
         spark: StreamlingSparkResource,
-    ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization]:
+    ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization | dg.AssetCheckEvaluation]:
         settings = streamling.pipeline_settings(pf, job_mode="true")
         context.log.info(f"Backfilling {pf.path} (state namespace {settings.application_id})")
+        check_no_other_run(context, pf)  # before reading positions and starting Spark
+        before = source_status(pf.path, settings)
         session = lambda: spark.spark_session  # noqa: E731 - started after the one-run-per-pipeline check
         summary = yield from run_engine(context, pf, settings, session, config, observe=False, clean_stop=True)
         if summary.stopped_by_signal:  # terminated during the backfill: the stream does not start
             return
         for sink, metadata in sink_metadata(pf, summary).items():
-            yield dg.AssetMaterialization(asset_key=node_key(pf.name, sink), metadata=metadata)
+            yield dg.AssetMaterialization(asset_key=pf.asset_key(sink), metadata=metadata)
+        yield from backfill_checks(pf, before, summary)
         boundary = {name: progress.position for name, progress in summary.sources.items()}
         context.log.info(f"Backfill done; streaming from the committed positions {boundary}")
         streaming = settings.model_copy(update={"job_mode": False})

@@ -15,7 +15,7 @@ import dagster as dg
 
 from streamling import SourceStatus, source_status
 from streamling.errors import first_line
-from streamling_dagster.pipelines import PipelineFile, node_key
+from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource
 
 OBSERVE_INTERVAL_SEC = 60
@@ -96,7 +96,7 @@ def sink_observations(
         if not written and all(statuses.get(name) is None or statuses[name].position is None for name in sources):
             continue
         metadata = {**status_metadata(pf, statuses, sources), **(extra or {}).get(sink.name, {})}
-        events.append(dg.AssetObservation(asset_key=node_key(pf.name, sink.name), metadata=metadata))
+        events.append(dg.AssetObservation(asset_key=pf.asset_key(sink.name), metadata=metadata))
     return events
 
 
@@ -115,7 +115,7 @@ def stream_health(
         if not mine or any(b is None for b in backlogs):
             continue
         waiting = sum(b or 0 for b in backlogs)
-        key = node_key(pf.name, sink.name)
+        key = pf.asset_key(sink.name)
         out.append(
             dg.AssetCheckEvaluation(
                 asset_key=key,
@@ -153,7 +153,7 @@ def stream_health(
 def health_check_specs(pf: PipelineFile) -> list[dg.AssetCheckSpec]:
     assert pf.pipeline is not None
     return [
-        dg.AssetCheckSpec(name, asset=node_key(pf.name, sink.name), description=text)
+        dg.AssetCheckSpec(name, asset=pf.asset_key(sink.name), description=text)
         for sink in pf.pipeline.sinks
         for name, text in (
             (LAG_CHECK, f"Records waiting after the committed positions ≤ {pf.orchestration.stream_max_lag}"),
@@ -194,9 +194,11 @@ def health_checks(pf: PipelineFile) -> dg.AssetChecksDefinition:
     return stream_health_checks
 
 
-def positions_sensor(pipelines: list[PipelineFile]) -> dg.SensorDefinition:
+def positions_sensor(
+    pipelines: list[PipelineFile], name: str = "streamling_committed_positions"
+) -> dg.SensorDefinition:
     @dg.sensor(
-        name="streamling_committed_positions",
+        name=name,
         minimum_interval_seconds=OBSERVE_INTERVAL_SEC,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(

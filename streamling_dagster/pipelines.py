@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from streamling.errors import StreamlingError
 from streamling.topology import yaml_input
 from streamling.topology.pipeline import Node, Pipeline, load_pipeline, read_pipeline_text
+from streamling_dagster.partitions import BackfillPartitions
 
 PIPELINES_ENV = "STREAMLING_DAGSTER_PIPELINES"
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent.parent / "pipelines"
@@ -25,6 +27,8 @@ class Orchestration(BaseModel):
     backfill_schedule: str | None = None
     """A cron expression: when to run `<pipeline>__backfill`."""
     timezone: str = "UTC"
+    backfill_partitions: BackfillPartitions | None = None
+    """Partitioned backfills: integer ranges or time windows of the first sort key (see `partitions.py`)."""
     backfill_on_change: bool = False
     """Start the backfill sensor (bounded input advanced, or file changed) with the code location."""
     keep_streaming: bool = False
@@ -60,16 +64,30 @@ class PipelineFile:
     backfill_errors: list[str] = field(default_factory=list)
     """Why the pipeline cannot run in job mode (no bounded sources), empty when it can."""
     orchestration: Orchestration = field(default_factory=lambda: Orchestration())
+    asset_keys: dict[str, dg.AssetKey] = field(default_factory=dict)
+    """Each node's asset key, as the translator made it (filled when the definitions are built)."""
+
+    def asset_key(self, node: str) -> dg.AssetKey:
+        return self.asset_keys.get(node) or node_key(self.name, node)
 
     @property
     def can_backfill(self) -> bool:
         return self.pipeline is not None and not self.backfill_errors
 
+    @property
+    def can_stream(self) -> bool:
+        """Some source never ends (Kafka without `ending_offsets`, a generator without `rows`, a hybrid with a
+        Kafka phase): only then are a stream job and its keeper worth having."""
+        return self.pipeline is not None and any(
+            not getattr(s.spec, "bounded", False) or getattr(s.spec, "unbounded_source", None) is not None
+            for s in self.pipeline.sources
+        )
+
     def node_yaml(self, node: Node) -> str:
-        """The node's own definition as the user wrote it (for asset descriptions)."""
-        body = node.spec.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True)
-        lines = [f"{node.name}:"] + [f"  {key}: {value}" for key, value in body.items()]
-        return "\n".join(lines)
+        """The node's own definition as the user wrote it (for asset descriptions), as YAML; URLs and headers
+        as the spec shows them (no credentials)."""
+        body = node.spec.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+        return yaml.safe_dump({node.name: body}, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 
 def pipelines_directory() -> Path:
@@ -86,30 +104,80 @@ def node_key(pipeline: str, node: str) -> dg.AssetKey:
 
 
 def discover(directory: Path) -> list[PipelineFile]:
-    found = []
-    for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+    return [read_pipeline_file(path) for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])]
+
+
+def read_pipeline_file(path: Path) -> PipelineFile:
+    """A pipeline file, structurally validated (no Spark); `errors` says what is wrong when it is invalid."""
+    try:
+        text = read_pipeline_text(path)
+    except StreamlingError as exc:  # unreadable, or not UTF-8: shown like any invalid file
+        return PipelineFile(asset_name(path.stem), path, "", None, [exc.message])
+    pipeline, report = load_pipeline(text, name=path.stem, path=path)
+    backfill_errors: list[str] = []
+    orchestration = Orchestration()
+    errors = list(report.errors)
+    if pipeline is not None:
+        _, job_report = load_pipeline(text, name=path.stem, path=path, job_mode=True)
+        backfill_errors = job_report.errors
         try:
-            text = read_pipeline_text(path)
-        except StreamlingError as exc:  # unreadable, or not UTF-8: shown like any invalid file
-            found.append(PipelineFile(asset_name(path.stem), path, "", None, [exc.message]))
-            continue
-        pipeline, report = load_pipeline(text, name=path.stem, path=path)
-        backfill_errors: list[str] = []
-        orchestration = Orchestration()
-        errors = list(report.errors)
-        if pipeline is not None:
-            _, job_report = load_pipeline(text, name=path.stem, path=path, job_mode=True)
-            backfill_errors = job_report.errors
-            try:
-                orchestration = Orchestration.model_validate(yaml_input.load(text).get("orchestration") or {})
-            except ValidationError as exc:
-                problem = exc.errors()[0]
-                where = ".".join(["orchestration", *(str(p) for p in problem["loc"])])
-                errors.append(f"{where}: {problem['msg'].removeprefix('Value error, ')}")
+            orchestration = Orchestration.model_validate(yaml_input.load(text).get("orchestration") or {})
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(["orchestration", *(str(p) for p in problem["loc"])])
+            errors.append(f"{where}: {problem['msg'].removeprefix('Value error, ')}")
+            pipeline = None
+        plan = orchestration
+        if plan.backfill_partitions is not None and plan.backfill_schedule and pipeline is not None:
+            errors.append(
+                f"orchestration.backfill_schedule: '{plan.backfill_schedule}' cannot launch a partitioned "
+                "backfill (backfill_partitions is set): launch ranges from the partition view instead"
+            )
+            pipeline = None
+        for wanted in ("backfill_schedule", "backfill_on_change", "backfill_partitions"):
+            if getattr(orchestration, wanted) and backfill_errors and pipeline is not None:
+                errors.append(f"orchestration.{wanted}: the pipeline cannot backfill: {backfill_errors[0]}")
                 pipeline = None
-            for wanted in ("backfill_schedule", "backfill_on_change"):
-                if getattr(orchestration, wanted) and backfill_errors and pipeline is not None:
-                    errors.append(f"orchestration.{wanted}: the pipeline cannot backfill: {backfill_errors[0]}")
-                    pipeline = None
-        found.append(PipelineFile(asset_name(path.stem), path, text, pipeline, errors, backfill_errors, orchestration))
+    return PipelineFile(asset_name(path.stem), path, text, pipeline, errors, backfill_errors, orchestration)
+
+
+KIND_OF = {"sources": "source", "transforms": "transform", "sinks": "sink"}
+
+
+def _key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """1-based line of each top-level key and each node name in the pipeline's sections."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, RecursionError):  # the validator's message already says where, or cannot
+        return {}
+    found: dict[tuple[str, ...], int] = {}
+    if not isinstance(root, yaml.MappingNode):
+        return found
+    for key, value in root.value:
+        found[(str(key.value),)] = key.start_mark.line + 1
+        if isinstance(value, yaml.MappingNode):
+            for child, _ in value.value:
+                found[(str(key.value), str(child.value))] = child.start_mark.line + 1
     return found
+
+
+def _label(where: tuple[str, ...]) -> str:
+    section, name = where
+    return f"{KIND_OF[section]} '{name}'" if section in KIND_OF else "\0"  # "\0": never a message's start
+
+
+def located_errors(pf: PipelineFile) -> list[str]:
+    """`file:line: message` for each problem, the line of the node or block it names (when it names one), so
+    an operator can go straight to it."""
+    lines = _key_lines(pf.text)
+    out = []
+    for error in pf.errors:
+        line = next((n for where, n in lines.items() if len(where) == 2 and error.startswith(_label(where))), None)
+        if line is not None:
+            pass
+        elif error.startswith("orchestration"):
+            line = lines.get(("orchestration",))
+        elif match := re.search(r"at line (\d+)", error):
+            line = int(match[1])
+        out.append(f"{pf.path}:{line}: {error}" if line else f"{pf.path}: {error}")
+    return out

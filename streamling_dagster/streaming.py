@@ -131,17 +131,19 @@ def run_engine(
     spark: Callable[[], Any] | Any,
     config: StreamConfig,
     observe: bool,
+    summary: RunSummary | None = None,
     clean_stop: bool = False,
 ) -> Generator[dg.AssetObservation, None, RunSummary]:
     """Run the pipeline in a thread until its sources end, it fails, or the run is terminated; yields the
-    observations (events must be yielded: ones logged from an op that then raises would be lost).
+    observations (events must be yielded: ones logged from an op that then raises would be lost). A given
+    `summary` is filled as epochs commit, so the caller knows what a terminated run did.
 
     `spark` is the session, or a function giving it, called after the one-run-per-pipeline check so that a
     refused run never starts Spark. With `clean_stop`, a stop request returns the summary (`stopped_by_signal`
     set) once the run is marked CANCELED, and the job's `stopped_cleanly` hook ends it there, without a step
     failure; otherwise the interrupt is re-raised after the graceful stop."""
     check_no_other_run(context, pf)
-    summary = RunSummary()
+    summary = summary if summary is not None else RunSummary()
     stop = threading.Event()
     outcome: dict[str, Any] = {}
     session = spark() if callable(spark) else spark

@@ -2,7 +2,14 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from streamling.api import SourceStatus, plan_pipeline, run_pipeline, source_status, validate_pipeline
+from streamling.api import (
+    SourceStatus,
+    plan_pipeline,
+    reset_positions,
+    run_pipeline,
+    source_status,
+    validate_pipeline,
+)
 from streamling.config import Settings, load_settings
 from streamling.errors import StreamlingError
 from streamling.runtime.executor import RunSummary
@@ -23,6 +30,7 @@ __all__ = [
     "load_pipeline",
     "load_settings",
     "plan_pipeline",
+    "reset_positions",
     "run_pipeline",
     "source_status",
     "validate_pipeline",

@@ -158,3 +158,28 @@ def source_status(location: str | Path, settings: Settings) -> dict[str, SourceS
                 top.terminate()
             out[node.name] = SourceStatus(position, epoch.get("epoch"), epoch.get("updated_at"), backlog, index)
     return out
+
+
+def reset_positions(location: str | Path, settings: Settings) -> list[str]:
+    """Make the next job-mode run in namespace `settings.application_id` read every bounded source from its
+    start (or its `backfill_range`'s start): their committed positions are removed, a hybrid source goes back
+    to its first phase. Kept: each source's epoch counter (sinks' progress tables number on, so no new epoch is
+    mistaken for one they applied) and a hybrid's stream offsets (its stream goes on where it was). Returns
+    the keys removed or reset."""
+    path = Path(location)
+    pipeline, report = load_pipeline(read_pipeline_text(path), name=path.stem, path=path, job_mode=False)
+    if pipeline is None:
+        raise InvalidPipelineError(invalid_pipeline_message(path, report), report.errors)
+    plan = Plan(pipeline, settings)
+    removed: list[str] = []
+    with open_state_backend(settings.state_backend, settings.application_id) as state:
+        for node in pipeline.sources:
+            if not node.spec.bounded:
+                continue
+            source = plan.source(node.name)
+            try:
+                removed += source.reset_position(state)
+            finally:
+                source.terminate()
+    log.info("Positions reset in namespace %s: %s", settings.application_id, ", ".join(removed) or "none saved")
+    return removed

@@ -136,6 +136,14 @@ class Source(Operator[SS]):
         """State-backend entries that record `end` as committed (entries that did not change may be left out)."""
         raise NotImplementedError
 
+    def reset_position(self, state: StateBackend) -> list[str]:
+        """Forget the committed position, so the next run starts from the configured start; the keys removed.
+        Default: every key of this source but its epoch counter and phase (``<name>:__…__``)."""
+        keys = [k for k in state.items(f"{self.name}:") if not k.startswith(f"{self.name}:__")]
+        for key in keys:
+            state.remove(key)
+        return keys
+
     def is_exhausted(self, position: Mapping[str, Any]) -> bool:
         """True when a bounded source has nothing after `position`."""
         return False

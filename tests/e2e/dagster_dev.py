@@ -96,6 +96,12 @@ class DagsterDev:
             raise AssertionError(f"GraphQL errors: {body['errors']}")
         return body["data"]
 
+    def table_key(self, table: str) -> Any:
+        """The asset key of a table in the test schema: `postgres/<db>/<schema>/<table>`."""
+        import dagster as dg
+
+        return dg.AssetKey(["postgres", self.env.get("STREAMLING__POSTGRES_SINK__DB", "postgres"), self.schema, table])
+
     def instance(self):
         """The instance `dagster dev` runs on (sqlite storage under `home`); use it as a context manager."""
         import dagster as dg
@@ -158,10 +164,28 @@ def write_pipelines(directory: Path, schema: str, topic: str) -> None:
             """
         )
     )
+    (directory / "ranged.yaml").write_text(ranged_pipeline(schema, topic, factor=1))
 
 
-def _wait_until_ready(dev: DagsterDev) -> None:
-    """Ready by protocol: GraphQL lists `shop__backfill` in the code location, and the daemons are healthy."""
+def ranged_pipeline(schema: str, topic: str, factor: int) -> str:
+    """A partitioned backfill: offsets 0-50 and 50-100 of topic `<topic>_ranged` (the test creates it), scaled
+    by `factor` (a test edits it to see a re-run re-apply its range)."""
+    return textwrap.dedent(
+        f"""\
+        sources:
+          feed: {{type: kafka, topic: {topic}_ranged, data_format: json, schema: {{id: bigint, v: bigint}}, primary_key: id, ending_offsets: latest}}
+        transforms:
+          scaled: {{type: sql, primary_key: id, sql: "SELECT id, v * {factor} AS v FROM feed"}}
+        sinks:
+          ranged: {{type: postgres, from: scaled, schema: {schema}, table: ranged}}
+        orchestration:
+          backfill_partitions: {{start: 0, end: 100, step: 50}}
+        """
+    )
+
+
+def _wait_until_ready(dev: DagsterDev, ready_job: str = "shop__backfill") -> None:
+    """Ready by protocol: GraphQL lists `ready_job` in the code location, and the daemons are healthy."""
     deadline = time.monotonic() + START_TIMEOUT_SEC
     last = "no answer yet"
     jobs_seen = False
@@ -175,7 +199,7 @@ def _wait_until_ready(dev: DagsterDev) -> None:
                     if loaded.get("__typename") == "PythonError":
                         raise AssertionError(f"code location {entry['name']} failed to load: {loaded['message']}")
                     jobs = {j["name"] for r in loaded.get("repositories", []) for j in r["jobs"]}
-                    jobs_seen = jobs_seen or "shop__backfill" in jobs
+                    jobs_seen = jobs_seen or ready_job in jobs
                 last = f"locations: {[(e['name'], e['loadStatus']) for e in entries]}"
             if jobs_seen:
                 statuses = dev.graphql(DAEMONS_QUERY, timeout=10)["instance"]["daemonHealth"]["allDaemonStatuses"]
@@ -265,19 +289,24 @@ def running_dagster_dev(
     root: Path,
     postgres_env: dict[str, str],
     kafka_env: dict[str, str],
+    pipelines: Path | None = None,
+    ready_job: str = "shop__backfill",
     extra_pipelines: dict[str, str] | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> Iterator[DagsterDev]:
-    """`extra_pipelines`: more pipeline files (name → text; `{schema}` is replaced by the Postgres schema)."""
+    """Over `pipelines` (a directory of pipeline files; default: shop.yaml and ticker.yaml written under `root`),
+    ready once `ready_job` is listed. `extra_pipelines`: more pipeline files for the default directory (name →
+    text; `{schema}` is replaced by the Postgres schema)."""
     schema = f"dd_{uuid.uuid4().hex[:8]}"
     topic = f"dagster_ticks_{uuid.uuid4().hex[:8]}"
     home = root / "dagster_home"
     home.mkdir(parents=True)
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    pipelines = root / "pipelines"
-    write_pipelines(pipelines, schema, topic)
-    for name, text in (extra_pipelines or {}).items():
-        (pipelines / name).write_text(textwrap.dedent(text).replace("{schema}", schema))
+    if pipelines is None:
+        pipelines = root / "pipelines"
+        write_pipelines(pipelines, schema, topic)
+        for name, text in (extra_pipelines or {}).items():
+            (pipelines / name).write_text(textwrap.dedent(text).replace("{schema}", schema))
     env = cli_env(
         root,
         {
@@ -313,7 +342,7 @@ def running_dagster_dev(
     )
     strays: list[str] = []
     try:
-        _wait_until_ready(dev)
+        _wait_until_ready(dev, ready_job)
         from dagster_graphql import DagsterGraphQLClient
 
         dev.client = DagsterGraphQLClient("127.0.0.1", port_number=port)

@@ -88,7 +88,7 @@ def test_terminating_a_stream_through_the_api_ends_it_canceled_with_offsets_comm
     with dev.instance() as instance:
         run = instance.get_run_by_id(run_id)
         messages = [r.message for r in instance.all_logs(run_id)]
-        (last,) = instance.fetch_observations(dg.AssetKey(["ticker", "stored"]), limit=1).records
+        (last,) = instance.fetch_observations(dev.table_key("ticks"), limit=1).records
     assert run is not None and "streamling/stopped_by" not in run.tags  # asked for: the keeper treats it as a pause
     assert "Stop requested: finishing the in-flight epoch, then stopping" in messages
     metadata = last.asset_observation.metadata

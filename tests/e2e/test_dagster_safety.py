@@ -111,7 +111,9 @@ def safety(tmp_path_factory, postgres_env, kafka_env) -> Iterator[Safety]:
         orchestration: {{backfill_schedule: "* * * * *"}}
         """
     env = {"STREAMLING__CLICKHOUSE_SOURCE__PATH": str(data), "STREAMLING__CLICKHOUSE_SINK__PATH": str(data)}
-    with running_dagster_dev(root, postgres_env, kafka_env, {"pay.yaml": textwrap.dedent(pay)}, env) as dev:
+    with running_dagster_dev(
+        root, postgres_env, kafka_env, extra_pipelines={"pay.yaml": textwrap.dedent(pay)}, extra_env=env
+    ) as dev:
         yield Safety(dev, bed, topic)
     bed.close()
 

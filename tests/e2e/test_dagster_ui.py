@@ -12,7 +12,6 @@ import os
 import re
 from collections.abc import Iterator
 
-import dagster as dg
 import pytest
 from playwright import sync_api
 from playwright.sync_api import expect
@@ -69,14 +68,15 @@ def test_backfill_launched_from_the_ui_succeeds_and_shows_its_metadata(
     dev = dagster_dev
 
     # 1. The global asset lineage with every group expanded: both pipelines' nodes, named as in their files.
-    groups = ",".join(f"global@global:{group}" for group in ("shop", "ticker", "default"))
+    groups = ",".join(f"global@global:{group}" for group in ("shop", "ticker", "kafka"))
     page.goto(f"{dev.url}/asset-groups?expanded={groups}")
     expect(page.get_by_text("Global asset lineage")).to_be_visible()
-    expect(page.get_by_text("orders", exact=True)).to_be_visible()  # shop's generator source
+    # shop's generator (shop/orders) and the table it writes (postgres/<db>/<schema>/orders)
+    expect(page.get_by_text("orders", exact=True)).to_have_count(2)
     expect(page.get_by_text(dev.topic, exact=True)).to_be_visible()  # ticker's Kafka source (kafka/<topic>)
-    expect(page.get_by_text("stored", exact=True)).to_have_count(2)  # shop/stored and ticker/stored
-    for sink in page.get_by_text("stored", exact=True).all():
-        expect(sink).to_be_visible()
+    expect(page.get_by_text("ticks", exact=True)).to_be_visible()  # the table ticker writes
+    for node in [*page.get_by_text("orders", exact=True).all(), page.get_by_text("ticks", exact=True)]:
+        expect(node).to_be_visible()
     expect(page.get_by_text("Loading...")).to_have_count(0)  # the nodes' live status rows have arrived
     shot(page, "01_asset_graph.png")
 
@@ -110,7 +110,7 @@ def test_backfill_launched_from_the_ui_succeeds_and_shows_its_metadata(
     shot(page, "03_run_succeeded.png")
 
     # 4. The sink asset's page: the materialization's metadata from the engine's run summary.
-    page.goto(f"{dev.url}/assets/shop/stored")
+    page.goto(f"{dev.url}/assets/{dev.table_key('orders').to_user_string()}")
     rows_written = page.locator("tr", has=page.get_by_text("rows_written", exact=True))
     expect(rows_written).to_contain_text("2000")
     final_positions = page.locator("tr", has=page.get_by_text("final_positions", exact=True))
@@ -121,7 +121,7 @@ def test_backfill_launched_from_the_ui_succeeds_and_shows_its_metadata(
     # 5. The instance agrees that this run materialized it, and the rows themselves are in Postgres.
     assert dev.client.get_run_status(run_id).value == "SUCCESS"
     with dev.instance() as instance:
-        event = instance.get_latest_materialization_event(dg.AssetKey(["shop", "stored"]))
+        event = instance.get_latest_materialization_event(dev.table_key("orders"))
     assert event is not None and event.run_id == run_id
     with pg_connect() as conn:
         assert conn.execute(f'SELECT count(*), max(id) FROM "{dev.schema}".orders').fetchone() == (2000, 2000)

@@ -30,6 +30,10 @@ sinks:
 """
 
 
+TOTALS = dg.AssetKey(["postgres", "postgres", "s", "orders"])
+"""The sink's table: database `postgres` (the default setting), schema `s`, table `orders`."""
+
+
 class SessionSpark(StreamlingSparkResource):
     """The test session's SparkSession is shared by the whole suite, so this run must not stop it."""
 
@@ -47,23 +51,24 @@ def test_definitions_show_topology_and_keep_a_broken_file_from_breaking_the_othe
     defs = build_definitions(tmp_path)
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert {"orders/orders", "orders/large", "orders/totals", "broken/pipeline"} <= keys
-    assert graph.get(dg.AssetKey(["orders", "totals"])).parent_keys == {dg.AssetKey(["orders", "large"])}
+    assert {"orders/orders", "orders/large", TOTALS.to_user_string(), "broken/pipeline"} <= keys
+    assert graph.get(TOTALS).parent_keys == {dg.AssetKey(["orders", "large"])}
     assert graph.get(dg.AssetKey(["orders", "large"])).parent_keys == {dg.AssetKey(["orders", "orders"])}
-    assert sorted(j.name for j in defs.jobs) == ["orders__backfill", "orders__backfill_then_stream", "orders__stream"]
+    # a generator with `rows` ends: the backfill only, no stream job, keeper or backfill-then-stream
+    assert sorted(j.name for j in defs.jobs) == ["orders__backfill"]
     assert sorted(s.name for s in defs.sensors) == [
         "orders__backfill_sensor",
-        "orders__stream_keeper",
         "streamling_committed_positions",
+        "streamling_pipeline_files",
     ]
     large = graph.get(dg.AssetKey(["orders", "large"]))
     assert "SELECT id, amount, name FROM orders" in large.metadata["sql"].value
-    sink = graph.get(dg.AssetKey(["orders", "totals"]))
+    sink = graph.get(TOTALS)
     assert "totals: {type: postgres, from: large" in sink.metadata["pipeline_yaml"].value
     check = defs.get_asset_checks_def(dg.AssetCheckKey(dg.AssetKey(["broken", "pipeline"]), "pipeline_is_valid"))
     outcome = check()  # what the UI shows when the check runs
     assert not outcome.passed
-    assert "sink 'b': 'from' references unknown node 'nowhere'" in outcome.description
+    assert outcome.description == f"{tmp_path / 'broken.yaml'}:5: sink 'b': 'from' references unknown node 'nowhere'"
 
 
 def test_backfill_materializes_the_sinks_with_rows_and_positions(
@@ -92,7 +97,8 @@ def test_backfill_materializes_the_sinks_with_rows_and_positions(
     with pg_connect() as conn:
         stored = conn.execute(f'SELECT count(*) FROM "{schema}".orders').fetchone()[0]
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-    assert event.asset_key == dg.AssetKey(["orders", "totals"])
+    database = postgres_env.get("STREAMLING__POSTGRES_SINK__DB", "postgres")
+    assert event.asset_key == dg.AssetKey(["postgres", database, schema, "orders"])
     assert metadata["rows_written"].value > stored > 0  # upserts: 3000 changes of 500 keys, filtered
     assert metadata["final_positions"].value == {"orders": {"offset": 3000}}
     assert metadata["epochs"].value == {"orders": 3}
@@ -119,7 +125,7 @@ def test_reconciliation_fails_when_rows_were_lost_or_invented(tmp_path) -> None:
 
     write(tmp_path, "orders.yaml", VALID.format(schema="s"))
     (pf,) = discover(tmp_path)
-    key = dg.AssetKey(["orders", "totals"])
+    key = pf.asset_key("totals")
     offered = {"orders": SourceStatus({"offset": 0}, 1, 1, {"rows": 3000})}
     lost = RunSummary(sources={"orders": SourceProgress(rows_in=2990)}, sink_rows={"totals": 100})
     result = reconcile(pf, key, offered, lost)
@@ -141,7 +147,8 @@ def test_orchestration_block_declares_a_backfill_schedule_and_bad_cron_is_report
         "orders__backfill",
     )
     check = defs.get_asset_checks_def(dg.AssetCheckKey(dg.AssetKey(["nightly", "pipeline"]), "pipeline_is_valid"))
-    assert check().description == "- orchestration.backfill_schedule: 'nope' is not a cron expression"
+    nightly = tmp_path / "nightly.yaml"
+    assert check().description == f"{nightly}:12: orchestration.backfill_schedule: 'nope' is not a cron expression"
 
 
 def test_committed_positions_are_observable_without_a_run(tmp_path) -> None:
@@ -157,7 +164,7 @@ def test_committed_positions_are_observable_without_a_run(tmp_path) -> None:
     streamling = StreamlingResource(overrides={"state_backend.sqlite.database_path": str(db)})
     first = sensor(dg.build_sensor_context(resources={"streamling": streamling}))
     (event,) = first.asset_events
-    assert event.asset_key == dg.AssetKey(["orders", "totals"])
+    assert event.asset_key == TOTALS
     assert event.metadata["committed_positions"].value == {"orders": {"offset": 2000}}
     assert event.metadata["backlog"].value == {"orders": {"rows": 1000}}
     assert event.metadata["last_finalized_epoch"].value == {"orders": 2}
@@ -173,7 +180,7 @@ def test_unreadable_and_malformed_files_do_not_break_the_others(tmp_path) -> Non
     write(tmp_path, "orch.yaml", VALID.format(schema="s") + "\norchestration: 5\n")
     defs = build_definitions(tmp_path)
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert {"orders/totals", "binary/pipeline", "deep/pipeline", "orch/pipeline"} <= keys
+    assert {TOTALS.to_user_string(), "binary/pipeline", "deep/pipeline", "orch/pipeline"} <= keys
 
     def described(name: str) -> str:
         check = defs.get_asset_checks_def(dg.AssetCheckKey(dg.AssetKey([name, "pipeline"]), "pipeline_is_valid"))
@@ -182,7 +189,13 @@ def test_unreadable_and_malformed_files_do_not_break_the_others(tmp_path) -> Non
     path = tmp_path / "binary.yaml"
     assert (
         described("binary")
-        == f"- pipeline file '{path}' is not UTF-8 text: byte 0xff at offset 13 (invalid start byte)"
+        == f"{path}: pipeline file '{path}' is not UTF-8 text: byte 0xff at offset 13 (invalid start byte)"
     )
-    assert described("deep") == "- pipeline is not valid YAML at line 1, column 73: nested more than 64 levels deep"
-    assert described("orch") == "- orchestration: Input should be a valid dictionary or instance of Orchestration"
+    assert (
+        described("deep")
+        == f"{tmp_path / 'deep.yaml'}:1: pipeline is not valid YAML at line 1, column 73: nested more than 64 levels deep"
+    )
+    assert (
+        described("orch")
+        == f"{tmp_path / 'orch.yaml'}:12: orchestration: Input should be a valid dictionary or instance of Orchestration"
+    )

@@ -6,8 +6,8 @@ import textwrap
 from pathlib import Path
 
 from streamling.topology.pipeline import load_pipeline
-from streamling_dagster.assets import _targets
 from streamling_dagster.pipelines import PipelineFile
+from streamling_dagster.translator import node_targets as _targets
 
 TEXT = textwrap.dedent("""
     sources:
@@ -35,4 +35,4 @@ def test_http_nodes_show_no_credentials() -> None:
     shown = pf.node_yaml(enrich) + pf.node_yaml(notify)
     for secret in ("pw", "k123", "k456", "k789"):
         assert secret not in shown
-    assert "Accept': 'application/json'" in shown
+    assert "Accept: application/json" in shown

@@ -203,3 +203,31 @@ def test_postgres_leases(postgres_env) -> None:
     namespace = f"test_lease_{time.time_ns()}"
     with PostgresStateBackend(namespace + "_o", settings) as other:
         lease_contract(lambda: PostgresStateBackend(namespace, settings), other)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_a_sources_reset_forgets_its_positions_and_keeps_its_epoch_and_phase(kind, tmp_path, request) -> None:
+    """`Source.reset_position` (what `streamling.reset_positions` asks of each bounded source) on every backend."""
+    from streamling.config import Settings
+    from streamling.sources.generator import GeneratorSource, GeneratorSourceSpec
+
+    if kind == "memory":
+        backend: StateBackend = InMemoryStateBackend("app")
+    elif kind == "sqlite":
+        backend = SqliteStateBackend("app", str(tmp_path / "state.db"))
+    else:
+        from streamling.state.postgres import PostgresStateBackend
+
+        env = request.getfixturevalue("postgres_env")
+        prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"
+        fields = ("host", "port", "user", "password", "database")
+        settings = PostgresConnectionSettings(**{f: env[prefix + f.upper()] for f in fields})
+        backend = PostgresStateBackend(f"test_reset_{time.time_ns()}", settings)
+    source = GeneratorSource("g", GeneratorSourceSpec.model_validate({"type": "generator", "rows": 5}), Settings())
+    with backend:
+        backend.put_many(
+            {"g:generator": {"offset": 5}, "g:__epoch__": {"epoch": 3}, "g:__phase__": {"phase": 1}, "gx:k": {"a": 1}}
+        )
+        assert source.reset_position(backend) == ["g:generator"]
+        assert backend.items() == {"g:__epoch__": {"epoch": 3}, "g:__phase__": {"phase": 1}, "gx:k": {"a": 1}}
+        assert source.load_position(backend) == {"offset": 0}

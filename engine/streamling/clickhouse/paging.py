@@ -22,14 +22,17 @@ tuple mode) fails the run with a retriable error.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 
 from streamling.clickhouse.client import qualified, quote
 from streamling.clickhouse.tables import ColumnInfo, TableInfo, select_expression
+from streamling.config.model import BackfillRange
 from streamling.errors import StreamlingError
 from streamling.types import GS_OP
 
@@ -50,6 +53,42 @@ def is_timeout(exc: BaseException) -> bool:
     return "TIMEOUT_EXCEEDED" in text or "Code: 159." in text
 
 
+def key_bounds(info: TableInfo, wanted: BackfillRange, where: str) -> tuple[int, int]:
+    """`wanted` as [low, high) of the first sort key's ``toInt64`` value, the pager's range space: integers as
+    they are, date-times as Unix seconds, dates as days (a date is in the range when its midnight is, in the
+    range's own time zone). Numbers computed here, never text pasted into SQL."""
+    key = info.sorting_key[0]
+    base = info.column(key).base
+    table = f"{info.database}.{info.table}"
+    if not base.startswith(RANGE_TYPES):
+        raise StreamlingError.user(
+            f"{where}: backfill_range needs a first sort key of integer, date or date-time type; {table} is sorted "
+            f"by {key} ({info.column(key).type})"
+        )
+    if wanted.column is not None and wanted.column != key:
+        raise StreamlingError.user(
+            f"{where}: backfill_range column '{wanted.column}' is not the first sort key of {table} ('{key}')"
+        )
+    timed = base.startswith("Date")
+    if timed != wanted.by_time:
+        kind = "date-times" if wanted.by_time else "integers"
+        raise StreamlingError.user(
+            f"{where}: backfill_range {wanted} holds {kind}, but {table} is sorted by {key} ({info.column(key).type})"
+        )
+    if not timed:
+        return int(wanted.start), int(wanted.end)  # type: ignore[arg-type]
+    assert isinstance(wanted.start, datetime) and isinstance(wanted.end, datetime)
+    if base.startswith("DateTime"):
+        return math.ceil(wanted.start.timestamp()), math.ceil(wanted.end.timestamp())
+    return _day(wanted.start), _day(wanted.end)
+
+
+def _day(moment: datetime) -> int:
+    """The first date whose midnight (in `moment`'s zone) is at or after `moment`, as days since 1970-01-01."""
+    day = moment.date() + (timedelta(days=1) if moment.time() != datetime.min.time() else timedelta())
+    return (day - date(1970, 1, 1)).days
+
+
 @dataclass
 class Pager:
     client: Any
@@ -61,6 +100,8 @@ class Pager:
     start_at: str | None = None
     max_num: int | None = field(default=None)
     timeout_sec: float | None = None
+    bounds: tuple[int, int] | None = None
+    """[low, high) of the first key's number (`key_bounds`): a backfill of that range only (range mode)."""
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -82,16 +123,24 @@ class Pager:
         if not self.range_mode:
             return {"key": None, "min": self.start_at}
         if self.start_at is None:
-            low = self.client.query(f"SELECT min({self._num()}) FROM {self._table}").result_rows[0][0]
-            return {"from": int(low or 0)}
-        cast = f"CAST({literal(self.start_at)} AS {self._key_type(self.keys[0])})"
-        return {"from": int(self.client.query(f"SELECT toInt64({cast})").result_rows[0][0])}
+            low = self.client.query(f"SELECT min({self._num()}) FROM {self._table}{self._within()}").result_rows[0][0]
+            first = int(low or 0)
+        else:
+            cast = f"CAST({literal(self.start_at)} AS {self._key_type(self.keys[0])})"
+            first = int(self.client.query(f"SELECT toInt64({cast})").result_rows[0][0])
+        return {"from": max(first, self.bounds[0]) if self.bounds else first}
 
     def snapshot(self) -> None:
         """The end of a bounded read: the largest first key now (rows added later past it are not read)."""
         if self.range_mode:
-            value = self.client.query(f"SELECT max({self._num()}), count() FROM {self._table}").result_rows[0]
+            sql = f"SELECT max({self._num()}), count() FROM {self._table}{self._within()}"
+            value = self.client.query(sql).result_rows[0]
             self.max_num = int(value[0]) if value[1] else None
+
+    def _within(self) -> str:
+        if self.bounds is None:
+            return ""
+        return f" WHERE {self._num()} >= {int(self.bounds[0])} AND {self._num()} < {int(self.bounds[1])}"
 
     def exhausted(self, position: Mapping[str, Any]) -> bool:
         if not self.range_mode:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, date, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, SecretStr, field_validator, model_validator
@@ -244,10 +245,61 @@ class KafkaSourceSettings(KafkaConnectionSettings):
     """How often each Kafka source logs its lag (records after the committed offsets); 0 turns it off."""
 
 
+class BackfillRange(_Section):
+    """Job mode over part of the data, read from the start of the range: ClickHouse sources and a hybrid's
+    bounded phases read rows whose first sort key is in [start, end); bounded Kafka sources read the records
+    whose offsets (integers) or message times (dates, date-times) are in [start, end)."""
+
+    start: int | datetime
+    end: int | datetime
+    column: str | None = None
+    """The first sort key the range is meant for; a ClickHouse source sorted by another column is an error."""
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _typed(cls, value: object) -> object:
+        """A date is its midnight; a date-time without a zone is in UTC."""
+        if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+            return int(value)
+        if isinstance(value, date) and not isinstance(value, datetime):
+            return datetime(value.year, value.month, value.day, tzinfo=UTC)
+        return value
+
+    @field_validator("start", "end")
+    @classmethod
+    def _zoned(cls, value: int | datetime) -> int | datetime:
+        if isinstance(value, datetime) and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BackfillRange:
+        if isinstance(self.start, int) != isinstance(self.end, int):
+            raise ValueError(
+                f"start {_text(self.start)} and end {_text(self.end)} must both be integers or both date-times"
+            )
+        if not self.start < self.end:  # type: ignore[operator]
+            raise ValueError(f"start {_text(self.start)} must be before end {_text(self.end)}")
+        return self
+
+    @property
+    def by_time(self) -> bool:
+        return isinstance(self.start, datetime)
+
+    def __str__(self) -> str:
+        return f"[{_text(self.start)}, {_text(self.end)})"
+
+
+def _text(value: int | datetime) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
 class Settings(_Section):
     application_id: str = Field(default="local_app_v1", min_length=1)
     pipeline_definition_location: str | None = None
     job_mode: bool = False
+    backfill_range: BackfillRange | None = None
+    """Job mode over a range of the bounded sources (see `BackfillRange`); needs `job_mode`."""
     record_batch_size: PositiveInt = 250_000
     record_batch_interval_ms: Milliseconds = 200
     checkpoint_interval_sec: Seconds = 5.0
@@ -321,6 +373,12 @@ class Settings(_Section):
         ``dynamic_table_backend.postgres``, else `postgres_sink`."""
         own = self.postgres_sink_connections.get(connection_key(node_name))
         return own or self.dynamic_table_backend.postgres or self.postgres_sink
+
+    @model_validator(mode="after")
+    def _range_in_job_mode(self) -> Settings:
+        if self.backfill_range is not None and not self.job_mode:
+            raise ValueError(f"backfill_range {self.backfill_range} applies to job mode only; set job_mode: true")
+        return self
 
     @field_validator("record_batch_interval_ms", "checkpoint_interval_sec")
     @classmethod

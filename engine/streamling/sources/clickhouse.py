@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from streamling.clickhouse.client import get_client, qualified
-from streamling.clickhouse.paging import Pager
+from streamling.clickhouse.paging import Pager, key_bounds
 from streamling.clickhouse.tables import TableInfo, inspect, spark_field
 from streamling.errors import StreamlingError, first_line
 from streamling.operators import Source
@@ -103,6 +103,7 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
     def pager(self) -> Pager:
         names = split_columns(self.spec.columns) or [c.name for c in self.info.columns]
         settings = self.settings.clickhouse_source
+        wanted = self.settings.backfill_range
         return Pager(
             self.client,
             self.info,
@@ -112,6 +113,7 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
             settings.sort_key_range,
             self.spec.start_at,
             timeout_sec=settings.query_timeout_sec,
+            bounds=key_bounds(self.info, wanted, self.label) if wanted is not None else None,
         )
 
     def schema(self) -> T.StructType:
@@ -135,6 +137,8 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
                 raise StreamlingError.user(f"{self.label}: {exc.message}") from None
         if self.spec.filter:
             self._check_filter()
+        if self.settings.backfill_range is not None:  # a range that does not fit the table fails validation
+            key_bounds(self.info, self.settings.backfill_range, self.label)
         return T.StructType([*fields, T.StructField(GS_OP, T.StringType(), False)])
 
     def _check_filter(self) -> None:
@@ -147,6 +151,8 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
     def load_position(self, state: StateBackend) -> dict[str, Any]:
         """The saved cursor, unless `start_at` is set and differs from the one the cursor started from."""
         self.pager.snapshot()
+        if self.settings.backfill_range is not None:
+            log.info("%s reads the range %s of its first sort key", self.label, self.settings.backfill_range)
         position = self.committed_position(state)
         if position is not None:
             log.info("%s resumes after %s", self.label, position)
@@ -161,6 +167,10 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
         if saved and saved.get("start_at") == self.spec.start_at:
             return {k: v for k, v in saved.items() if k not in ("updated_at", "start_at")}
         return None
+
+    def reset_position(self, state: StateBackend) -> list[str]:
+        state.remove(self.state_key)
+        return [self.state_key]
 
     def position_entries(
         self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int

@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from streamling.errors import StreamlingError
 from streamling.operators import Source
 from streamling.plugins.registry import operator
 from streamling.sources.pacing import Pacer
@@ -230,6 +231,11 @@ class GeneratorSource(Source[GeneratorSourceSpec]):
         return f"{self.name}:generator"
 
     def schema(self) -> T.StructType:
+        if self.settings.backfill_range is not None:
+            raise StreamlingError.user(
+                f"{self.label}: backfill_range {self.settings.backfill_range} does not apply to generated rows "
+                "(ranges are of a ClickHouse sort key or of Kafka offsets or message times)"
+            )
         return spark_schema(self.spec.columns())
 
     def load_position(self, state: StateBackend) -> dict[str, Any]:

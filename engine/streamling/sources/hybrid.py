@@ -229,6 +229,8 @@ class HybridSource(Source[HybridSourceSpec]):
         stream = self.children[-1]
         if not isinstance(stream, KafkaSource) or stream.spec.starting_offsets != "latest" or self.spec.offset_table:
             return
+        if self.settings.backfill_range is not None:  # a range backfill is no start of the stream
+            return
         phase = int((ctx.state.get(self.phase_key) or {}).get("phase", 0))
         if phase >= len(self.children) - 1 or stream.committed_position(ctx.state) is not None:
             return
@@ -267,6 +269,15 @@ class HybridSource(Source[HybridSourceSpec]):
         position = {str(p): int(o) + 1 for p, o in found}
         state.put_many(stream.position_entries({}, position, int(time.time() * 1000)))
         log.info("%s: the stream continues after the offsets in %s: %s", self.label, name, position)
+
+    def reset_position(self, state: StateBackend) -> list[str]:
+        """The bounded phases start over and the phase goes back to the first; the stream phase's offsets stay,
+        so after the backfill the stream goes on from where it was."""
+        removed = [k for c in self.children if isinstance(c, ClickHouseSource) for k in c.reset_position(state)]
+        if state.get(self.phase_key) is not None:
+            state.put(self.phase_key, {"phase": 0, "updated_at": int(time.time() * 1000)})
+            removed.append(self.phase_key)
+        return removed
 
     def bind(self, operators: Mapping[str, Operator]) -> None:
         for child in self.children:

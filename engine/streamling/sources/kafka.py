@@ -16,6 +16,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
@@ -194,6 +195,23 @@ def initial_offsets(consumer, topic: str, partitions: list[int], starting: str) 
         for p in partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
             out[str(p)] = low if starting == "earliest" else high
+    except KafkaException as exc:
+        raise StreamlingError.unavailable(f"cannot read the offsets of topic '{topic}': {describe(exc)}") from None
+    return out
+
+
+def range_offsets(consumer, topic: str, partitions: list[int], bound: int | datetime) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """Where a range bound falls in each partition: an offset clamped to the partition's offsets, or for a time
+    the first record whose timestamp is at or after it (the end of the partition when none is)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    if isinstance(bound, datetime):
+        return initial_offsets(consumer, topic, partitions, str(int(bound.timestamp() * 1000)))
+    out: dict[str, int] = {}
+    try:
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+            out[str(p)] = min(max(bound, low), high)
     except KafkaException as exc:
         raise StreamlingError.unavailable(f"cannot read the offsets of topic '{topic}': {describe(exc)}") from None
     return out
@@ -731,8 +749,14 @@ class KafkaSource(Source[KafkaSourceSpec]):
         if self.connection.get("kafka_group_id") and len(saved) < len(partitions):
             asked = [TopicPartition(self.topic, p) for p in partitions]
             group = {str(tp.partition): tp.offset for tp in consumer.committed(asked, timeout=10) if tp.offset >= 0}
+        wanted = self.settings.backfill_range
+        if wanted is not None:  # the range's start, not the consumer group, is where a range backfill begins
+            group = {}
         missing = [p for p in partitions if str(p) not in saved and str(p) not in group]
-        fresh = initial_offsets(consumer, self.topic, missing, self.spec.starting_offsets) if missing else {}
+        if wanted is not None:
+            fresh = range_offsets(consumer, self.topic, missing, wanted.start) if missing else {}
+        else:
+            fresh = initial_offsets(consumer, self.topic, missing, self.spec.starting_offsets) if missing else {}
         for p in partitions:
             key = str(p)
             position[key] = saved.get(key, group.get(key, fresh.get(key, 0)))
@@ -744,7 +768,11 @@ class KafkaSource(Source[KafkaSourceSpec]):
             else f"starting_offsets={self.spec.starting_offsets}"
         )
         log.info("%s resumes %s from %s (%s)", self.label, self.topic, position, origin)
-        if self.spec.ending_offsets == "latest":
+        if wanted is not None:
+            ends = range_offsets(consumer, self.topic, partitions, wanted.end)
+            self._ending = {str(p): max(position[str(p)], ends[str(p)]) for p in partitions}
+            log.info("%s reads the range %s: up to %s", self.label, wanted, self._ending)
+        elif self.spec.ending_offsets == "latest":
             self._ending = {
                 str(p): max(position[str(p)], high) for p, high in self._high_watermarks(partitions).items()
             }
@@ -752,6 +780,16 @@ class KafkaSource(Source[KafkaSourceSpec]):
         self._committed = dict(position)
         self._lag.start()
         return position
+
+    def reset_position(self, state: StateBackend) -> list[str]:
+        """With a consumer group the start is written out: the group's offsets would be taken otherwise."""
+        removed = super().reset_position(state)
+        if self.connection.get("kafka_group_id"):
+            consumer = self._driver_consumer()
+            partitions = wait_out(lambda: list_partitions(consumer, self.topic), self._outage("broker"))
+            start = initial_offsets(consumer, self.topic, partitions, self.spec.starting_offsets)
+            state.put_many(self.position_entries({}, start, int(time.time() * 1000)))
+        return removed
 
     def committed_position(self, state: StateBackend) -> dict[str, Any] | None:
         prefix = f"{self.name}:{self.topic}:"
@@ -782,11 +820,17 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def backlog(self, position: Mapping[str, Any] | None) -> dict[str, int] | None:
         consumer = self._driver_consumer()
         partitions = list_partitions(consumer, self.topic)
+        wanted = self.settings.backfill_range
         if position is None:
-            position = initial_offsets(consumer, self.topic, partitions, self.spec.starting_offsets)
-        return {
-            str(p): max(0, high - int(position.get(str(p), 0))) for p, high in self._high_watermarks(partitions).items()
-        }
+            if wanted is not None:
+                position = range_offsets(consumer, self.topic, partitions, wanted.start)
+            else:
+                position = initial_offsets(consumer, self.topic, partitions, self.spec.starting_offsets)
+        if wanted is not None:
+            ends = {int(p): o for p, o in range_offsets(consumer, self.topic, partitions, wanted.end).items()}
+        else:
+            ends = self._high_watermarks(partitions)
+        return {str(p): max(0, high - int(position.get(str(p), 0))) for p, high in ends.items()}
 
     def commit_checkpoint(self, epoch) -> None:  # type: ignore[no-untyped-def]
         """Mirror the committed positions to the consumer group. The state backend already holds them, so while
