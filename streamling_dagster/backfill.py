@@ -23,11 +23,11 @@ from dagster import AssetExecutionContext
 
 from streamling import RunSummary, Settings, SourceStatus, reset_positions, source_status
 from streamling_dagster.guard import check_no_other_run, op_tags
-from streamling_dagster.observations import feeding
+from streamling_dagster.observations import feeding, named_positions
 from streamling_dagster.partitions import partition_namespace
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
-from streamling_dagster.streaming import StreamConfig, run_engine
+from streamling_dagster.streaming import StreamConfig, run_engine, stopped_cleanly
 
 RECONCILE_CHECK = "rows_reconcile"
 COUNTING_SOURCES = {"kafka", "generator", "clickhouse", "hybrid"}
@@ -103,8 +103,9 @@ def backfill_assets(pf: PipelineFile, sinks: list[dg.AssetSpec]) -> dg.AssetsDef
     partitions_def = plan.definition() if plan is not None else None
 
     @dg.multi_asset(
-        name=f"{pf.name}__run",
-        specs=sinks,
+        name=f"backfill_{pf.name}",
+        specs=[spec.replace_attributes(skippable=True) for spec in sinks],  # none, when terminated
+        hooks={stopped_cleanly},
         check_specs=checks,
         can_subset=False,
         partitions_def=partitions_def,
@@ -116,29 +117,58 @@ def backfill_assets(pf: PipelineFile, sinks: list[dg.AssetSpec]) -> dg.AssetsDef
         streamling: StreamlingResource,
         spark: StreamlingSparkResource,
     ) -> Any:
-        check_no_other_run(context.op_execution_context, pf)  # before resetting positions or starting Spark
-        job = plan_run(context, pf, streamling)
-        settings = job.settings
-        if job.fresh:
-            removed = reset_positions(pf.path, settings)
-            context.log.info(f"Starting over in namespace {settings.application_id}: reset {removed or 'nothing'}")
-        carried = {} if job.fresh else carried_rows(context.instance, pf, job.partition)
-        before = source_status(pf.path, settings)
-        context.log.info(f"Running {pf.path} in job mode, {job.why} (state namespace {settings.application_id})")
-        summary = RunSummary()
-        try:
-            yield from run_engine(
-                context.op_execution_context, pf, settings, spark.spark_session, config, observe=False, summary=summary
-            )
-        except BaseException:  # terminated: what was written is recorded, and counted when the backfill resumes
-            yield from incomplete(pf, summary, carried, job.partition)
-            raise
-        for sink, metadata in sink_metadata(pf, summary, carried).items():
-            yield dg.MaterializeResult(asset_key=pf.asset_key(sink), metadata=metadata)
-        for spec in checks:
-            yield reconcile(pf, spec.asset_key, before, summary)
+        yield from backfill_events(context, pf, streamling, spark, config)
 
     return run
+
+
+def backfill_events(
+    context: AssetExecutionContext,
+    pf: PipelineFile,
+    streamling: StreamlingResource,
+    spark: StreamlingSparkResource,
+    config: StreamConfig | None = None,
+) -> Iterator[Any]:
+    """The backfill of `pf` inside an asset op: its materializations and `rows_reconcile` results. Terminated,
+    it records what it wrote, marks the run CANCELED and returns (the `stopped_cleanly` hook ends the run
+    without a step failure)."""
+    check_no_other_run(context.op_execution_context, pf)  # before resetting positions or starting Spark
+    job = plan_run(context, pf, streamling)
+    settings = job.settings
+    if job.fresh:
+        removed = reset_positions(pf.path, settings)
+        context.log.info(f"Starting over in namespace {settings.application_id}: reset {removed or 'nothing'}")
+    carried = {} if job.fresh else carried_rows(context.instance, pf, job.partition)
+    before = source_status(pf.path, settings)
+    context.log.info(f"Running {pf.path} in job mode, {job.why} (state namespace {settings.application_id})")
+    summary = RunSummary()
+    try:
+        yield from run_engine(
+            context.op_execution_context,
+            pf,
+            settings,
+            lambda: spark.spark_session,
+            config or StreamConfig(),
+            observe=False,
+            summary=summary,
+            clean_stop=True,
+        )
+    except BaseException:  # failed while stopping: what was written is recorded all the same
+        yield from incomplete(pf, summary, carried, job.partition)
+        raise
+    if summary.stopped_by_signal:  # terminated: recorded, and counted when the backfill resumes
+        yield from incomplete(pf, summary, carried, job.partition)
+        for sink in reconciled_sinks(pf):  # a declared check must report: what the partial run shows, as a warning
+            result = reconcile(pf, pf.asset_key(sink), before, summary)
+            yield result._replace(
+                severity=dg.AssetCheckSeverity.WARN,
+                description=f"terminated before the end (resume to complete): {result.description}",
+            )
+        return
+    for sink, metadata in sink_metadata(pf, summary, carried).items():
+        yield dg.MaterializeResult(asset_key=pf.asset_key(sink), metadata=metadata)
+    for sink in reconciled_sinks(pf):
+        yield reconcile(pf, pf.asset_key(sink), before, summary)
 
 
 def carried_rows(instance: dg.DagsterInstance, pf: PipelineFile, partition: str | None) -> dict[str, int]:
@@ -208,7 +238,7 @@ def sink_metadata(
             "duration_sec": dg.MetadataValue.float(round(duration, 3)),
             "rows_per_sec": dg.MetadataValue.float(round(rows / duration, 1) if duration else 0.0),
             "epochs": dg.MetadataValue.json(epochs),
-            "final_positions": dg.MetadataValue.json(positions),
+            "final_positions": dg.MetadataValue.json(named_positions(pf, positions)),
         }
         for op, count in summary.sink_ops.get(node.name, {}).items():
             metadata[op] = dg.MetadataValue.int(count)

@@ -94,7 +94,7 @@ def stream_observations(pf: PipelineFile, specs: list[dg.AssetSpec]) -> dg.Asset
     def observe(context: AssetExecutionContext, streamling: StreamlingResource) -> Any:
         statuses = source_status(pf.path, streamling.pipeline_settings(pf))
         for spec in specs:
-            yield dg.ObserveResult(asset_key=spec.key, metadata=status_metadata(statuses, feeding[spec.key]))
+            yield dg.ObserveResult(asset_key=spec.key, metadata=status_metadata(pf, statuses, feeding[spec.key]))
 
     return observe
 

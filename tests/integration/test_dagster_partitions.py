@@ -186,6 +186,11 @@ def test_a_terminated_backfill_reports_the_whole_total_when_it_resumes(tmp_path,
         interrupter.join()
         assert not stopped.success
         assert instance.get_run_by_id(stopped.run_id).status == dg.DagsterRunStatus.CANCELED
+        kinds = [e.event_type_value for e in stopped.all_events]
+        assert "STEP_FAILURE" not in kinds and "RUN_FAILURE" not in kinds  # terminating is a normal end
+        (stopped_check,) = stopped.get_asset_check_evaluations()
+        assert stopped_check.severity == dg.AssetCheckSeverity.WARN
+        assert stopped_check.description.startswith("terminated before the end (resume to complete): read ")
         (partial,) = [e for e in stopped.all_events if e.event_type_value == "ASSET_OBSERVATION"]
         metadata = partial.event_specific_data.asset_observation.metadata
         first_rows = metadata["rows_written"].value

@@ -198,3 +198,29 @@ def test_importing_the_package_builds_nothing(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "LazyDefinitions"
+
+
+def test_observing_a_stream_only_sink_reads_where_the_stream_stands(tmp_path: Path, monkeypatch) -> None:
+    """*Observe* on a stream-only sink: the committed positions and last epoch from a real (sqlite) state backend,
+    with no Spark and no broker (a generator without `rows` streams; its backlog is unknown)."""
+    from streamling.state.sqlite import SqliteStateBackend
+
+    write(
+        tmp_path,
+        feed="sources:\n  gen: {type: generator, rows_per_second: 10}\nsinks:\n  out: {type: blackhole, from: gen}\n",
+    )
+    db = tmp_path / "state.db"
+    monkeypatch.setenv("STREAMLING__STATE_BACKEND__SQLITE__DATABASE_PATH", str(db))
+    defs = build_definitions(tmp_path)
+    with SqliteStateBackend("local_app_v1.feed", str(db)) as state:
+        state.put_many(
+            {"gen:generator": {"offset": 420}, "gen:__epoch__": {"epoch": 7, "updated_at": 1_700_000_000_000}}
+        )
+    job = defs.resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(asset_selection=[key("feed/out")])  # what *Observe* on the asset page runs
+    assert result.success
+    (event,) = [e.event_specific_data.asset_observation for e in result.all_events if e.is_asset_observation]
+    assert event.asset_key == key("feed/out")
+    assert event.metadata["committed_positions"].value == {"gen": {"offset": 420}}
+    assert event.metadata["last_finalized_epoch"].value == {"gen": 7}
+    assert event.metadata["last_commit_at"].value == 1_700_000_000
