@@ -2,14 +2,15 @@
 
 `defs` (what `workspace.yaml` and `dagster job execute -m streamling_dagster` load) is built when Dagster asks
 for it, not on import. Build your own with `build_definitions(directory)` (a folder of pipeline files),
-`pipeline_definitions(path)` (one file), or drop `StreamlingPipelineComponent` into a `dg` project.
+`pipeline_definitions(path)` (one file), `@streamling_assets` (a backfill with your own code around it, as
+`@dbt_assets`), or drop `StreamlingPipelineComponent` into a `dg` project.
 """
 
 import dagster as dg
 
 from streamling_dagster.component import StreamlingPipelineComponent
 from streamling_dagster.definitions import build_definitions
-from streamling_dagster.factory import pipeline_definitions
+from streamling_dagster.factory import pipeline_definitions, streamling_assets
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 from streamling_dagster.translator import StreamlingObject, StreamlingTranslator
 
@@ -28,4 +29,5 @@ __all__ = [
     "build_definitions",
     "defs",
     "pipeline_definitions",
+    "streamling_assets",
 ]

@@ -87,9 +87,13 @@ def plan_run(context: AssetExecutionContext, pf: PipelineFile, streamling: Strea
     return BackfillRun(settings, False, "resuming after the committed positions")
 
 
-def backfill_assets(pf: PipelineFile, sinks: list[dg.AssetSpec]) -> dg.AssetsDefinition:
-    """Materializing the sinks runs the pipeline's bounded sources to their end (job mode); with
-    `backfill_partitions`, one range per partition."""
+BACKFILLS: dict[str, PipelineFile] = {}
+"""The pipeline of each backfill op, by op name (how `StreamlingResource.backfill` finds it from a context)."""
+
+
+def backfill_asset_args(pf: PipelineFile, sinks: list[dg.AssetSpec], name: str | None = None) -> dict[str, Any]:
+    """`dg.multi_asset` arguments of a pipeline's backfill: the sinks (skippable: a terminated run has none),
+    the `rows_reconcile` checks, the partitions, the op tags the run coordinator reads, the clean-stop hook."""
     assert pf.pipeline is not None
     checks = [
         dg.AssetCheckSpec(
@@ -100,17 +104,24 @@ def backfill_assets(pf: PipelineFile, sinks: list[dg.AssetSpec]) -> dg.AssetsDef
         for sink in reconciled_sinks(pf)
     ]
     plan = pf.orchestration.backfill_partitions
-    partitions_def = plan.definition() if plan is not None else None
+    name = name or f"backfill_{pf.name}"
+    BACKFILLS[name] = pf
+    return {
+        "name": name,
+        "specs": [spec.replace_attributes(skippable=True) for spec in sinks],
+        "hooks": {stopped_cleanly},
+        "check_specs": checks,
+        "can_subset": False,
+        "partitions_def": plan.definition() if plan is not None else None,
+        "op_tags": op_tags(pf),
+    }
 
-    @dg.multi_asset(
-        name=f"backfill_{pf.name}",
-        specs=[spec.replace_attributes(skippable=True) for spec in sinks],  # none, when terminated
-        hooks={stopped_cleanly},
-        check_specs=checks,
-        can_subset=False,
-        partitions_def=partitions_def,
-        op_tags=op_tags(pf),
-    )
+
+def backfill_assets(pf: PipelineFile, sinks: list[dg.AssetSpec]) -> dg.AssetsDefinition:
+    """Materializing the sinks runs the pipeline's bounded sources to their end (job mode); with
+    `backfill_partitions`, one range per partition."""
+
+    @dg.multi_asset(**backfill_asset_args(pf, sinks))
     def run(
         context: AssetExecutionContext,
         config: StreamConfig,

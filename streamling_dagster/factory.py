@@ -6,6 +6,7 @@ bounded sources, a stream (`<p>__stream` and its keeper, observable sink assets)
 the validator's messages (file, line, message), so it is seen rather than silently missing.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from dagster import AssetExecutionContext
 from streamling import source_status
 from streamling.config import Settings, load_settings
 from streamling_dagster.assets import PipelineSpecs, input_spec, pipeline_specs
-from streamling_dagster.backfill import backfill_assets
+from streamling_dagster.backfill import backfill_asset_args, backfill_assets
 from streamling_dagster.backfill_sensor import backfill_sensor
 from streamling_dagster.guard import backfill_schedule
 from streamling_dagster.jobs import backfill_then_stream_job, stream_job
@@ -151,6 +152,36 @@ def build_pipeline(
     if pf.can_backfill and pf.can_stream:
         out.jobs.append(backfill_then_stream_job(pf))
     return out
+
+
+def streamling_assets(
+    *,
+    pipeline: str | Path,
+    translator: StreamlingTranslator | None = None,
+    settings: Settings | None = None,
+    name: str | None = None,
+) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
+    """`@dbt_assets` for a pipeline file: the decorated function becomes the backfill of its sinks — their assets
+    (keyed by the translator), `rows_reconcile` checks and partitions — and runs it with
+    ``yield from streamling.backfill(context, spark)``, with whatever else it wants before or after::
+
+        @streamling_assets(pipeline="pipelines/orders_hybrid.yaml")
+        def orders(context: AssetExecutionContext, streamling: StreamlingResource, spark: StreamlingSparkResource):
+            yield from streamling.backfill(context, spark)
+
+    The pipeline must be able to backfill (bounded sources); build its stream jobs with `pipeline_definitions`.
+    """
+    pf = read_pipeline_file(Path(pipeline))
+    if pf.pipeline is None:
+        raise dg.DagsterInvalidDefinitionError("\n".join(located_errors(pf)))
+    if not pf.can_backfill:
+        raise dg.DagsterInvalidDefinitionError(f"{pf.path} cannot backfill: {pf.backfill_errors[0]}")
+    specs = pipeline_specs(pf, translator or StreamlingTranslator(), settings or load_settings(), None, job_names(pf))
+
+    def decorate(fn: Callable[..., Any]) -> dg.AssetsDefinition:
+        return dg.multi_asset(**backfill_asset_args(pf, specs.sinks, name or fn.__name__))(fn)
+
+    return decorate
 
 
 def pipeline_definitions(

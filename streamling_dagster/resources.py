@@ -35,6 +35,13 @@ class StreamlingResource(dg.ConfigurableResource):
         namespace = pf.orchestration.application_id or f"{base.application_id}.{pf.name}"
         return base.model_copy(update={"application_id": namespace})
 
+    def backfill(self, context: dg.AssetExecutionContext, spark: StreamlingSparkResource, config: Any = None) -> Any:
+        """Inside a `@streamling_assets` function: run its pipeline's backfill, yielding the materializations and
+        checks (``yield from streamling.backfill(context, spark)``)."""
+        from streamling_dagster.backfill import BACKFILLS, backfill_events
+
+        return backfill_events(context, BACKFILLS[context.op_def.name], self, spark, config)
+
 
 class StreamlingSparkResource(PySparkResource):
     """dagster-pyspark's session, configured like the engine's own (`spark_config` defaults to the engine's

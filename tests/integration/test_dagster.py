@@ -8,7 +8,7 @@ import uuid
 
 import dagster as dg
 
-from streamling_dagster import build_definitions
+from streamling_dagster import StreamlingObject, StreamlingTranslator, build_definitions, streamling_assets
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 
 VALID = """
@@ -199,3 +199,47 @@ def test_unreadable_and_malformed_files_do_not_break_the_others(tmp_path) -> Non
         described("orch")
         == f"{tmp_path / 'orch.yaml'}:12: orchestration: Input should be a valid dictionary or instance of Orchestration"
     )
+
+
+def test_streamling_assets_decorates_a_backfill_of_ones_own(
+    tmp_path, spark, postgres_env, pg_connect, monkeypatch
+) -> None:
+    """`@streamling_assets` as `@dbt_assets`: the function is the backfill op, and its own code runs around
+    `streamling.backfill(context, spark)`; keys come from the translator, the check comes with it."""
+
+    class Prefixed(StreamlingTranslator):
+        def get_asset_key(self, obj: StreamlingObject) -> dg.AssetKey:
+            return super().get_asset_key(obj).with_prefix("lake")
+
+    schema = f"d_{uuid.uuid4().hex[:8]}"
+    write(tmp_path, "orders.yaml", VALID.format(schema=schema))
+    for name, value in postgres_env.items():
+        monkeypatch.setenv(name, value)
+    seen: list[str] = []
+
+    @streamling_assets(pipeline=tmp_path / "orders.yaml", translator=Prefixed())
+    def my_orders(context, streamling: StreamlingResource, spark: StreamlingSparkResource):
+        seen.append("before")
+        yield from streamling.backfill(context, spark)
+        seen.append("after")
+
+    streamling = StreamlingResource(
+        overrides={
+            "state_backend.sqlite.database_path": str(tmp_path / "state.db"),
+            "spark.checkpoint_root": str(tmp_path / "checkpoints"),
+        }
+    )
+    result = dg.materialize(
+        [my_orders],
+        resources={"streamling": streamling, "spark": SessionSpark(spark_config={"spark.master": "local[2]"})},
+    )
+    assert result.success and seen == ["before", "after"]
+    (event,) = result.get_asset_materialization_events()
+    database = postgres_env.get("STREAMLING__POSTGRES_SINK__DB", "postgres")
+    assert event.asset_key == dg.AssetKey(["lake", "postgres", database, schema, "orders"])
+    (check,) = result.get_asset_check_evaluations()
+    assert (check.check_name, check.passed) == ("rows_reconcile", True)
+    with pg_connect() as conn:
+        stored = conn.execute(f'SELECT count(*) FROM "{schema}".orders').fetchone()[0]
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    assert 0 < stored <= 500 and event.materialization.metadata["rows_written"].value >= stored
