@@ -65,11 +65,24 @@ def pipeline_specs(
         spec = translator.get_asset_spec(obj, deps(name)).replace_attributes(key=key)
         if node.kind == "sink":
             if jobs:
-                spec = spec.merge_attributes(metadata={"streamling/jobs": ", ".join(jobs)})
+                spec = spec.merge_attributes(metadata={"streamling/jobs": jobs_metadata(jobs)})
             out.sinks.append(spec)
         else:
             out.upstream.append(spec)
     return out
+
+
+ROLES = {"__backfill": "the backfill", "__stream": "the stream", "__backfill_then_stream": "backfill, then stream"}
+
+
+def jobs_metadata(jobs: list[str]) -> dg.MetadataValue:
+    """The jobs that write a sink, linked (Dagster's `/guess/<job>` route finds a job in any code location): the
+    asset page's own job list names only asset jobs, not the stream that feeds it."""
+    lines = []
+    for job in jobs:
+        role = next(text for suffix, text in sorted(ROLES.items(), key=lambda r: -len(r[0])) if job.endswith(suffix))
+        lines.append(f"- [{job}](/guess/{job}): {role}")
+    return dg.MetadataValue.md("\n".join(lines))
 
 
 def input_spec(key: dg.AssetKey, readers: list[StreamlingObject], translator: StreamlingTranslator) -> dg.AssetSpec:

@@ -8,6 +8,7 @@ No data moves: lineage is what the definitions declare. Screenshots go to tests/
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterator
 
@@ -72,6 +73,7 @@ def test_a_topic_written_by_one_pipeline_and_read_by_a_hybrid_is_one_node(
     page.goto(f"{dev.url}/assets/kafka/shop.orders")
     expect(page.get_by_text("Upstream assets")).to_be_visible()
     expect(page.get_by_text("orders_hybrid / priced").first).to_be_visible()
+    expect(page.get_by_text("orders_to_kafka / live_orders").first).to_be_visible()  # the lists have loaded
     upstream, downstream = lineage_lists(page)
     assert "orders_to_kafka / live_orders" in upstream
     assert "orders_hybrid" not in upstream
@@ -88,6 +90,8 @@ def test_a_topic_written_by_one_pipeline_and_read_by_a_hybrid_is_one_node(
     # 5. The archive table: written by orders_archive, backfilled by the hybrid — one node too.
     page.goto(f"{dev.url}/assets/clickhouse/default/orders_archive")
     expect(page.get_by_text("Upstream assets")).to_be_visible()
+    expect(page.get_by_text("orders_hybrid / priced").first).to_be_visible()  # the lists have loaded
+    expect(page.get_by_text("orders_archive / archived_orders").first).to_be_visible()
     upstream, downstream = lineage_lists(page)
     assert "orders_archive / archived_orders" in upstream
     assert "orders_hybrid / priced" in downstream
@@ -101,3 +105,19 @@ def test_the_hybrid_offers_backfill_stream_and_both(shipped_dev: DagsterDev, pag
         expect(page.get_by_text(job, exact=True).first).to_be_visible()
     expect(page.get_by_text("orders_to_kafka__backfill", exact=True)).to_have_count(0)  # stream-only
     shot(page, "lineage_06_jobs.png")
+
+
+def test_the_sink_asset_page_links_the_stream_that_feeds_it(shipped_dev: DagsterDev, page: sync_api.Page) -> None:
+    """Dagster's own job list on an asset page names only asset jobs; the `streamling/jobs` metadata links the
+    stream job too, and the link opens that job in its code location."""
+    database = shipped_dev.env.get("STREAMLING__POSTGRES_SINK__DB", "postgres")
+    page.goto(f"{shipped_dev.url}/assets/postgres/{database}/shop/orders")
+    link = page.get_by_role("link", name="orders_hybrid__stream", exact=True)
+    expect(link).to_be_visible()
+    expect(page.get_by_role("link", name="orders_hybrid__backfill_then_stream", exact=True)).to_be_visible()
+    shot(page, "lineage_07_sink_jobs.png")
+    link.click()
+    page.wait_for_url(re.compile(r"/jobs/orders_hybrid__stream"))
+    expect(
+        page.get_by_text("Stream orders_hybrid.yaml: terminate the run to stop it gracefully.").first
+    ).to_be_visible()

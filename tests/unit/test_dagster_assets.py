@@ -75,8 +75,10 @@ def test_a_topic_written_by_one_pipeline_and_read_by_another_is_one_asset(tmp_pa
     assert graph.get(key("hybrid/big")).parent_keys == {topic, table}
     assert graph.get(target).parent_keys == {key("hybrid/big")}
     assert graph.get(target).is_materializable  # the hybrid's bounded phases backfill it
-    assert graph.get(target).metadata["streamling/jobs"] == (
-        "hybrid__backfill, hybrid__stream, hybrid__backfill_then_stream"
+    assert graph.get(target).metadata["streamling/jobs"].value == (
+        "- [hybrid__backfill](/guess/hybrid__backfill): the backfill\n"
+        "- [hybrid__stream](/guess/hybrid__stream): the stream\n"
+        "- [hybrid__backfill_then_stream](/guess/hybrid__backfill_then_stream): backfill, then stream"
     )
 
 
