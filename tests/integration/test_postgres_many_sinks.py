@@ -14,6 +14,7 @@ import signal
 import time
 import uuid
 
+import psycopg
 import pytest
 
 from tests.e2e.cli import start_cli, write
@@ -79,22 +80,27 @@ def committed(pg_connect, app: str) -> dict[str, int]:
 
 
 def stored(pg_connect, schema: str) -> dict[str, tuple[int, int]]:
-    """Per source: (rows in its sink table plus its dead letters, highest id among them)."""
+    """Per source: (rows in its sink table plus its dead letters, highest id among them), from one snapshot: a sink
+    commits rows and dead letters together, and two READ COMMITTED reads could straddle that commit."""
     out = {}
     with pg_connect() as conn:
-        for source, table in SINK_OF.items():
-            if conn.execute("SELECT to_regclass(%s)", (f'"{schema}".{table}',)).fetchone()[0] is None:
-                out[source] = (0, 0)
-                continue
-            count, high = conn.execute(f'SELECT count(*), coalesce(max(id), 0) FROM "{schema}".{table}').fetchone()
-            if source == "g3" and conn.execute("SELECT to_regclass(%s)", (f'"{schema}".dead',)).fetchone()[0]:
-                dead, dead_high = conn.execute(
-                    f"SELECT count(*), coalesce(max((primary_key->>'id')::bigint), 0) FROM \"{schema}\".dead "
-                    "WHERE node = 's3'"
-                ).fetchone()
-                count, high = count + dead, max(high, dead_high)
-            out[source] = (count, high)
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with conn.transaction():
+            for source, table in SINK_OF.items():
+                out[source] = _stored_one(conn, schema, source, table)
     return out
+
+
+def _stored_one(conn: psycopg.Connection, schema: str, source: str, table: str) -> tuple[int, int]:
+    if conn.execute("SELECT to_regclass(%s)", (f'"{schema}".{table}',)).fetchone()[0] is None:
+        return (0, 0)
+    count, high = conn.execute(f'SELECT count(*), coalesce(max(id), 0) FROM "{schema}".{table}').fetchone()
+    if source == "g3" and conn.execute("SELECT to_regclass(%s)", (f'"{schema}".dead',)).fetchone()[0]:
+        dead, dead_high = conn.execute(
+            f"SELECT count(*), coalesce(max((primary_key->>'id')::bigint), 0) FROM \"{schema}\".dead WHERE node = 's3'"
+        ).fetchone()
+        count, high = count + dead, max(high, dead_high)
+    return (count, high)
 
 
 def assert_nothing_lost(pg_connect, app: str, schema: str, *, stopped: bool) -> dict[str, int]:
