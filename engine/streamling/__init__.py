@@ -1,24 +1,48 @@
-"""Streamling on Spark: YAML pipelines (sources → transforms → sinks) on Structured Streaming."""
+"""Streamling on Spark: YAML pipelines (sources → transforms → sinks) on Structured Streaming.
 
+The names below are resolved on first use (PEP 562), so ``import streamling.errors`` or the plugin API
+(``streamling.plugin``) never starts importing pyspark, psycopg or the executor.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
-from streamling.api import (
-    SourceStatus,
-    plan_pipeline,
-    reset_positions,
-    run_pipeline,
-    source_status,
-    validate_pipeline,
-)
-from streamling.config import Settings, load_settings
-from streamling.errors import StreamlingError
-from streamling.runtime.executor import RunSummary
-from streamling.topology.pipeline import ValidationReport, load_pipeline
+if TYPE_CHECKING:
+    from streamling.api import (
+        SourceStatus,
+        plan_pipeline,
+        reset_positions,
+        run_pipeline,
+        source_status,
+        validate_pipeline,
+    )
+    from streamling.config import Settings, load_settings
+    from streamling.errors import StreamlingError
+    from streamling.runtime.executor import RunSummary
+    from streamling.topology.pipeline import ValidationReport, load_pipeline
 
 try:
     __version__ = version("streamling-spark")
 except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+local"
+
+_HOMES = {
+    "RunSummary": "streamling.runtime.executor",
+    "Settings": "streamling.config",
+    "SourceStatus": "streamling.api",
+    "StreamlingError": "streamling.errors",
+    "ValidationReport": "streamling.topology.pipeline",
+    "load_pipeline": "streamling.topology.pipeline",
+    "load_settings": "streamling.config",
+    "plan_pipeline": "streamling.api",
+    "reset_positions": "streamling.api",
+    "run_pipeline": "streamling.api",
+    "source_status": "streamling.api",
+    "validate_pipeline": "streamling.api",
+}
 
 __all__ = [
     "RunSummary",
@@ -35,3 +59,12 @@ __all__ = [
     "source_status",
     "validate_pipeline",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'streamling' has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value
+    return value

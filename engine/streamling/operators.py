@@ -4,8 +4,8 @@ Lifecycle, in the order the runtime calls it:
 
 - ``initialize(ctx)`` once before data flows (open connections, create tables);
 - per epoch: sources describe a Spark streaming DataFrame; transforms map DataFrames; sinks ``write``
-  the epoch's DataFrame, then ``prepare_checkpoint`` (the marker: flush everything durable), then,
-  after the source's position is committed, ``commit_checkpoint`` (the finalizer);
+  the epoch's DataFrame, then ``flush_epoch`` (the marker: flush everything durable), then,
+  after the source's position is committed, ``epoch_committed`` (the finalizer);
 - ``terminate()`` once at shutdown, also after failures.
 
 Data crosses operators as Spark DataFrames whose partitions travel as Arrow record batches; operators
@@ -100,10 +100,10 @@ class Operator(Generic[S]):
     def initialize(self, ctx: RunContext) -> None:
         """Open connections and create external objects; never called by validation."""
 
-    def prepare_checkpoint(self, epoch: Epoch) -> None:
+    def flush_epoch(self, epoch: Epoch) -> None:
         """Make everything written for `epoch` durable; the source commits only after this."""
 
-    def commit_checkpoint(self, epoch: Epoch) -> None:
+    def epoch_committed(self, epoch: Epoch) -> None:
         """Called after the source committed `epoch`'s positions."""
 
     def terminate(self) -> None:

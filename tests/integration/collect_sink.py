@@ -25,5 +25,5 @@ class CollectSink(ArrowSink[CollectSpec]):
         rows = COLLECTED.setdefault(self.spec.options.get("key", self.name), [])
         rows.extend((epoch.id, row) for row in batch.to_pylist())
 
-    def prepare_checkpoint(self, epoch: Epoch) -> None:
+    def flush_epoch(self, epoch: Epoch) -> None:
         FLUSHED.setdefault(self.spec.options.get("key", self.name), []).append(epoch.id)

@@ -3,8 +3,8 @@
 For each micro-batch of a source (``foreachBatch``): read the batch's end position from Spark's offset
 log, evaluate the whole downstream DAG on the batch (persisted when it is read more than once) and let
 every sink `stage` its write. The source's committer thread then finishes the epoch — deferred writes,
-flush (`prepare_checkpoint`), the position commit to the state backend, and only then
-`commit_checkpoint` — while Spark computes the next epoch. A failure anywhere fails the pipeline before
+flush (`flush_epoch`), the position commit to the state backend, and only then
+`epoch_committed` — while Spark computes the next epoch. A failure anywhere fails the pipeline before
 the commit, so the epoch is replayed on restart: at-least-once. Sinks that report their last applied
 epoch (`Sink.applied_epoch`) get that epoch replayed with identical bounds so they can skip it.
 
@@ -169,13 +169,13 @@ class SourceQuery:
             self.runner.count_sink_rows(name, written)
         for op in self.downstream:
             with error_context(op.label):
-                op.prepare_checkpoint(epoch)
+                op.flush_epoch(epoch)
         crash_point("after_write", epoch.id)
         self._commit(epoch, started)
         crash_point("after_commit", epoch.id)
         for op in [self.source, *self.downstream]:
             with error_context(op.label):
-                op.commit_checkpoint(epoch)
+                op.epoch_committed(epoch)
 
     def _commit(self, epoch: Epoch, started: float) -> None:
         now_ms = int(time.time() * 1000)

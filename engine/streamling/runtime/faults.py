@@ -7,7 +7,7 @@ flush: exactly like a lost machine) when epoch `<epoch>` of any source reaches `
 - ``during_write``: a Postgres sink applied the epoch's rows inside its transaction, not committed yet
   (driver-side writes, i.e. ``parallelism: 1``; in a Spark task it would only kill that task's worker);
 - ``after_write``: every sink wrote and flushed it, its position is not committed yet;
-- ``after_commit``: its position is committed, ``commit_checkpoint`` has not run.
+- ``after_commit``: its position is committed, ``epoch_committed`` has not run.
 """
 
 from __future__ import annotations

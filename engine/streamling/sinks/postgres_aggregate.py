@@ -294,7 +294,7 @@ class PostgresAggregateSink(PostgresWriterSink):
             self.spec.agg_table,
         )
 
-    def commit_checkpoint(self, epoch: Epoch) -> None:
+    def epoch_committed(self, epoch: Epoch) -> None:
         """Epoch N is final: landing rows of epochs before it can no longer be replayed."""
         landing = catalog.qualified(self.spec.schema_, self.spec.landing_table)
 

@@ -150,8 +150,8 @@ class Phase(Source[Any]):
     def backlog(self, position: Mapping[str, Any] | None) -> dict[str, int] | None:
         return self.child.backlog(position)
 
-    def commit_checkpoint(self, epoch: Epoch) -> None:
-        self.child.commit_checkpoint(epoch)
+    def epoch_committed(self, epoch: Epoch) -> None:
+        self.child.epoch_committed(epoch)
 
     def next_epoch(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None

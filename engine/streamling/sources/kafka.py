@@ -832,7 +832,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
             ends = self._high_watermarks(partitions)
         return {str(p): max(0, high - int(position.get(str(p), 0))) for p, high in ends.items()}
 
-    def commit_checkpoint(self, epoch) -> None:  # type: ignore[no-untyped-def]
+    def epoch_committed(self, epoch) -> None:  # type: ignore[no-untyped-def]
         """Mirror the committed positions to the consumer group. The state backend already holds them, so while
         the broker is unreachable the offsets wait and go out with a later epoch's commit."""
         self._committed = {**(self._committed or {}), **{str(p): int(o) for p, o in epoch.end.items()}}

@@ -178,7 +178,7 @@ class HandlerTransform(Transform[HandlerSpec]):
                 self._cached[(epoch.source, epoch.id)] = out
         return out
 
-    def prepare_checkpoint(self, epoch: Epoch) -> None:
+    def flush_epoch(self, epoch: Epoch) -> None:
         """Every sink has written the epoch: its cached output is no longer needed."""
         with self._lock:
             cached = self._cached.pop((epoch.source, epoch.id), None)
