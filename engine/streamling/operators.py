@@ -103,6 +103,11 @@ class Operator(Generic[S]):
     def flush_epoch(self, epoch: Epoch) -> None:
         """Make everything written for `epoch` durable; the source commits only after this."""
 
+    def state_entries(self, epoch: Epoch) -> dict[str, Any]:
+        """State-backend entries to write in the same transaction as `epoch`'s source position (a plugin's cursor,
+        say); keys must start with ``<node name>:``. Called on the committer thread after `flush_epoch`."""
+        return {}
+
     def epoch_committed(self, epoch: Epoch) -> None:
         """Called after the source committed `epoch`'s positions."""
 
