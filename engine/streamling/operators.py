@@ -53,6 +53,23 @@ class AppliedEpoch:
     end: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class ExternalObject:
+    """A thing outside the pipeline a node reads or writes (a topic, a table): the control plane's asset.
+
+    Its key is ``(system, *path)`` — ``("kafka", "orders")``, ``("postgres", db, schema, table)`` — so a topic one
+    pipeline writes and another reads is one asset. `description` and `metadata` are shown with it."""
+
+    system: str
+    path: tuple[str, ...]
+    description: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return (self.system, *self.path)
+
+
 @dataclass
 class RunContext:
     settings: Settings
@@ -91,6 +108,15 @@ class Operator(Generic[S]):
         """Things validation reports and a run logs once at start (never per epoch): settings the node took
         from elsewhere, or fields accepted for the original's pipelines that change nothing (or something else)
         here, each naming the node, the field and what it maps to."""
+        return []
+
+    def reads(self) -> list[ExternalObject]:
+        """The external objects this node reads (a source's topic or tables), in reading order; none for a node
+        whose data has no home outside the pipeline (a generator, a transform)."""
+        return []
+
+    def writes(self) -> list[ExternalObject]:
+        """The external objects this node writes (a sink's table or topic, a dynamic table's backing table)."""
         return []
 
     def bind(self, operators: Mapping[str, Operator]) -> None:
