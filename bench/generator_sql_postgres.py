@@ -103,8 +103,8 @@ def hand_written(rows: int, key_space: int, schema: str) -> None:
     import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
+    from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec, generate
     from streamling.config import load_settings
-    from streamling.sources.generator import GeneratorSource, GeneratorSourceSpec, generate
 
     started = time.perf_counter()
     settings = load_settings(environ={})

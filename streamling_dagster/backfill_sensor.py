@@ -28,11 +28,11 @@ import dagster as dg
 
 from streamling.clickhouse.client import describe, get_client, qualified, quote, redact
 from streamling.clickhouse.paging import literal
+from streamling.clickhouse.source import ClickHouseSource, ClickHouseSourceSpec
 from streamling.clickhouse.tables import TableInfo, inspect
 from streamling.config import Settings
 from streamling.config.model import ClickHouseConnectionSettings
 from streamling.errors import StreamlingError, first_line
-from streamling.sources.clickhouse import ClickHouseSource, ClickHouseSourceSpec
 from streamling_dagster.backfill import REPROCESS_TAG
 from streamling_dagster.guard import stream_skip_reason
 from streamling_dagster.pipelines import PipelineFile

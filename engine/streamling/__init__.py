@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     )
     from streamling.config import Settings, load_settings
     from streamling.errors import StreamlingError
-    from streamling.runtime.executor import RunSummary
+    from streamling.runtime.summary import RunSummary
     from streamling.topology.pipeline import ValidationReport, load_pipeline
 
 try:
@@ -30,7 +30,7 @@ except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+local"
 
 _HOMES = {
-    "RunSummary": "streamling.runtime.executor",
+    "RunSummary": "streamling.runtime.summary",
     "Settings": "streamling.config",
     "SourceStatus": "streamling.api",
     "StreamlingError": "streamling.errors",

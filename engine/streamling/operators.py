@@ -53,6 +53,23 @@ class AppliedEpoch:
     end: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class ExternalObject:
+    """A thing outside the pipeline a node reads or writes (a topic, a table): the control plane's asset.
+
+    Its key is ``(system, *path)`` — ``("kafka", "orders")``, ``("postgres", db, schema, table)`` — so a topic one
+    pipeline writes and another reads is one asset. `description` and `metadata` are shown with it."""
+
+    system: str
+    path: tuple[str, ...]
+    description: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return (self.system, *self.path)
+
+
 @dataclass
 class RunContext:
     settings: Settings
@@ -93,6 +110,15 @@ class Operator(Generic[S]):
         here, each naming the node, the field and what it maps to."""
         return []
 
+    def reads(self) -> list[ExternalObject]:
+        """The external objects this node reads (a source's topic or tables), in reading order; none for a node
+        whose data has no home outside the pipeline (a generator, a transform)."""
+        return []
+
+    def writes(self) -> list[ExternalObject]:
+        """The external objects this node writes (a sink's table or topic, a dynamic table's backing table)."""
+        return []
+
     def bind(self, operators: Mapping[str, Operator]) -> None:
         """Called once the plan has built every operator, for nodes that use others (a SQL transform
         calling a dynamic table)."""
@@ -102,6 +128,11 @@ class Operator(Generic[S]):
 
     def flush_epoch(self, epoch: Epoch) -> None:
         """Make everything written for `epoch` durable; the source commits only after this."""
+
+    def state_entries(self, epoch: Epoch) -> dict[str, Any]:
+        """State-backend entries to write in the same transaction as `epoch`'s source position (a plugin's cursor,
+        say); keys must start with ``<node name>:``. Called on the committer thread after `flush_epoch`."""
+        return {}
 
     def epoch_committed(self, epoch: Epoch) -> None:
         """Called after the source committed `epoch`'s positions."""

@@ -17,14 +17,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from streamling.plugins import operator
-from streamling.sources.generator import (
+from streamling.builtins.generator import (
     GeneratorDataSource,
     GeneratorSource,
     GeneratorSourceSpec,
     GeneratorStreamReader,
 )
-from streamling.sources.pacing import Pacer
+from streamling.plugins import operator
+from streamling.runtime.pacing import Pacer
 
 
 class FailingStreamReader(GeneratorStreamReader):

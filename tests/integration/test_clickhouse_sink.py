@@ -17,10 +17,10 @@ from pyspark.sql import types as T
 
 from streamling import run_pipeline
 from streamling.api import validate_pipeline
+from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec, generate
+from streamling.clickhouse.sink import ClickHouseSink, ClickHouseSinkSpec
 from streamling.errors import StreamlingError
 from streamling.operators import Epoch, RunContext
-from streamling.sinks.clickhouse import ClickHouseSink, ClickHouseSinkSpec
-from streamling.sources.generator import GeneratorSource, GeneratorSourceSpec, generate
 from streamling.state.memory import InMemoryStateBackend
 
 SOURCE = {"rows": 3000, "key_space": 40, "delete_every": 7, "record_batch_size": 450}

@@ -11,9 +11,9 @@ import pytest
 from streamling import run_pipeline
 from streamling.api import validate_pipeline
 from streamling.clickhouse.paging import Pager
+from streamling.clickhouse.source import ClickHouseSource, ClickHouseSourceSpec
 from streamling.clickhouse.tables import inspect
 from streamling.errors import StreamlingError
-from streamling.sources.clickhouse import ClickHouseSource, ClickHouseSourceSpec
 from streamling.state.memory import InMemoryStateBackend
 from streamling.state.sqlite import SqliteStateBackend
 from tests.integration.collect_sink import COLLECTED

@@ -172,7 +172,7 @@ def test_hybrid_validation_names_the_phase_field(spark, make_settings, write_pip
 
 
 def test_phases_inherit_key_and_telemetry_labels() -> None:
-    from streamling.sources.hybrid import HybridSourceSpec
+    from streamling.builtins.hybrid import HybridSourceSpec
 
     spec = HybridSourceSpec.model_validate(
         {

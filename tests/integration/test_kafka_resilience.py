@@ -20,8 +20,10 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from streamling.sources import kafka as kafka_source
-from streamling.sources.kafka import KafkaSource, KafkaSourceSpec, KafkaStreamReader
+from streamling.kafka.source import operator as kafka_source
+from streamling.kafka.source.operator import KafkaSource
+from streamling.kafka.source.reader import KafkaStreamReader, Range
+from streamling.kafka.source.spec import KafkaSourceSpec
 from streamling.state.sqlite import SqliteStateBackend
 from tests.conftest import services
 from tests.integration.streaming import Background
@@ -194,7 +196,7 @@ def test_executor_read_waits_for_the_broker(make_settings, kafka, restore_servic
 
     def read() -> None:
         try:
-            batches.extend(reader.read(kafka_source._Range(0, 0, 150)))
+            batches.extend(reader.read(Range(0, 0, 150)))
         except BaseException as exc:
             failure.append(exc)
 

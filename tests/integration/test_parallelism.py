@@ -6,7 +6,9 @@ from __future__ import annotations
 import uuid
 
 from streamling import run_pipeline
-from streamling.sources.kafka import KafkaSource, KafkaSourceSpec, KafkaStreamReader
+from streamling.kafka.source.operator import KafkaSource
+from streamling.kafka.source.reader import KafkaStreamReader
+from streamling.kafka.source.spec import KafkaSourceSpec
 from tests.integration.collect_sink import COLLECTED
 
 

@@ -11,11 +11,11 @@ from pyspark.sql import types as T
 
 from streamling import run_pipeline
 from streamling.api import validate_pipeline
+from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec, generate
 from streamling.errors import StreamlingError
 from streamling.kafka.avro import WIDE_DECIMAL_KEY
 from streamling.operators import Epoch, RunContext
-from streamling.sinks.postgres import PostgresSink, PostgresSinkSpec
-from streamling.sources.generator import GeneratorSource, GeneratorSourceSpec, generate
+from streamling.postgres.sink import PostgresSink, PostgresSinkSpec
 from streamling.state.memory import InMemoryStateBackend
 
 

@@ -11,9 +11,9 @@ import pytest
 from pyspark.sql import DataFrame
 
 from streamling import run_pipeline
+from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec, generate
 from streamling.operators import Epoch, Sink
 from streamling.plugins import operator
-from streamling.sources.generator import GeneratorSource, GeneratorSourceSpec, generate
 from streamling.topology.spec import PluginOptions, SinkSpec
 
 # 5000 rows over 40 keys in 700-row epochs (8 epochs): offsets 0-39 insert, the rest update, and every 7th row

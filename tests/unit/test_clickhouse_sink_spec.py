@@ -9,10 +9,10 @@ import pytest
 from pydantic import ValidationError
 from pyspark.sql import types as T
 
+from streamling.clickhouse.sink import ClickHouseSink, ClickHouseSinkSpec
 from streamling.clickhouse.types import can_hold, ch_type, check_type_text, columns_of
 from streamling.config.model import Settings
 from streamling.kafka.avro import WIDE_DECIMAL_KEY
-from streamling.sinks.clickhouse import ClickHouseSink, ClickHouseSinkSpec
 from streamling.topology.pipeline import _field_problem
 
 

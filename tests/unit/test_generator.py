@@ -6,13 +6,13 @@ import time
 
 import pyarrow as pa
 
-from streamling.sources.generator import GeneratorSourceSpec, generate
-from streamling.sources.pacing import Pacer
+from streamling.builtins.generator import GeneratorSourceSpec, generate
+from streamling.runtime.pacing import Pacer
 
 
 def config(**spec: object) -> dict:
+    from streamling.builtins.generator import GeneratorSource
     from streamling.config import load_settings
-    from streamling.sources.generator import GeneratorSource
 
     settings = load_settings(config="/nonexistent/x", environ={})
     return GeneratorSource("g", GeneratorSourceSpec(type="generator", **spec), settings).reader_config()

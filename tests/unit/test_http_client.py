@@ -16,10 +16,10 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
+from streamling.core.retry import RetryPolicy
 from streamling.errors import StreamlingError
 from streamling.http.client import Delivered, Endpoint, Skipped, exchange, session
 from streamling.http.payloads import PayloadFormat
-from streamling.http.retry import RetryPolicy
 
 ONE_ROW = PayloadFormat(version=0, rows_per_request=1, one_row=True)
 

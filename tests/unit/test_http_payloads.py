@@ -12,9 +12,9 @@ from email.utils import format_datetime
 import pyarrow as pa
 import pytest
 
+from streamling.core.retry import RetryPolicy, is_retriable, retry_after
 from streamling.http.options import redact_url
 from streamling.http.payloads import PayloadError, PayloadFormat, decode_response, to_record_batch
-from streamling.http.retry import RetryPolicy, is_retriable, retry_after
 from streamling.topology.pipeline import load_pipeline
 
 

@@ -11,7 +11,7 @@ import pytest
 from streamling.config import load_settings
 from streamling.errors import StreamlingError
 from streamling.kafka.lag import LagReporter
-from streamling.sinks.kafka import KafkaSink, KafkaSinkSpec
+from streamling.kafka.sink import KafkaSink, KafkaSinkSpec
 from streamling.topology.pipeline import load_pipeline
 
 

@@ -25,7 +25,8 @@ from streamling.kafka.avro import (
     wide_decimal_strings,
 )
 from streamling.kafka.clients import connection_options, kafka_config
-from streamling.sources.kafka import _allocate, _decode_json, _op
+from streamling.kafka.source.decoding import decode_json, op_of_headers
+from streamling.kafka.source.reader import allocate
 
 
 def test_connection_options_put_secrets_under_redacted_keys() -> None:
@@ -334,14 +335,14 @@ def test_malformed_primary_keys_in_the_doc_are_a_user_error(declared: str) -> No
 
 
 def test_allocation_is_proportional_and_exact() -> None:
-    shares = {k: s for k, _, s in _allocate({"0": 0, "1": 0, "2": 7}, {"0": 900, "1": 100}, 500)}
+    shares = {k: s for k, _, s in allocate({"0": 0, "1": 0, "2": 7}, {"0": 900, "1": 100}, 500)}
     assert shares == {"0": 450, "1": 50, "2": 0}
-    shares = {k: s for k, _, s in _allocate({"0": 0, "1": 0}, {"0": 1, "1": 2}, 2)}
+    shares = {k: s for k, _, s in allocate({"0": 0, "1": 0}, {"0": 1, "1": 2}, 2)}
     assert sum(shares.values()) == 2 and shares["0"] <= 1 and shares["1"] <= 2
 
 
 def test_dbz_op_header_values() -> None:
-    assert [_op(h) for h in (None, [], [("dbz.op", b"c")], [("x", b"1"), ("dbz.op", b"d")], [("dbz.op", b"?")])] == [
+    assert [op_of_headers(h) for h in (None, [], [("dbz.op", b"c")], [("x", b"1"), ("dbz.op", b"d")], [("dbz.op", b"?")])] == [
         "i", "i", "i", "d", None,
     ]  # fmt: skip
 
@@ -360,10 +361,10 @@ def test_json_decoding_fails_on_the_first_bad_message_or_lists_every_bad_one() -
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("_gs_op", pa.string())])
     messages = [M(5, b'{"id": 1}'), M(6, b'{"id": "x"}'), M(7, None), M(8, b'{"id": 2}')]
     with pytest.raises(StreamlingError) as info:
-        _decode_json(messages, "topic 't' partition 0", schema)
+        decode_json(messages, "topic 't' partition 0", schema)
     assert str(info.value) == "message at topic 't' partition 0 offset 7 has an empty payload (tombstone)"
     rejected: list[tuple[int, str]] = []
-    batch = _decode_json(messages, "topic 't' partition 0", schema, rejected)
+    batch = decode_json(messages, "topic 't' partition 0", schema, rejected)
     assert batch.to_pylist() == [{"id": 1}, {"id": 2}]
     assert [(i, text.split(":")[0]) for i, text in rejected] == [
         (1, "message at topic 't' partition 0 offset 6 is not valid JSON for the declared schema"),

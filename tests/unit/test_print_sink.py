@@ -6,9 +6,9 @@ from decimal import Decimal
 
 import pyarrow as pa
 
+from streamling.builtins.print_sink import PrintSink, PrintSinkSpec
 from streamling.config import load_settings
 from streamling.operators import Epoch
-from streamling.sinks.print_sink import PrintSink, PrintSinkSpec
 
 
 def sink(sample_every: int | None = None, global_every: int = 1) -> PrintSink:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamling.errors import StreamlingError
-from streamling.transforms.sql_rewrite import SqlProgram
+from streamling.sql.rewrite import SqlProgram
 
 VIEWS = {"raw.transactions": "v0", "a": "va", "b": "vb"}
 

@@ -62,7 +62,7 @@ def test_sqlite_keeps_created_at_on_update(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_postgres_contract_schema_and_created_at(postgres_env, pg_connect) -> None:
-    from streamling.state.postgres import PostgresStateBackend
+    from streamling.postgres.state_backend import PostgresStateBackend
 
     prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"
     settings = PostgresConnectionSettings(
@@ -110,7 +110,7 @@ def test_postgres_contract_schema_and_created_at(postgres_env, pg_connect) -> No
 @pytest.mark.integration
 def test_postgres_connection_error_hides_password(postgres_env) -> None:
     from streamling.errors import StreamlingError
-    from streamling.state.postgres import PostgresStateBackend
+    from streamling.postgres.state_backend import PostgresStateBackend
 
     prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"
     settings = PostgresConnectionSettings(
@@ -190,7 +190,7 @@ def test_sqlite_leases(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_postgres_leases(postgres_env) -> None:
-    from streamling.state.postgres import PostgresStateBackend
+    from streamling.postgres.state_backend import PostgresStateBackend
 
     prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"
     settings = PostgresConnectionSettings(
@@ -208,15 +208,15 @@ def test_postgres_leases(postgres_env) -> None:
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
 def test_a_sources_reset_forgets_its_positions_and_keeps_its_epoch_and_phase(kind, tmp_path, request) -> None:
     """`Source.reset_position` (what `streamling.reset_positions` asks of each bounded source) on every backend."""
+    from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec
     from streamling.config import Settings
-    from streamling.sources.generator import GeneratorSource, GeneratorSourceSpec
 
     if kind == "memory":
         backend: StateBackend = InMemoryStateBackend("app")
     elif kind == "sqlite":
         backend = SqliteStateBackend("app", str(tmp_path / "state.db"))
     else:
-        from streamling.state.postgres import PostgresStateBackend
+        from streamling.postgres.state_backend import PostgresStateBackend
 
         env = request.getfixturevalue("postgres_env")
         prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"

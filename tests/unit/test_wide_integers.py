@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 
 from streamling.errors import StreamlingError
-from streamling.transforms.sql_rewrite import SqlProgram
-from streamling.transforms.wide_integers import I256_MIN, U256_MAX, to_int
+from streamling.sql.rewrite import SqlProgram
+from streamling.sql.wide_integers import I256_MIN, U256_MAX, to_int
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ from typing import Any
 from pyspark.sql import types as T
 
 from streamling.clickhouse.client import quote
+from streamling.core.markers import WIDE_DECIMAL_KEY
 from streamling.errors import StreamlingError
-from streamling.kafka.avro import WIDE_DECIMAL_KEY
 
 _DECIMAL = re.compile(r"^Decimal(?:32|64|128|256)?\((\d+),\s*(\d+)\)$")
 _WRAPPERS = re.compile(r"^(Nullable|LowCardinality)\((.*)\)$")

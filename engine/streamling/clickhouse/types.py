@@ -28,7 +28,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_type
 
-from streamling.kafka.avro import WIDE_DECIMAL_KEY
+from streamling.core.markers import WIDE_DECIMAL_KEY
 
 MAX_DECIMAL_DIGITS = 76
 _DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$", re.IGNORECASE)

@@ -5,7 +5,7 @@ owns an asyncio loop and an `httpx.AsyncClient`; both are created on first use a
 every task the (reused) worker runs. `exchange` submits a partition's requests to that loop — at most
 `Endpoint.buffer_size` in flight — and hands the answers back in input order, so outputs line up with inputs.
 
-Failures: transport errors, timeouts, 408, 429 and 5xx are retried (`streamling.http.retry`), sleeping
+Failures: transport errors, timeouts, 408, 429 and 5xx are retried (`streamling.core.retry`), sleeping
 outside the concurrency limit so other requests go on. Any other status fails the task with
 ``<what> POST <url>: non-retriable HTTP <status> - <body excerpt>``; exhausted retries fail it with a
 retriable-class error naming the node and the URL. With `Endpoint.skip_on_error` (webhooks) both are logged
@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 import httpx
 import pyarrow as pa
 
+from streamling.core.retry import RetryPolicy, is_retriable, retry_after
 from streamling.errors import StreamlingError
 from streamling.http.options import REDACTED, redact_url
 from streamling.http.payloads import Outgoing, PayloadFormat, excerpt
-from streamling.http.retry import RetryPolicy, is_retriable, retry_after
 
 log = logging.getLogger("streamling.http")
 IN_FLIGHT_PER_SLOT = 4

@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_serializer, field_validator, model_validator
 
-from streamling.http.retry import RetryPolicy
+from streamling.core.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from streamling.config import Settings

@@ -1,1 +1,2 @@
-"""Kafka plumbing shared by the Kafka source and sink: client configuration, Avro and positions."""
+"""Everything about Kafka: the source (`source/`: spec, offsets, executor reader, decoding, driver operator), the
+sink, Avro and the Schema Registry, clients, availability and lag."""

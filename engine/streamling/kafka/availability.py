@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from streamling.core.retry import RetryPolicy, is_retriable
 from streamling.errors import StreamlingUnavailableError, first_line
-from streamling.http.retry import RetryPolicy, is_retriable
 
 log = logging.getLogger("streamling.kafka")
 T = TypeVar("T")

@@ -20,10 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
+from streamling.core.markers import WIDE_DECIMAL_KEY
 from streamling.errors import StreamlingError, first_line
-
-WIDE_DECIMAL_KEY = "streamling.type"
-"""Field metadata carrying ``decimal(p,s)`` for decimals wider than Spark's 38 digits (kept as exact strings)."""
 
 _PRIMITIVES: dict[str, T.DataType] = {
     "boolean": T.BooleanType(),

@@ -15,7 +15,6 @@ from psycopg import sql
 
 from streamling.errors import StreamlingError
 from streamling.postgres.types import Column, can_hold
-from streamling.topology.yaml_input import quoted
 
 
 @dataclass(frozen=True)
@@ -23,32 +22,6 @@ class ExistingColumn:
     type: str
     not_null: bool
     has_default: bool
-
-
-MAX_IDENTIFIER_BYTES = 63
-"""Postgres truncates longer names silently, so a table created under a long name is not found under it."""
-
-
-def check_identifier(name: str, limit: int = MAX_IDENTIFIER_BYTES) -> str:
-    """For spec validators: `name` as a Postgres identifier (always quoted, so any other character is fine)."""
-    if "\x00" in name:
-        raise ValueError("holds a NUL character, which Postgres names cannot")
-    if len(name.encode()) > limit:
-        raise ValueError(f"must be at most {limit} bytes (a Postgres identifier)")
-    return name
-
-
-def identifier_errors(
-    label: str, what: str, names: Sequence[str], advice: str = "rename it in a transform"
-) -> list[str]:
-    """Validation errors for names of columns the sink would create."""
-    errors = []
-    for name in names:
-        try:
-            check_identifier(name)
-        except ValueError as exc:
-            errors.append(f"{label}: {what} {quoted(name)} {exc}; {advice}")
-    return errors
 
 
 def qualified(schema: str, table: str) -> sql.Composed:

@@ -13,7 +13,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_type
 
-from streamling.kafka.avro import WIDE_DECIMAL_KEY
+from streamling.core.markers import WIDE_DECIMAL_KEY
 
 WIDE_NUMERIC = "numeric(78,0)"
 _INT_DIGITS = {"smallint": 5, "integer": 10, "bigint": 19}

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from streamling.postgres.catalog import check_identifier
+from streamling.core.identifiers import check_identifier
 
 
 class TelemetrySpec(BaseModel):

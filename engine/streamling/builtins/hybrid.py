@@ -25,16 +25,17 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from streamling.clickhouse.client import qualified, quote
+from streamling.clickhouse.source import ClickHouseSource, ClickHouseSourceSpec
 from streamling.errors import StreamlingError, first_line
+from streamling.kafka.source.operator import KafkaSource
+from streamling.kafka.source.spec import KafkaSourceSpec
 from streamling.operators import Epoch, Operator, RunContext, Source
 from streamling.plugins.registry import operator
-from streamling.sources.clickhouse import ClickHouseSource, ClickHouseSourceSpec
-from streamling.sources.kafka import KafkaSource, KafkaSourceSpec
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec
 from streamling.types import exact_column
 
-log = logging.getLogger("streamling.sources.hybrid")
+log = logging.getLogger("streamling.builtins.hybrid")
 
 
 class BoundedPhase(BaseModel):

@@ -26,7 +26,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from streamling.errors import StreamlingError
 from streamling.operators import Source
 from streamling.plugins.registry import operator
-from streamling.sources.pacing import Pacer
+from streamling.runtime.pacing import Pacer
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec
 from streamling.types import GS_OP, check_column_types, parse_type, with_gs_op

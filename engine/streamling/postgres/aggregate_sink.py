@@ -24,11 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator,
 from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
+from streamling.core import identifiers
 from streamling.operators import Epoch, RunContext
 from streamling.plugins.registry import operator
 from streamling.postgres import catalog, progress
+from streamling.postgres.sink import PostgresWriterSink
 from streamling.postgres.writer import EPOCH_COLUMN
-from streamling.sinks.postgres import PostgresWriterSink
 from streamling.topology.spec import SinkSpec
 from streamling.types import GS_OP
 
@@ -94,13 +95,13 @@ class PostgresAggregateSinkSpec(SinkSpec):
     @field_validator("schema_", "landing_table")
     @classmethod
     def _fits_postgres(cls, value: str) -> str:
-        return catalog.check_identifier(value)
+        return identifiers.check_identifier(value)
 
     @field_validator("agg_table")
     @classmethod
     def _fits_postgres_with_suffix(cls, value: str) -> str:
         """`<agg_table>_aggregate` names the trigger, and must not be truncated either."""
-        return catalog.check_identifier(value, catalog.MAX_IDENTIFIER_BYTES - len("_aggregate"))
+        return identifiers.check_identifier(value, identifiers.MAX_IDENTIFIER_BYTES - len("_aggregate"))
 
     @field_validator("group_by", mode="before")
     @classmethod
@@ -135,7 +136,9 @@ class PostgresAggregateSink(PostgresWriterSink):
                 problems.append(f"{self.label}: aggregate '{name}' would create column '{clash[0]}' twice")
             seen.update(produced)
         columns = sorted(seen)
-        return problems + catalog.identifier_errors(self.label, "aggregate table column", columns, "shorten its name")
+        return problems + identifiers.identifier_errors(
+            self.label, "aggregate table column", columns, "shorten its name"
+        )
 
     def groups(self) -> dict[str, GroupColumn]:
         return {name: group or GroupColumn() for name, group in self.spec.group_by.items()}

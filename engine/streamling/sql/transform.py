@@ -10,14 +10,14 @@ from pydantic import Field, PositiveInt
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streamling.dynamic_tables.transform import DynamicTable, DynamicTableSpec
 from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, Operator, Transform
 from streamling.plugins.registry import operator
+from streamling.sql import wide_integers
+from streamling.sql.rewrite import SqlProgram, spark_name, undefined_dynamic_table
+from streamling.sql.stateless import forbidden_operations
 from streamling.topology.spec import NodeSpec, TransformSpec
-from streamling.transforms import wide_integers
-from streamling.transforms.dynamic_table import DynamicTable, DynamicTableSpec
-from streamling.transforms.sql_rewrite import SqlProgram, spark_name, undefined_dynamic_table
-from streamling.transforms.stateless import forbidden_operations
 from streamling.types import GS_OP, spread
 
 

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
+from streamling.core import identifiers
 from streamling.dead_letters import DeadLetterTarget
 from streamling.operators import AppliedEpoch, Epoch, RunContext, Sink, Written, rows_of
 from streamling.plugins.registry import operator
@@ -49,7 +50,7 @@ class PostgresSinkSpec(SinkSpec, ErrorHandlingSpec):
     @field_validator("schema_", "table")
     @classmethod
     def _fits_postgres(cls, value: str) -> str:
-        return catalog.check_identifier(value)
+        return identifiers.check_identifier(value)
 
     @field_validator("on_conflict", mode="before")
     @classmethod
@@ -97,7 +98,7 @@ class PostgresWriterSink(Sink[Any]):
         except TypeError as exc:
             return [f"{self.label}: {exc}"]
         self.keys = list(primary_key)
-        return catalog.identifier_errors(self.label, "column", [c.name for c in self.columns])
+        return identifiers.identifier_errors(self.label, "column", [c.name for c in self.columns])
 
     def _with_connection(self, fn):  # type: ignore[no-untyped-def]
         """`fn(cursor)` in one transaction on a pooled connection of the driver, retried like writes: safe from

@@ -24,16 +24,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from streamling.config.units import Milliseconds
+from streamling.core.identifiers import check_identifier
 from streamling.dynamic_tables import udf
 from streamling.dynamic_tables.memory import MemorySet
 from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, PostgresWriter
 from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, RunContext, Transform
 from streamling.plugins.registry import operator
-from streamling.postgres.catalog import check_identifier
+from streamling.sql.rewrite import SqlProgram, spark_name
+from streamling.sql.stateless import forbidden_operations
 from streamling.topology.spec import TransformSpec, ignored_field, split_columns
-from streamling.transforms.sql_rewrite import SqlProgram, spark_name
-from streamling.transforms.stateless import forbidden_operations
 from streamling.types import GS_OP, exact_column
 
 BackendType = Literal["Postgres", "InMemory"]

@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from streamling.core.markers import WIDE_DECIMAL_KEY
 from streamling.errors import StreamlingError
-from streamling.kafka.avro import WIDE_DECIMAL_KEY
 
 FUNCTIONS = ("u256", "i256")
 U256_MAX = 2**256 - 1

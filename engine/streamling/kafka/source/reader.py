@@ -1,0 +1,298 @@
+"""The executor side: a Spark Python Data Source whose stream reader plans ``[start, end)`` offset ranges and
+reads them in parallel with consumers kept per Python worker between epochs."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import types as T
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from streamling.dead_letters import DeadLetterTarget
+from streamling.errors import StreamlingError
+from streamling.kafka.availability import Outage, is_unavailable, transient_kafka_error
+from streamling.kafka.source.decoding import dead_letter_of, decode_json, decoder_for, op_of_headers
+from streamling.kafka.source.offsets import high_watermark, initial_offsets, list_partitions, open_consumer
+from streamling.kafka.source.spec import patience
+from streamling.runtime.pacing import Pacer
+from streamling.telemetry.logs import configure_worker_logging
+from streamling.types import GS_OP
+
+log = logging.getLogger("streamling.kafka")
+
+MIN_ROWS_PER_TASK = 20_000
+READ_STALL_TIMEOUT_SEC = 60.0
+PROBE_AFTER_SEC = 5.0  # a read that got nothing this long checks whether the broker is reachable
+PROBE_TIMEOUT_SEC = 3.0
+PARTITION_REFRESH_SEC = 10.0
+
+
+# ---------------------------------------------------------------- Spark data source (reader side)
+
+
+class Range(InputPartition):
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+_READERS: dict[str, Any] = {}
+_READERS_LOCK = threading.Lock()
+
+
+def _reader_consumer(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
+    """One consumer per Python worker and source, reused across epochs."""
+    key = json.dumps({k: v for k, v in options.items() if k.startswith(("kafka_", "app", "source"))}, sort_keys=True)
+    with _READERS_LOCK:
+        consumer = _READERS.get(key)
+        if consumer is None:
+            consumer = open_consumer(options, "read")
+            _READERS[key] = consumer
+        return consumer
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    def __init__(self, options: Mapping[str, str], schema: T.StructType) -> None:
+        self.options = dict(options)
+        self.topic = options["topic"]
+        self.start = {k: int(v) for k, v in json.loads(options["start"]).items()}
+        self.ending = {k: int(v) for k, v in json.loads(options.get("ending") or "{}").items()} or None
+        self.parallelism = max(1, int(options.get("parallelism", "1")))
+        self.batch_rows = int(options["batch_rows"])
+        self.pacer = Pacer.from_options(self.options)
+        self.schema = schema
+        self._consumer = None
+        self._partitions: list[int] = []
+        self._partitions_at = 0.0
+        self.replay_end = json.loads(options.get("replay_end") or "null")
+        self._outage = Outage(f"kafka source '{options['source']}'", "broker", patience(options))
+
+    # Driver side (the streaming source runner): offsets and planning.
+    def _admin(self):  # type: ignore[no-untyped-def]
+        if self._consumer is None:
+            configure_worker_logging(self.options.get("log_level", "info"), self.options.get("log_format", "text"))
+            self._consumer = open_consumer(self.options, "plan")
+        return self._consumer
+
+    def initialOffset(self) -> dict:
+        return {k: v for k, v in self.start.items()}
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        """While the broker is unreachable the end stays at `start`: no new epoch, for up to the patience."""
+        if self.replay_end is not None:  # the first epoch repeats one a sink already applied
+            end, self.replay_end = self.replay_end, None
+            return {k: int(v) for k, v in end.items()}
+        try:
+            end = self._latest(start, limit)
+        except StreamlingError as exc:
+            if not is_unavailable(exc) or not self._outage.failed(exc.message):
+                raise
+            return {k: int(v) for k, v in start.items()}
+        self._outage.recovered()
+        return end
+
+    def _latest(self, start: dict, limit: Any) -> dict:
+        consumer = self._admin()
+        now = time.monotonic()
+        if now - self._partitions_at > PARTITION_REFRESH_SEC:
+            timeout = PROBE_TIMEOUT_SEC if self._outage.ongoing else 10  # a quick answer while waiting it out
+            self._partitions = list_partitions(consumer, self.topic, timeout=timeout)
+            self._partitions_at = now
+        current = {k: int(v) for k, v in start.items()}
+        new = [p for p in self._partitions if str(p) not in current and self.ending is None]
+        if new:  # appear in this epoch's end at their starting offset; read from the next epoch on
+            current.update(initial_offsets(consumer, self.topic, new, self.options["starting_offsets"]))
+            return current
+        pending: dict[str, int] = {}
+        for key, offset in current.items():
+            if self.ending is not None:
+                high = self.ending.get(key, offset)
+            else:
+                high = high_watermark(consumer, self.topic, int(key))
+            if high > offset:
+                pending[key] = high - offset
+        at_end = self.ending is not None
+        take = self.pacer.take(sum(pending.values()), at_end=at_end, limit=getattr(limit, "max_rows", None))
+        return {k: v + share for k, v, share in allocate(current, pending, take)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        ranges = [(int(k), int(start.get(k, v)), int(v)) for k, v in end.items() if int(v) > int(start.get(k, v))]
+        if not ranges:
+            return []
+        per_partition = max(1, math.ceil(self.parallelism / len(ranges)))
+        out: list[InputPartition] = []
+        for p, lo, hi in ranges:
+            pieces = max(1, min(per_partition, (hi - lo) // MIN_ROWS_PER_TASK))
+            bounds = [lo + (hi - lo) * i // pieces for i in range(pieces + 1)]
+            out += [Range(p, a, b) for a, b in itertools.pairwise(bounds) if b > a]
+        return out
+
+    # Executor side: reading one range.
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, Range)
+        from confluent_kafka import KafkaError, TopicPartition
+
+        configure_worker_logging(self.options.get("log_level", "info"), self.options.get("log_format", "text"))
+        consumer = _reader_consumer(self.options)
+        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        consumer.assign([TopicPartition(self.topic, partition.partition, partition.start)])
+        where = f"topic '{self.topic}' partition {partition.partition}"
+        outage = Outage(f"kafka source '{self.options['source']}' ({where})", "broker", patience(self.options))
+        try:
+            position, pending = partition.start, []
+            last_progress = last_probe = time.monotonic()
+            while position < partition.end:
+                messages = consumer.consume(min(self.batch_rows, partition.end - position, 10_000), timeout=1.0)
+                if not messages and time.monotonic() - max(last_progress, last_probe) > PROBE_AFTER_SEC:
+                    last_probe = time.monotonic()
+                    if self._probe(consumer, outage):
+                        last_progress = time.monotonic()  # reachable again: the stall timeout starts anew
+                if not messages:
+                    # While the broker is unreachable librdkafka reconnects, and the outage's patience applies.
+                    stall = (
+                        max(READ_STALL_TIMEOUT_SEC, outage.timeout_sec) if outage.ongoing else READ_STALL_TIMEOUT_SEC
+                    )
+                    if time.monotonic() - last_progress > stall:
+                        raise StreamlingError.retry(
+                            f"topic '{self.topic}' partition {partition.partition}: no records after offset "
+                            f"{position - 1} for {stall:.0f}s, expected up to {partition.end - 1}"
+                        )
+                    continue
+                errors = [m.error() for m in messages if m.error() is not None]
+                if errors:
+                    fatal = [e for e in errors if e.code() != KafkaError._PARTITION_EOF]
+                    waiting = [e for e in fatal if transient_kafka_error(e)]
+                    if waiting and len(waiting) == len(fatal) and outage.failed(waiting[0].str()):
+                        fatal = []
+                    if fatal:
+                        raise StreamlingError.retry(f"{where}: {fatal[0].str()}")
+                    messages = [m for m in messages if m.error() is None]
+                    if any(e.code() == KafkaError._PARTITION_EOF for e in errors):
+                        position = partition.end  # end of the log: a compacted or deleted tail, nothing more
+                if messages:
+                    last_progress = time.monotonic()
+                    outage.recovered()
+                    # Offsets only grow within a partition: look at the last one, trim the rare overshoot.
+                    if messages[-1].offset() >= partition.end:
+                        messages = [m for m in messages if m.offset() < partition.end]
+                        position = partition.end
+                    if messages:
+                        pending.extend(messages)
+                        position = max(position, messages[-1].offset() + 1)
+                if len(pending) >= self.batch_rows:
+                    yield self._to_batch(pending, partition.partition, arrow_schema)
+                    pending = []
+            if pending:
+                yield self._to_batch(pending, partition.partition, arrow_schema)
+        finally:
+            consumer.unassign()
+
+    def _probe(self, consumer, outage: Outage) -> bool:  # type: ignore[no-untyped-def]
+        """Ask for the topic's metadata: librdkafka reports an unreachable broker there, not in ``consume``.
+        Returns True when an outage just ended; raises once the outage outlasted the patience."""
+        try:
+            list_partitions(consumer, self.topic, timeout=PROBE_TIMEOUT_SEC)
+        except StreamlingError as exc:
+            if not is_unavailable(exc) or not outage.failed(exc.message):
+                raise exc.context(f"kafka source '{self.options['source']}'") from None
+            return False
+        if outage.ongoing:
+            outage.recovered()
+            return True
+        return False
+
+    def _to_batch(self, messages: list, partition: int, arrow_schema: pa.Schema) -> pa.RecordBatch:  # type: ignore[type-arg]
+        try:
+            return self._convert(messages, partition, arrow_schema)
+        except StreamlingError as exc:
+            raise exc.context(f"kafka source '{self.options['source']}'") from None
+
+    def _convert(self, messages: list, partition: int, arrow_schema: pa.Schema) -> pa.RecordBatch:  # type: ignore[type-arg]
+        """With ``on_error: dead_letter`` the bad records are delivered to the dead-letter target here, in the
+        task, before the batch is returned: the epoch commits only after every task returned, so a dead letter
+        is written before its position is committed (at-least-once; a Postgres table drops repeats). Carrying
+        the bad records out as a side output instead would put raw bytes and headers through the DataFrame of
+        every epoch and need one more pass over the batch on the driver."""
+        target = DeadLetterTarget.from_options(self.options)
+        rejected: list[tuple[int, str]] | None = [] if target is not None else None
+        ops = [op_of_headers(m.headers()) for m in messages]
+        if None in ops:
+            for index, op in enumerate(ops):
+                if op is not None:
+                    continue
+                bad = messages[index]
+                value = dict(bad.headers() or []).get("dbz.op") or b""
+                error = (
+                    f"message at topic '{self.topic}' partition {partition} offset {bad.offset()} has an unknown "
+                    f"dbz.op header {value.decode('utf-8', 'replace')!r}; expected c, r, u or d"
+                )
+                if rejected is None:
+                    raise StreamlingError.user(error)
+                rejected.append((index, error))
+            kept = [m for m, op in zip(messages, ops, strict=True) if op is not None]
+            known = [i for i, op in enumerate(ops) if op is not None]
+        else:
+            kept, known = messages, None
+        decoded: list[tuple[int, str]] | None = [] if rejected is not None else None
+        if self.options["data_format"] == "avro":
+            values = decoder_for(self.options).decode([m.value() for m in kept], kept, partition, decoded)
+        else:
+            values = decode_json(kept, f"topic '{self.topic}' partition {partition}", arrow_schema, decoded)
+        if rejected is not None and decoded is not None:
+            rejected += [(known[i] if known is not None else i, error) for i, error in decoded]
+        if rejected:
+            assert target is not None
+            target.deliver([dead_letter_of(messages[i], error) for i, error in sorted(rejected)])
+            bad = {i for i, _ in rejected}
+            messages = [m for i, m in enumerate(messages) if i not in bad]
+            ops = [op for i, op in enumerate(ops) if i not in bad]
+        # A value field named _gs_op is superseded by the header-derived one (the schema drops it too).
+        columns = [c for c, name in zip(values.columns, values.schema.names, strict=True) if name != GS_OP]
+        if self.options.get("include_metadata") == "true":
+            columns += [
+                pa.array([partition] * len(messages), pa.int32()),
+                pa.array([m.offset() for m in messages], pa.int64()),
+                pa.array([m.timestamp()[1] * 1000 for m in messages], pa.int64()).cast(pa.timestamp("us", "UTC")),
+            ]
+        columns.append(pa.array(ops, pa.string()))
+        return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
+
+    def commit(self, end: dict) -> None:
+        """Positions are committed by the runtime after every sink flushed, not here."""
+
+
+def allocate(current: Mapping[str, int], pending: Mapping[str, int], take: int) -> Iterator[tuple[str, int, int]]:
+    """Share `take` rows across partitions in proportion to what each has pending."""
+    total = sum(pending.values())
+    shares = {k: (n * take // total if total else 0) for k, n in pending.items()}
+    left = take - sum(shares.values())
+    for k in sorted(pending, key=lambda k: pending[k] - shares[k], reverse=True):
+        if left <= 0:
+            break
+        if shares[k] < pending[k]:
+            shares[k] += 1
+            left -= 1
+    for k, offset in current.items():
+        yield k, offset, shares.get(k, 0)
+
+
+class KafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "streamling_kafka"
+
+    def schema(self) -> T.StructType:
+        return T.StructType.fromJson(json.loads(self.options["spark_schema"]))
+
+    def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(self.options, schema)

@@ -1,0 +1,94 @@
+"""The Kafka source's YAML shape and the option helpers both the driver and the readers use."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pyspark.sql import types as T
+
+from streamling.topology.spec import ErrorHandlingSpec, SourceSpec
+from streamling.types import check_column_types
+
+log = logging.getLogger("streamling.kafka")
+
+METADATA_COLUMNS = T.StructType(
+    [
+        T.StructField("_partition", T.IntegerType(), False),
+        T.StructField("_offset", T.LongType(), False),
+        T.StructField("_timestamp", T.TimestampType(), True),
+    ]
+)
+
+
+class SchemaIdOverride(BaseModel):
+    """Records framed with writer schema id `from` are decoded with schema `to` instead."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: PositiveInt = Field(alias="from")
+    to: PositiveInt
+
+
+class KafkaSourceSpec(SourceSpec, ErrorHandlingSpec):
+    type: Literal["kafka"]
+    identity_labels: ClassVar[tuple[str, ...]] = ("topic",)
+    topic: str = Field(min_length=1)
+    data_format: Literal["avro", "json"] = "avro"
+    schema_: dict[str, str] | None = Field(default=None, alias="schema")
+    starting_offsets: str = "earliest"
+    ending_offsets: Literal["latest"] | None = None
+    filter: str | None = None
+    include_metadata: bool = False
+    validate_writer_schema_ordering: bool = True
+    schema_id_overrides: list[SchemaIdOverride] = Field(default_factory=list)
+    record_batch_size: PositiveInt | None = None
+    parallelism: PositiveInt | None = None
+    """The most Spark input partitions (reading tasks) an epoch's offset ranges are split into; default Spark's
+    default parallelism."""
+
+    @field_validator("starting_offsets", mode="before")
+    @classmethod
+    def _offsets(cls, value: object) -> object:
+        text = str(value).strip().lower() if value is not None else value
+        if isinstance(text, str) and (text in ("earliest", "latest") or text.isdigit()):
+            return text
+        raise ValueError("must be 'earliest', 'latest' or a timestamp in epoch milliseconds")
+
+    @field_validator("schema_")
+    @classmethod
+    def _types(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        check_column_types(value)
+        return value
+
+    @property
+    def bounded(self) -> bool:
+        return self.ending_offsets is not None
+
+    @model_validator(mode="after")
+    def _schema_matches_format(self) -> KafkaSourceSpec:
+        if self.data_format == "json" and not self.schema_:
+            raise ValueError("data_format 'json' requires 'schema' (column: type)")
+        if self.data_format == "avro" and self.schema_:
+            raise ValueError("data_format 'avro' takes its schema from the Schema Registry; remove 'schema'")
+        if self.data_format != "avro" and self.schema_id_overrides:
+            raise ValueError("field 'schema_id_overrides' applies only to data_format 'avro'")
+        seen: set[int] = set()
+        for override in self.schema_id_overrides:
+            if override.from_ in seen:
+                raise ValueError(f"field 'schema_id_overrides': schema id {override.from_} is overridden twice")
+            seen.add(override.from_)
+        return self
+
+    def overrides(self) -> dict[int, int]:
+        return {o.from_: o.to for o in self.schema_id_overrides}
+
+
+def subject_of(topic: str) -> str:
+    return f"{topic}-value"
+
+
+def patience(options: Mapping[str, str]) -> float:
+    """How long an unreachable broker or registry is waited out (`unavailable_timeout_sec`)."""
+    return float(options.get("unavailable_timeout_sec", "300"))

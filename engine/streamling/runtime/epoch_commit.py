@@ -1,0 +1,82 @@
+"""The epoch commit: how one source's epoch becomes durable, on that source's committer thread.
+
+In this order, strictly one epoch after another: the sinks' deferred writes; every downstream operator's
+`flush_epoch` (the marker: make the epoch durable); the source's new position, the epoch counter and any operator
+state (`Operator.state_entries`) in ONE state-backend write, after checking the run still holds its lease; then
+every operator's `epoch_committed` (the finalizer). A failure before the state write leaves the position where it
+was, so the epoch is read again on restart: at-least-once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from streamling.errors import error_context
+from streamling.operators import Epoch, Operator, Source, Written
+from streamling.runtime.faults import crash_point
+
+if TYPE_CHECKING:
+    from streamling.runtime.queries import Runner
+    from streamling.runtime.summary import SourceProgress
+
+log = logging.getLogger("streamling.runtime")
+
+Staged = tuple[str, str, Callable[[], Written | int]]
+"""A sink's staged write: (sink name, label, the deferred rest of the write)."""
+
+
+def epoch_key(source: str) -> str:
+    """The state-backend key of a source's last committed epoch number."""
+    return f"{source}:__epoch__"
+
+
+class EpochCommit:
+    def __init__(
+        self, runner: Runner, source: Source, downstream: Sequence[Operator], progress: SourceProgress
+    ) -> None:
+        self.runner = runner
+        self.source = source
+        self.downstream = list(downstream)
+        self.progress = progress
+
+    def finish(self, epoch: Epoch, staged: list[Staged], started: float) -> None:
+        """On the committer thread: deferred writes, flush, commit, finalize — in epoch order."""
+        for name, label, deferred in staged:
+            with error_context(label):
+                written = deferred()
+            self.runner.count_sink_rows(name, written)
+        for op in self.downstream:
+            with error_context(op.label):
+                op.flush_epoch(epoch)
+        crash_point("after_write", epoch.id)
+        self._write_state(epoch, started)
+        crash_point("after_commit", epoch.id)
+        for op in [self.source, *self.downstream]:
+            with error_context(op.label):
+                op.epoch_committed(epoch)
+
+    def _write_state(self, epoch: Epoch, started: float) -> None:
+        now_ms = int(time.time() * 1000)
+        entries = dict(self.source.position_entries(epoch.start, epoch.end, now_ms))
+        entries[epoch_key(self.source.name)] = {"epoch": epoch.id, "updated_at": now_ms}
+        for op in [self.source, *self.downstream]:
+            with error_context(op.label):
+                entries.update(op.state_entries(epoch))
+        self.runner.check_lease()
+        with error_context(f"{self.source.label}: failed to commit epoch {epoch.id}"):
+            self.runner.state.put_many(entries)
+        self.progress.epochs += 1
+        self.progress.position = dict(epoch.end)
+        rows = self.source.rows_between(epoch.start, epoch.end)
+        self.progress.rows_in += rows or 0
+        log.debug(
+            "Epoch finalized: %d (%s, position %s, %s rows, %.2fs)",
+            epoch.id,
+            self.source.label,
+            epoch.end,
+            "?" if rows is None else rows,
+            time.monotonic() - started,
+        )

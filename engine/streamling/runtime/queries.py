@@ -1,0 +1,384 @@
+"""The query drivers: how each kind of source is driven, epoch by epoch, under one written protocol (`QueryDriver`).
+
+- `SourceQuery`: a Structured Streaming query over the source's Spark data source; each micro-batch is one
+  epoch (``foreachBatch``), its end position read from Spark's offset log.
+- `DriverSourceQuery`: a source the driver reads itself (`Source.reads_on_driver`), one epoch after another on a
+  thread, through the same evaluation and commit.
+- `PhasedQuery`: a phased source (hybrid): one of the above per phase, one after another under one name.
+
+Every driver stages the sinks' writes inside the epoch and hands the rest to its committer thread
+(`runtime/committer.py`), which finishes epochs with `EpochCommit` (`runtime/epoch_commit.py`). The runner
+(`runtime/executor.py`) only starts drivers, supervises them through `QueryDriver` and offers them `Runner`.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from typing import Any, Protocol
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from streamling.config import Settings
+from streamling.errors import StreamlingError, embedded_error, error_context, first_line
+from streamling.operators import Epoch, Sink, Source, Written
+from streamling.runtime.checkpoints import RunFolders
+from streamling.runtime.committer import Committer
+from streamling.runtime.epoch_commit import EpochCommit, Staged, epoch_key
+from streamling.runtime.faults import crash_point
+from streamling.runtime.offset_log import read_batch_offsets
+from streamling.runtime.plan import Plan
+from streamling.runtime.summary import RunSummary, SourceProgress
+from streamling.state import StateBackend
+
+log = logging.getLogger("streamling.runtime")
+SHUTDOWN_GRACE_SEC = 25.0
+
+
+class Runner(Protocol):
+    """What a driver may use of the run it belongs to (`PipelineRunner` implements it)."""
+
+    plan: Plan
+    settings: Settings
+    state: StateBackend
+    folders: RunFolders
+    summary: RunSummary
+
+    def count_sink_rows(self, sink: str, written: Written | int) -> None: ...
+
+    def check_lease(self) -> None: ...
+
+    def register_source(self, source: Source) -> None:
+        """Make `source`'s Spark data source known to the session before its query starts."""
+        ...
+
+    def replay_end(self, source: Source, start: dict[str, Any], committed: int) -> dict[str, Any] | None:
+        """Where the first epoch after `committed` must end so sinks that already applied it can skip it."""
+        ...
+
+
+class QueryDriver(Protocol):
+    """How the runner drives one source, whatever reads it. All methods are called from the supervisor thread except
+    `request_stop`, which any thread may call."""
+
+    source: Source
+
+    @property
+    def exhausted(self) -> bool:
+        """A bounded source has nothing more to read (its last epoch may still be finishing)."""
+        ...
+
+    def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None: ...
+
+    def poll(self) -> None:
+        """One supervisor tick (a phased driver moves to its next phase here)."""
+        ...
+
+    def failure(self) -> BaseException | None: ...
+
+    def idle(self) -> bool:
+        """No epoch is being computed or finished."""
+        ...
+
+    def active(self) -> bool:
+        """Still reading or finishing epochs."""
+        ...
+
+    def request_stop(self) -> None:
+        """Take no new epoch; the in-flight one finishes and commits."""
+        ...
+
+    def stop(self) -> None: ...
+
+    def close(self) -> None:
+        """After `stop`: let the committer finish what it was handed, or drop it after a failure."""
+        ...
+
+    def cleanup(self) -> None:
+        """Remove the driver's Spark checkpoint folders."""
+        ...
+
+
+class SourceQuery:
+    """Drives one source's streaming query; its __call__ is the foreachBatch function."""
+
+    def __init__(self, runner: Runner, source: Source, start: dict[str, Any], epoch: int) -> None:
+        self.runner = runner
+        self.source = source
+        self.position = start
+        self.epoch = epoch
+        self.sinks = runner.plan.sinks_of(source.name)
+        self.downstream = [runner.plan.operators[n] for n in runner.plan.downstream[source.name]]
+        self.checkpoint_dir = str(runner.folders.folder(source.name))
+        self.query: StreamingQuery | None = None
+        self.lock = threading.Lock()
+        self.in_flight = False
+        self.stopping = False
+        self.exhausted = source.is_exhausted(start)
+        self.error: BaseException | None = None
+        # The last epoch handed to the committer; it may not be committed yet.
+        self.planned_epoch = epoch
+        self.planned_end = dict(start)
+        self.committer = Committer(source.name)
+        self.progress = runner.summary.sources.setdefault(source.name, SourceProgress(position=dict(start)))
+        self.commit = EpochCommit(runner, source, self.downstream, self.progress)
+
+    def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
+        settings = self.runner.settings
+        stream = self.source.stream(spark, self.position, replay_end)
+        self.query = (
+            stream.writeStream.queryName(f"{settings.application_id}:{self.source.name}")
+            .foreachBatch(self)
+            .option("checkpointLocation", self.checkpoint_dir)
+            .trigger(processingTime=f"{settings.record_batch_interval_ms} milliseconds")
+            .start()
+        )
+        if replay_end is not None:
+            log.info(
+                "Started %s from position %s; epoch %d is replayed up to %s, which some sinks already applied",
+                self.source.label,
+                self.position,
+                self.epoch + 1,
+                replay_end,
+            )
+        else:
+            log.info("Started %s from position %s", self.source.label, self.position)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        with self.lock:
+            if self.stopping or self.error is not None or self.committer.error is not None:
+                return  # not committed: the rows are read again by the next run
+            self.in_flight = True
+        try:
+            offsets = read_batch_offsets(batch.sparkSession, self.checkpoint_dir, batch_id)
+            self._run_epoch(batch, offsets.end, offsets.timestamp_ms)
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            with self.lock:
+                self.in_flight = False
+
+    def active(self) -> bool:
+        return self.query is not None and self.query.isActive
+
+    def _run_epoch(self, batch: DataFrame, end: dict[str, Any], timestamp_ms: int) -> None:
+        started = time.monotonic()
+        spark = batch.sparkSession
+        epoch = Epoch(self.source.name, self.planned_epoch + 1, self.planned_end, end, timestamp_ms)
+        log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
+        # Persist when the batch is read more than once: by several sinks, or also by side outputs.
+        side_outputs = sum(1 for op in self.downstream if op.spec.side_output)
+        shared = len(self.sinks) + side_outputs > 1
+        if shared:
+            batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            with error_context(self.source.label):
+                outputs = self.runner.plan.evaluate(spark, self.source.name, batch, epoch)
+            crash_point("before_write", epoch.id)
+            staged = []
+            for name in self.sinks:
+                sink = self.runner.plan.operators[name]
+                assert isinstance(sink, Sink)
+                with error_context(sink.label):
+                    staged.append((name, sink.label, sink.stage(outputs[name], epoch)))
+        finally:
+            if shared:
+                batch.unpersist()
+        self.planned_epoch, self.planned_end = epoch.id, dict(epoch.end)
+        self.committer.submit(lambda: self._finish(epoch, staged, started))
+
+    def _finish(self, epoch: Epoch, staged: list[Staged], started: float) -> None:
+        """On the committer thread, in epoch order (see `EpochCommit`)."""
+        self.commit.finish(epoch, staged, started)
+        self.position = dict(epoch.end)
+        self.epoch = epoch.id
+        if self.source.is_exhausted(epoch.end):
+            self.exhausted = True
+            log.info("%s reached its end after epoch %d", self.source.label, epoch.id)
+
+    def request_stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+
+    def idle(self) -> bool:
+        with self.lock:
+            return not self.in_flight and self.committer.idle()
+
+    def stop(self) -> None:
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+
+    def close(self) -> None:
+        """After the query stopped: let the committer finish what was handed off, or drop it after a failure."""
+        self.committer.close(timeout=SHUTDOWN_GRACE_SEC)
+
+    def poll(self) -> None:
+        """Called by the supervisor loop; phased queries advance here."""
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
+
+    def failure(self) -> BaseException | None:
+        if self.error is not None:
+            return self.error
+        if self.committer.error is not None:
+            return self.committer.error
+        if self.query is not None and not self.query.isActive:
+            exc = self.query.exception()
+            if exc is not None:
+                # Our own error raised in Spark's Python process keeps its text and flags; anything else
+                # (a Spark or JVM failure) is reported by its first line, without the JVM stack.
+                return embedded_error(exc) or StreamlingError(
+                    f"{self.source.label}: streaming query failed: {first_line(exc)}"
+                )
+        return None
+
+
+class DriverSourceQuery(SourceQuery):
+    """A source read by the driver itself (`Source.reads_on_driver`), e.g. the embedded ClickHouse engine,
+    which exists only in this process: a thread asks the source for one epoch after another and runs each
+    as a Spark DataFrame through the same evaluation, staging and committer as a streaming query."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._thread: threading.Thread | None = None
+
+    def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
+        self._thread = threading.Thread(
+            target=self._loop, args=(spark, replay_end), name=f"streamling-read-{self.source.name}", daemon=True
+        )
+        self._thread.start()
+        log.info("Started %s from position %s", self.source.label, self.position)
+
+    def _loop(self, spark: SparkSession, replay_end: dict[str, Any] | None) -> None:
+        try:
+            while True:
+                with self.lock:
+                    if self.stopping or self.error is not None or self.committer.error is not None:
+                        return
+                    self.in_flight = True
+                try:
+                    with error_context(self.source.label):
+                        batch = self.source.next_epoch(spark, self.planned_end, replay_end)
+                    replay_end = None
+                    if batch is None:
+                        return
+                    frame, end = batch
+                    self._run_epoch(frame, end, int(time.time() * 1000))
+                finally:
+                    with self.lock:
+                        self.in_flight = False
+        except BaseException as exc:
+            self.error = exc
+
+    def active(self) -> bool:
+        reading = self._thread is not None and self._thread.is_alive()
+        return reading or not self.committer.idle()
+
+    def stop(self) -> None:
+        self.request_stop()
+        if self._thread is not None:
+            self._thread.join(SHUTDOWN_GRACE_SEC)
+
+    def failure(self) -> BaseException | None:
+        return self.error or self.committer.error
+
+
+class PhasedQuery:
+    """Runs a phased source's phases one after another (hybrid: ClickHouse backfills, then Kafka).
+
+    Each phase is an ordinary query under the source's name, so epochs number on and the same sinks
+    follow. When a phase ends on its own (not by a stop or a failure), ``<source>:__phase__`` moves to the
+    next one in the state backend, so a restart resumes in the right phase at that phase's position."""
+
+    def __init__(self, runner: Runner, source: Source, phases: list[Source]) -> None:
+        self.runner = runner
+        self.source = source
+        self.phases = phases
+        self.phase_key = f"{source.name}:__phase__"
+        self.index = int((runner.state.get(self.phase_key) or {}).get("phase", 0))
+        self.current: SourceQuery | None = None
+        self.done: list[SourceQuery] = []
+        self.stopping = False
+        self.spark: SparkSession | None = None
+
+    @property
+    def exhausted(self) -> bool:
+        return self.index >= len(self.phases)
+
+    def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
+        self.spark = spark
+        self._start_phase()
+
+    def _start_phase(self) -> None:
+        state = self.runner.state
+        while self.index < len(self.phases):
+            phase = self.phases[self.index]
+            start = phase.load_position(state)
+            epoch = int((state.get(epoch_key(self.source.name)) or {}).get("epoch", 0))
+            kind = DriverSourceQuery if phase.reads_on_driver else SourceQuery
+            query = kind(self.runner, phase, start, epoch)
+            if query.exhausted:
+                log.info("%s has nothing after position %s", phase.label, start)
+                query.close()
+                self._advance()
+                continue
+            self.runner.register_source(phase)
+            assert self.spark is not None
+            query.start(self.spark, self.runner.replay_end(phase, start, epoch))
+            self.current = query
+            return
+        self.current = None
+        log.info("%s finished all %d phases", self.source.label, len(self.phases))
+
+    def _advance(self) -> None:
+        self.index += 1
+        self.runner.state.put(self.phase_key, {"phase": self.index, "updated_at": int(time.time() * 1000)})
+        if self.index < len(self.phases):
+            log.info("Moving on to %s", self.phases[self.index].label)
+
+    def poll(self) -> None:
+        """From the supervisor loop: start the next phase once the current one ended by itself."""
+        query = self.current
+        if query is None or self.stopping or query.failure() is not None:
+            return
+        if query.exhausted and query.idle():
+            query.stop()
+        if not query.active():
+            query.close()
+            self.done.append(query)
+            self.current = None
+            self._advance()
+            self._start_phase()
+
+    def failure(self) -> BaseException | None:
+        return self.current.failure() if self.current is not None else None
+
+    def idle(self) -> bool:
+        return self.current is None or self.current.idle()
+
+    def active(self) -> bool:
+        """Between phases `poll` has already started the next one, so only the current phase matters."""
+        return self.current is not None and self.current.active()
+
+    def request_stop(self) -> None:
+        self.stopping = True
+        if self.current is not None:
+            self.current.request_stop()
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.current.stop()
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.close()
+
+    def cleanup(self) -> None:
+        for query in [*self.done, *([self.current] if self.current else [])]:
+            query.cleanup()
