@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import PositiveInt
 
 from streamling.config.units import Milliseconds
 from streamling.operators import ArrowSink, Epoch
-from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec, ignored_fields
 from streamling.types import GS_OP, json_default
 
@@ -36,8 +35,9 @@ class PrintSinkSpec(SinkSpec):
     """The longest rows wait: sources feeding this sink close epochs at least this often."""
 
 
-@operator("print", PrintSinkSpec)
 class PrintSink(ArrowSink[PrintSinkSpec]):
+    spec_model: ClassVar[type[PrintSinkSpec]] = PrintSinkSpec
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.seen = 0

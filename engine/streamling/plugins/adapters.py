@@ -9,9 +9,12 @@ module by name: installed, or shipped with the job (`streamling.plugins.shipping
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+import os
 import pickle
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -72,6 +75,8 @@ class PluginRef:
     application_id: str
     options: bytes
     """The pickled options model (pickled by reference to its class, like the plugin class)."""
+    archives: tuple[str, ...] = ()
+    """Where the driver's machine keeps the shipped plugin archives (`shipping.local_archives`)."""
 
     @property
     def label(self) -> str:
@@ -84,13 +89,25 @@ class PluginRef:
             found = _instances.get(key)
             if found is None:
                 with plugin_errors(self.label):
-                    cls: Any = import_module(self.module)
+                    cls: Any = self._module()
                     for part in self.qualname.split("."):
                         cls = getattr(cls, part)
                     context = Context(self.node, self.plugin_id, self.application_id)
                     found = cls(pickle.loads(self.options), context)
                 _instances[key] = found
             return found
+
+
+    def _module(self) -> Any:
+        try:
+            return import_module(self.module)
+        except ModuleNotFoundError as exc:
+            local = [a for a in self.archives if os.path.exists(a) and a not in sys.path]
+            if exc.name != self.module.split(".")[0] or not local:
+                raise
+        sys.path.extend(local)
+        importlib.invalidate_caches()
+        return import_module(self.module)
 
 
 _instances: dict[tuple[Any, ...], Any] = {}
@@ -172,8 +189,11 @@ class PluginNode(Operator[Any]):
 
     def ref(self) -> PluginRef:
         cls = self.plugin_class
+        from streamling.plugins.shipping import local_archives
+
         options = pickle.dumps(self.spec.options)
-        return PluginRef(cls.__module__, cls.__qualname__, self.plugin_id, self.name, self.settings.application_id, options)
+        app = self.settings.application_id
+        return PluginRef(cls.__module__, cls.__qualname__, self.plugin_id, self.name, app, options, local_archives())
 
     def labels(self) -> dict[str, Any]:
         """The node's telemetry labels: the YAML's, with the plugin's identity labels winning."""

@@ -10,6 +10,7 @@ are cast to the declared Arrow types before the function sees them. Nothing here
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -61,7 +62,9 @@ def register_all(spark: SparkSession) -> dict[str, SqlFunction]:
         except StreamlingError as exc:
             raise StreamlingError.user(f"SQL function '{name}': {exc.message}") from None
         call = _Call(function, arguments, to_arrow_type(returns, timezone="UTC"))
-        udf = arrow_udf(call, returns, ArrowUDFType.SCALAR)
+        with warnings.catch_warnings():  # it prefers type hints, which a function of any arity cannot give
+            warnings.simplefilter("ignore", UserWarning)
+            udf = arrow_udf(call, returns, ArrowUDFType.SCALAR)
         if not function.deterministic:
             udf = udf.asNondeterministic()
         spark.udf.register(name, udf)

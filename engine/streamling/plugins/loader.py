@@ -19,7 +19,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamling.plugin import Plugin, PluginError, Preprocessor, SqlFunction, kind_of
+from streamling.plugin import Plugin, PluginError, Preprocessor, kind_of
 
 if TYPE_CHECKING:
     from streamling.config.model import PluginSettings
@@ -242,5 +242,3 @@ def preprocessors(registry: OperatorRegistry, settings: PluginSettings) -> list[
         out.append((plugin_id, cls(options)))
     return out
 
-
-__all__ = ["SqlFunction", "configure", "load_installed", "load_path", "path_plugins", "preprocessors", "register"]
