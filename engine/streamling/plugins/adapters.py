@@ -97,7 +97,6 @@ class PluginRef:
                 _instances[key] = found
             return found
 
-
     def _module(self) -> Any:
         try:
             return import_module(self.module)
@@ -141,9 +140,7 @@ def conform(data: pa.RecordBatch | pa.Table, expected: pa.Schema, label: str, wh
         names = batch.schema.names
         missing = [f.name for f in expected if f.name not in names and f.name != GS_OP]
         if missing:
-            raise StreamlingError.user(
-                f"{label}: {what} returned columns {names}, which lack the declared {missing}"
-            )
+            raise StreamlingError.user(f"{label}: {what} returned columns {names}, which lack the declared {missing}")
         columns = []
         for target in expected:
             if target.name not in names:

@@ -230,15 +230,14 @@ def preprocessors(registry: OperatorRegistry, settings: PluginSettings) -> list[
         cls = registry.preprocessor(plugin_id)
         if cls is None:
             known = ", ".join(registry.preprocessor_ids()) or "none"
-            raise PluginError(f"setting plugin.preprocessor_ids: no preprocessor '{plugin_id}' is loaded (loaded: {known})")
+            raise PluginError(
+                f"setting plugin.preprocessor_ids: no preprocessor '{plugin_id}' is loaded (loaded: {known})"
+            )
         raw = settings.preprocessor_options.get(plugin_id) or {}
         try:
             options = cls.options_model.model_validate(raw)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors()
-            )
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in exc.errors())
             raise PluginError(f"setting plugin.preprocessor_options.{plugin_id}: {problems}") from None
         out.append((plugin_id, cls(options)))
     return out
-

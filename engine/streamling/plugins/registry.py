@@ -125,7 +125,7 @@ class OperatorRegistry:
 
 def _same(a: OperatorType, b: OperatorType) -> bool:
     """The same definition arriving twice (an entry point and a decorator, say) is not a conflict."""
-    return a.spec is b.spec and (a.operator is b.operator or getattr(a.operator, "key", 0) == getattr(b.operator, "key", 1))
+    return a.operator is b.operator or getattr(a.operator, "key", 0) == getattr(b.operator, "key", 1)
 
 
 def _twice(what: str, first: str, second: str) -> StreamlingError:

@@ -278,7 +278,8 @@ def _as_written(err: Any, body: Mapping[str, Any]) -> Any:
     """A plugin option given as a top-level field is named as such, not as ``options.<field>``."""
     loc = tuple(err.get("loc", ()))
     options = body.get("options")
-    if len(loc) > 1 and loc[0] == "options" and loc[1] in body and not (isinstance(options, dict) and loc[1] in options):
+    in_options = isinstance(options, dict) and len(loc) > 1 and loc[1] in options
+    if len(loc) > 1 and loc[0] == "options" and loc[1] in body and not in_options:
         return {**err, "loc": loc[1:]}
     return err
 
