@@ -101,8 +101,12 @@ class PluginRef:
         try:
             return import_module(self.module)
         except ModuleNotFoundError as exc:
+            # Only the worker that plans a source's epochs (no task context) lacks the shipped archives; a task
+            # has them through addPyFile, so there a missing module is an error, also on a one-machine cluster.
+            from pyspark import TaskContext
+
             local = [a for a in self.archives if os.path.exists(a) and a not in sys.path]
-            if exc.name != self.module.split(".")[0] or not local:
+            if exc.name != self.module.split(".")[0] or not local or TaskContext.get() is not None:
                 raise
         sys.path.extend(local)
         importlib.invalidate_caches()
