@@ -31,7 +31,6 @@ from streamling_dagster.resources import StreamlingResource, StreamlingSparkReso
 from streamling_dagster.streaming import StreamConfig, run_engine, stopped_cleanly
 
 RECONCILE_CHECK = "rows_reconcile"
-ROW_KEEPING_TRANSFORMS = ("sql", "dynamic_table")
 """Transforms that keep or drop rows, never make more (the stateless guard rules out joins and explode); a transform
 cannot say so through the operator interface yet, so a plugin's is not reconciled."""
 REPROCESS_TAG = "streamling/reprocess"
@@ -43,13 +42,14 @@ TOTAL = "backfill_rows_total"
 
 def reconcilable(pf: PipelineFile, sink: str) -> bool:
     """Rows can be reconciled when every feeding source counts its rows (`Source.rows_between`) and every
-    transform on the way keeps or drops rows (SQL and dynamic-table checks)."""
+    transform on the way keeps or drops rows (`Transform.adds_no_rows`: SQL, dynamic tables)."""
     assert pf.pipeline is not None
     pipeline = pf.pipeline
     sources = feeding(pf, sink)
     between = {n for s in sources for n in pipeline.downstream(s)} - {sink}
+    transforms = [pipeline.nodes[n] for n in between if pipeline.nodes[n].kind == "transform"]
     return all(nodes.counts_rows(pipeline.nodes[s]) for s in sources) and all(
-        pipeline.nodes[n].spec.type in ROW_KEEPING_TRANSFORMS for n in between if pipeline.nodes[n].kind == "transform"
+        getattr(t.optype.operator, "adds_no_rows", False) for t in transforms
     )
 
 

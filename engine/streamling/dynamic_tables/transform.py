@@ -103,6 +103,8 @@ class DynamicTableSpec(TransformSpec):
 
 @operator("dynamic_table", DynamicTableSpec)
 class DynamicTable(Transform[DynamicTableSpec]):
+    adds_no_rows = True
+
     @property
     def label(self) -> str:
         return f"dynamic table '{self.name}'"

@@ -54,6 +54,8 @@ class SqlTransformSpec(TransformSpec):
 
 @operator("sql", SqlTransformSpec)
 class SqlTransform(Transform[SqlTransformSpec]):
+    adds_no_rows = True
+
     @property
     def label(self) -> str:
         return f"SQL transform '{self.name}'"
