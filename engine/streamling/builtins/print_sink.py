@@ -16,7 +16,7 @@ import pyarrow as pa
 from pydantic import PositiveInt
 
 from streamling.config.units import Milliseconds
-from streamling.operators import ArrowSink, Epoch
+from streamling.plugin import DriverSink, Epoch
 from streamling.topology.spec import SinkSpec, ignored_fields
 from streamling.types import GS_OP, json_default
 
@@ -35,7 +35,7 @@ class PrintSinkSpec(SinkSpec):
     """The longest rows wait: sources feeding this sink close epochs at least this often."""
 
 
-class PrintSink(ArrowSink[PrintSinkSpec]):
+class PrintSink(DriverSink[PrintSinkSpec]):
     spec_model: ClassVar[type[PrintSinkSpec]] = PrintSinkSpec
 
     def __init__(self, *args: object, **kwargs: object) -> None:
