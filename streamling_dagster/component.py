@@ -92,14 +92,14 @@ class StreamlingPipelineComponent(dg.Component, dg.Resolvable):
     def translator(self) -> StreamlingTranslator:
         return ConfiguredTranslator(self.asset_key_prefix, self.group_name, self.owners, self.tags)
 
-    def pipeline_file(self, base: Path) -> PipelineFile:
+    def pipeline_file(self, base: Path, settings: Settings | None = None) -> PipelineFile:
         path = (base / self.pipeline).resolve()
         if not path.is_file():
             raise dg.DagsterInvalidDefinitionError(
                 f"StreamlingPipelineComponent in {base}: attribute 'pipeline' = {self.pipeline!r}: "
                 f"no such file ({path})"
             )
-        pf = read_pipeline_file(path)
+        pf = read_pipeline_file(path, settings)
         overrides = {k: getattr(self, k) for k in SCHEDULING if getattr(self, k) is not None}
         if pf.pipeline is None or not overrides:
             return pf  # an invalid file is shown by its failing check, as in the standalone setup
@@ -124,7 +124,7 @@ class StreamlingPipelineComponent(dg.Component, dg.Resolvable):
         base = context.path if context.path.is_dir() else context.path.parent
         settings, resources = _shared_resources()
         return pipeline_definitions(
-            self.pipeline_file(base),
+            self.pipeline_file(base, settings),
             self.translator(),
             settings,
             define_inputs=self.define_inputs,

@@ -30,7 +30,7 @@ def default_resources(settings: Settings) -> dict[str, Any]:
     return {"streamling": StreamlingResource(), "spark": StreamlingSparkResource.from_settings(settings)}
 
 
-def files_sensor(directory: Path, loaded: list[PipelineFile]) -> dg.SensorDefinition:
+def files_sensor(directory: Path, loaded: list[PipelineFile], settings: Settings | None = None) -> dg.SensorDefinition:
     """Shows invalid pipeline files on the overview: the `pipeline_is_valid` check of each file that was invalid
     when the code location loaded fails with its errors; a file that became invalid since fails the tick,
     naming file, line and message (its jobs still run the last loaded definition until reloaded)."""
@@ -47,7 +47,7 @@ def files_sensor(directory: Path, loaded: list[PipelineFile]) -> dg.SensorDefini
         ),
     )
     def pipeline_files(context: dg.SensorEvaluationContext) -> Any:
-        current = discover(directory)
+        current = discover(directory, settings)
         invalid = [pf for pf in current if pf.pipeline is None]
         events = [
             dg.AssetCheckEvaluation(
@@ -84,7 +84,7 @@ def build_definitions(
     directory = directory or pipelines_directory()
     settings = settings or load_settings()
     translator = translator or StreamlingTranslator()
-    pipelines = discover(directory)
+    pipelines = discover(directory, settings)
     taken: set[dg.AssetKey] = set()
     built: list[PipelineDefinitions] = []
     # producers first: a topic a pipeline writes is that pipeline's asset, whichever file sorts first
@@ -100,7 +100,11 @@ def build_definitions(
         assets=[*inputs, *(a for part in built for a in part.assets)],
         asset_checks=[c for part in built for c in part.checks],
         jobs=[j for part in built for j in part.jobs],
-        sensors=[positions_sensor(valid), files_sensor(directory, pipelines), *(s for p in built for s in p.sensors)],
+        sensors=[
+            positions_sensor(valid),
+            files_sensor(directory, pipelines, settings),
+            *(s for p in built for s in p.sensors),
+        ],
         schedules=[s for part in built for s in part.schedules],
         resources=default_resources(settings),
     )

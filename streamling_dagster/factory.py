@@ -56,7 +56,9 @@ def job_names(pf: PipelineFile) -> list[str]:
     return names
 
 
-def invalid_pipeline(pf: PipelineFile) -> tuple[dg.AssetSpec, dg.AssetChecksDefinition]:
+def invalid_pipeline(
+    pf: PipelineFile, settings: Settings | None = None
+) -> tuple[dg.AssetSpec, dg.AssetChecksDefinition]:
     key = dg.AssetKey([pf.name, "pipeline"])
     message = "\n".join(f"- {e}" for e in located_errors(pf))
     spec = dg.AssetSpec(
@@ -69,7 +71,7 @@ def invalid_pipeline(pf: PipelineFile) -> tuple[dg.AssetSpec, dg.AssetChecksDefi
 
     @dg.asset_check(asset=key, name=VALIDITY_CHECK, description="The pipeline file passes validation")
     def pipeline_is_valid() -> dg.AssetCheckResult:
-        fresh = read_pipeline_file(pf.path)
+        fresh = read_pipeline_file(pf.path, settings)
         errors = located_errors(fresh)
         return dg.AssetCheckResult(
             passed=not errors,
@@ -118,13 +120,14 @@ def build_pipeline(
     taken: set[dg.AssetKey] | None = None,
 ) -> PipelineDefinitions:
     out = PipelineDefinitions(pf)
+    settings = settings or load_settings()
     if pf.pipeline is None:
-        spec, check = invalid_pipeline(pf)
+        spec, check = invalid_pipeline(pf, settings)
         out.assets.append(spec)
         out.checks.append(check)
         return out
     translator = translator or StreamlingTranslator()
-    specs = pipeline_specs(pf, translator, settings or load_settings(), taken, job_names(pf))
+    specs = pipeline_specs(pf, translator, settings, taken, job_names(pf))
     out.specs = specs
     out.assets += specs.upstream
     if pf.can_backfill:
@@ -173,12 +176,13 @@ def streamling_assets(
 
     The pipeline must be able to backfill (bounded sources); build its stream jobs with `pipeline_definitions`.
     """
-    pf = read_pipeline_file(Path(pipeline))
+    settings = settings or load_settings()
+    pf = read_pipeline_file(Path(pipeline), settings)
     if pf.pipeline is None:
         raise dg.DagsterInvalidDefinitionError("\n".join(located_errors(pf)))
     if not pf.can_backfill:
         raise dg.DagsterInvalidDefinitionError(f"{pf.path} cannot backfill: {pf.backfill_errors[0]}")
-    specs = pipeline_specs(pf, translator or StreamlingTranslator(), settings or load_settings(), None, job_names(pf))
+    specs = pipeline_specs(pf, translator or StreamlingTranslator(), settings, None, job_names(pf))
 
     def decorate(fn: Callable[..., Any]) -> dg.AssetsDefinition:
         return dg.multi_asset(**backfill_asset_args(pf, specs.sinks, name or fn.__name__))(fn)
@@ -205,7 +209,8 @@ def pipeline_definitions(
 
     settings = settings or load_settings()
     translator = translator or StreamlingTranslator()
-    pf = path if isinstance(path, PipelineFile) else read_pipeline_file(Path(path))  # the component passes one
+    # the component passes a PipelineFile
+    pf = path if isinstance(path, PipelineFile) else read_pipeline_file(Path(path), settings)
     built = build_pipeline(pf, translator, settings)
     assets = list(built.assets)
     if define_inputs and built.specs is not None:

@@ -12,6 +12,7 @@ import dagster as dg
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from streamling.config import Settings, load_settings
 from streamling.errors import StreamlingError, first_line
 from streamling.topology import yaml_input
 from streamling.topology.pipeline import Node, Pipeline, load_pipeline, read_pipeline_text
@@ -102,25 +103,33 @@ def node_key(pipeline: str, node: str) -> dg.AssetKey:
     return dg.AssetKey([pipeline, asset_name(node)])
 
 
-def discover(directory: Path) -> list[PipelineFile]:
-    return [read_pipeline_file(path) for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])]
+def discover(directory: Path, settings: Settings | None = None) -> list[PipelineFile]:
+    settings = settings if settings is not None else load_settings()
+    paths = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
+    return [read_pipeline_file(path, settings) for path in paths]
 
 
-def read_pipeline_file(path: Path) -> PipelineFile:
-    """A pipeline file, structurally validated (no Spark); `errors` says what is wrong when it is invalid."""
+def read_pipeline_file(path: Path, settings: Settings | None = None) -> PipelineFile:
+    """A pipeline file, structurally validated (no Spark); `errors` says what is wrong when it is invalid.
+
+    `settings` are the code location's (default: the environment's, as a run's `StreamlingResource` reads them):
+    their ``plugin`` section loads the plugins on ``STREAMLING__PLUGIN__PATH`` and runs the preprocessors, as a
+    run does, so the control plane sees the pipeline a run will run. A plugin that cannot be loaded, or a type
+    no plugin defines, makes the file invalid with the loader's message; it never breaks the other files."""
+    settings = settings if settings is not None else load_settings()
     try:
         text = read_pipeline_text(path)
     except StreamlingError as exc:  # unreadable, or not UTF-8: shown like any invalid file
         return PipelineFile(asset_name(path.stem), path, "", None, [exc.message])
-    pipeline, report = load_pipeline(text, name=path.stem, path=path)
+    pipeline, report = load_pipeline(text, name=path.stem, path=path, settings=settings)
     backfill_errors: list[str] = []
     orchestration = Orchestration()
     errors = list(report.errors)
     if pipeline is not None:
-        errors += unbuildable(pipeline)
+        errors += unbuildable(pipeline, settings)
         pipeline = None if errors else pipeline
     if pipeline is not None:
-        _, job_report = load_pipeline(text, name=path.stem, path=path, job_mode=True)
+        _, job_report = load_pipeline(text, name=path.stem, path=path, job_mode=True, settings=settings)
         backfill_errors = job_report.errors
         try:
             orchestration = Orchestration.model_validate(yaml_input.load(text).get("orchestration") or {})
@@ -143,13 +152,18 @@ def read_pipeline_file(path: Path) -> PipelineFile:
     return PipelineFile(asset_name(path.stem), path, text, pipeline, errors, backfill_errors, orchestration)
 
 
-def unbuildable(pipeline: Pipeline) -> list[str]:
-    """Nodes whose operator cannot even be built (a plugin's constructor that raises): the control plane asks
-    every operator what it reads and writes, so such a file is shown as invalid rather than failing the others."""
+def unbuildable(pipeline: Pipeline, settings: Settings | None = None) -> list[str]:
+    """Nodes whose operator cannot tell the control plane what it reads and writes (a plugin whose constructor,
+    `reads` or `writes` raises, or whose identity labels break the label rules): the definitions ask every
+    operator that, so such a file is shown as invalid rather than failing the others."""
     errors = []
     for node in pipeline.nodes.values():
         try:
-            nodes.operator_of(node)
+            op = nodes.operator_of(node, settings)
+            op.reads()
+            op.writes()
+        except StreamlingError as exc:
+            errors.append(exc.message if exc.user_facing else f"{node.label}: {first_line(exc)}")
         except Exception as exc:
             errors.append(f"{node.label}: cannot build its operator: {first_line(exc)}")
     return errors
@@ -180,13 +194,22 @@ def _label(where: tuple[str, ...]) -> str:
     return f"{KIND_OF[section]} '{name}'" if section in KIND_OF else "\0"  # "\0": never a message's start
 
 
+def _names_node(error: str, where: tuple[str, ...]) -> bool:
+    """The error is about that node: it starts with the node's label, or (a plugin's error) with
+    ``plugin '<id>' (node '<name>')``."""
+    if error.startswith(_label(where)):
+        return True
+    head = error.split(": ", 1)[0]
+    return where[0] in KIND_OF and head.startswith("plugin '") and head.endswith(f"(node '{where[1]}')")
+
+
 def located_errors(pf: PipelineFile) -> list[str]:
     """`file:line: message` for each problem, the line of the node or block it names (when it names one), so
     an operator can go straight to it."""
     lines = _key_lines(pf.text)
     out = []
     for error in pf.errors:
-        line = next((n for where, n in lines.items() if len(where) == 2 and error.startswith(_label(where))), None)
+        line = next((n for where, n in lines.items() if len(where) == 2 and _names_node(error, where)), None)
         if line is not None:
             pass
         elif error.startswith("orchestration"):

@@ -12,6 +12,7 @@ from dagster_pyspark.resources import spark_session_from_config
 from dagster_spark.utils import flatten_dict
 
 from streamling.config import Settings, load_settings
+from streamling.plugins.shipping import ship_plugins
 from streamling.runtime.session import finish_session, prepare_environment, session_conf, start_jvm
 from streamling_dagster.pipelines import PipelineFile
 
@@ -45,7 +46,9 @@ class StreamlingResource(dg.ConfigurableResource):
 
 class StreamlingSparkResource(PySparkResource):
     """dagster-pyspark's session, configured like the engine's own (`spark_config` defaults to the engine's
-    `spark.*` settings, master included), started on first use and stopped when the run ends."""
+    `spark.*` settings, master included), started on first use and stopped when the run ends. Like the CLI's, it
+    ships the plugins loaded from ``STREAMLING__PLUGIN__PATH`` (the code location loaded them when it read the
+    pipeline files) to Spark's Python workers; each run's plan ships any it loads later."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StreamlingSparkResource:
@@ -73,6 +76,7 @@ class StreamlingSparkResource(PySparkResource):
         self._spark_session = spark_session_from_config(conf)
         settings = engine.model_copy(update={"master": self.spark_config.get("spark.master", "local[*]")})
         finish_session(self._spark_session, settings)
+        ship_plugins(self._spark_session)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._spark_session is not None:

@@ -41,6 +41,7 @@ from streamling.plugin import (
 )
 from streamling.plugins.state import NodeState
 from streamling.state import StateBackend
+from streamling.topology.labels import label_errors
 from streamling.types import GS_OP, with_gs_op
 
 log = logging.getLogger("streamling.plugins")
@@ -178,9 +179,30 @@ class PluginNode(Operator[Any]):
 
     @cached_property
     def plugin(self) -> Any:
+        """The plugin instance on the driver; its identity labels are asked (and checked) once, as it is built."""
         context = Context(self.name, self.plugin_id, self.settings.application_id, self.node_state)
         with plugin_errors(self.label):
-            return self.plugin_class(self.spec.options, context)
+            plugin = self.plugin_class(self.spec.options, context)
+            labels = plugin.labels()
+        self._declared_labels = self._checked_labels(labels)
+        return plugin
+
+    def _checked_labels(self, labels: Any) -> dict[str, Any]:
+        """The plugin's identity labels under the rules of YAML ``telemetry.labels`` (`topology.labels`: they
+        become metric dimensions too), else a user-facing error naming plugin, node and key."""
+        if labels is None:
+            return {}
+        if not isinstance(labels, Mapping):
+            raise StreamlingNodeError(
+                f"{self.label}: labels() returned {type(labels).__name__}, not a mapping of label names to values",
+                user_facing=True,
+            )
+        labels = dict(labels)
+        identity = (*self.spec.identity_labels, "type")  # as for the YAML's labels of a plugin node
+        problems = label_errors(self.label, labels, identity, what="identity label", origin="labels()")
+        if problems:
+            raise StreamlingNodeError("; ".join(problems), user_facing=True)
+        return labels
 
     def call(self, method: str, *args: Any, bucket: Any = None) -> Any:
         """Call the plugin's `method`, its state puts staged for `bucket`, its errors named."""
@@ -200,13 +222,19 @@ class PluginNode(Operator[Any]):
         return {**self.spec.labels(), **self._plugin_labels()}
 
     def _plugin_labels(self) -> dict[str, Any]:
-        labels = self.call("labels")
-        return dict(labels or {})
+        self.plugin  # noqa: B018 - built once, with its labels checked
+        return self._declared_labels
 
     def warnings(self) -> list[str]:
+        """One warning per YAML label the plugin overrides with another value. A plugin that cannot be built or
+        whose labels break the rules has no warnings: analysis reports it as an error for its node."""
         yaml_labels = self.spec.labels()
         out = []
-        for key, value in self._plugin_labels().items():
+        try:
+            plugin_labels = self._plugin_labels()
+        except StreamlingError:
+            return []
+        for key, value in plugin_labels.items():
             if key in yaml_labels and str(yaml_labels[key]) != str(value):
                 out.append(
                     f"{self.label}: telemetry label '{key}' is set to {yaml_labels[key]!r} in the pipeline and to "
@@ -367,6 +395,10 @@ class _TransformTask:
 class PluginSink(PluginNode, DriverSink[Any]):
     """A `DriverSink`: the epoch's rows as batches on the committer thread, then flush, then finalize."""
 
+    def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
+        self.plugin  # noqa: B018 - validation builds the plugin (constructor, labels), as for the other kinds
+        return []
+
     def write_batch(self, batch: pa.RecordBatch, epoch: Epoch) -> None:
         self.call("write", batch, epoch, bucket=(epoch.source, epoch.id))
 
@@ -387,6 +419,7 @@ class PluginSideOutput(PluginNode, Transform[Any]):
     def apply(self, spark: SparkSession, inputs: Mapping[str, DataFrame], epoch: Epoch | None) -> DataFrame:
         (frame,) = inputs.values()
         if epoch is None:
+            self.plugin  # noqa: B018 - validation builds the plugin (constructor, labels)
             return frame
         for batch in frame.toArrow().to_batches():
             self.call("observe", batch, epoch, bucket=(epoch.source, epoch.id))
@@ -426,6 +459,10 @@ def adapter_for(cls: type, plugin_id: str) -> Callable[..., PluginNode]:
         found = _cache.classes.get((cls, plugin_id))
         if found is None:
             base = next(adapter for abc, adapter in ADAPTERS.items() if issubclass(cls, abc))
-            found = type(f"{base.__name__}[{plugin_id}]", (base,), {"plugin_class": cls, "plugin_id": plugin_id})
+            attributes: dict[str, Any] = {"plugin_class": cls, "plugin_id": plugin_id}
+            if issubclass(base, _PluginSource) and cls.backlog in (ArrowSource.backlog, PolledSource.backlog):
+                # no backlog of its own: the control plane (which tells by the override) offers no lag checks
+                attributes["backlog"] = Source.backlog
+            found = type(f"{base.__name__}[{plugin_id}]", (base,), attributes)
             _cache.classes[(cls, plugin_id)] = found
         return found

@@ -14,14 +14,22 @@ RESERVED = ("id", "topology_node_type", "operator_type", "service_instance_id")
 KEY_PATTERN = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
-def label_errors(node: str, labels: dict[str, Any], identity: tuple[str, ...]) -> list[str]:
+def label_errors(
+    node: str,
+    labels: dict[str, Any],
+    identity: tuple[str, ...],
+    what: str = "telemetry label",
+    origin: str = "telemetry.labels",
+) -> list[str]:
+    """Each broken rule, naming `node` and the key; `what` and `origin` say whose labels they are (a plugin's
+    identity labels follow the same rules as the YAML's)."""
     errors: list[str] = []
     if len(labels) > MAX_LABELS:
-        errors.append(f"{node}: telemetry.labels has {len(labels)} labels; at most {MAX_LABELS} are allowed")
+        errors.append(f"{node}: {origin} has {len(labels)} labels; at most {MAX_LABELS} are allowed")
     reserved = set(RESERVED) | set(identity)
     for key, value in labels.items():
         key = str(key)
-        named = f"{node}: telemetry label {quoted(key)}"
+        named = f"{node}: {what} {quoted(key)}"
         if key.startswith("__"):
             errors.append(f"{named} must not start with '__'")
         elif not KEY_PATTERN.match(key):
