@@ -62,6 +62,17 @@ def write_pipeline(tmp_path: Path) -> Callable[[str, str], Path]:
     return write
 
 
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[Path]:
+    """A folder on this process's `sys.path`, where `tests.plugin_util.write_distribution` installs a plugin
+    distribution for `importlib.metadata` to find."""
+    folder = tmp_path / "site"
+    folder.mkdir()
+    sys.path.insert(0, str(folder))
+    yield folder
+    sys.path.remove(str(folder))
+
+
 def services(*args: str) -> str:
     """Run ``infra/services`` (up/down/status/env); tests use it to restart a service mid-run."""
     return subprocess.run([sys.executable, str(SERVICES), *args], check=True, capture_output=True, text=True).stdout

@@ -3,10 +3,8 @@ the structural validation of plugin nodes: options, ids, preprocessors. No Spark
 
 from __future__ import annotations
 
-import sys
 import textwrap
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,15 +31,6 @@ def settings(tmp_path: Path, **plugin: object):
 def load(text: str, config) -> tuple[object, list[str], list[str]]:
     pipeline, report = load_pipeline(textwrap.dedent(text), settings=config)
     return pipeline, report.errors, report.warnings
-
-
-@pytest.fixture
-def site(tmp_path: Path) -> Iterator[Path]:
-    folder = tmp_path / "site"
-    folder.mkdir()
-    sys.path.insert(0, str(folder))
-    yield folder
-    sys.path.remove(str(folder))
 
 
 def test_a_plugin_file_runs_through_validation_with_options_from_either_place(tmp_path: Path) -> None:

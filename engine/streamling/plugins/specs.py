@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, create_model, model_validator
+from pydantic import BaseModel, create_model, model_validator
 
 from streamling.topology.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec
 
@@ -70,7 +70,9 @@ def node_spec(plugin_id: str, kind: str, cls: type) -> type[NodeSpec]:
         f"PluginSpec_{plugin_id.replace('.', '_')}",
         __base__=(PluginNodeSpec, base),
         type=(Literal[plugin_id], ...),
-        options=(options_model, Field(default_factory=options_model)),
+        # required, not defaulted: `_gather_options` always supplies it, and a default factory would be called
+        # (and fail on required options) whenever the spec is dumped with exclude_defaults, as the control plane does
+        options=(options_model, ...),
     )
     spec.plugin_id = plugin_id
     spec.plugin_class = cls
