@@ -4,6 +4,7 @@ distribution's entry point made visible to `importlib.metadata` by a dist-info f
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 # One plugin module holding the six kinds. `{ns}` is its namespace (and file name), unique per test because
@@ -234,3 +235,140 @@ def write_distribution(site: Path, dist: str, entry_points: dict[str, str], modu
     for module, text in modules.items():
         (site / f"{module}.py").write_text(textwrap.dedent(text))
     return site
+
+
+# A partner-API source and an archive sink with their own Dagster objects (`reads`/`writes`), backlog and
+# identity labels; a stream that cannot tell its backlog. `{ns}` as in SIX_KINDS.
+FEED = '''
+import json
+
+import pyarrow as pa
+
+from streamling.plugin import ArrowSink, ArrowSource, ExternalObject, Options, Plugin
+
+
+class FeedOptions(Options):
+    endpoint: str
+    rows: int
+    """The backfill reads the first `rows` orders..."""
+    held: int
+    """...of the `held` the partner API offers: the backlog after a backfill is the difference."""
+
+
+class Feed(ArrowSource[FeedOptions]):
+    """Orders from a partner API by number; the position is the next order's."""
+
+    options_model = FeedOptions
+    bounded = True
+
+    def output_schema(self):
+        return pa.schema([("id", pa.int64()), ("amount", pa.int64())])
+
+    def initial_position(self):
+        return 0
+
+    def latest_position(self, start):
+        return min(start + 4, self.options.rows)
+
+    def read(self, start, end):
+        ids = list(range(start, end))
+        yield pa.record_batch([pa.array(ids, pa.int64()), pa.array([i * 10 for i in ids], pa.int64())],
+                              names=["id", "amount"])
+
+    def finished(self, position):
+        return position >= self.options.rows
+
+    def backlog(self, position):
+        return {{"0": self.options.held - (position or 0)}}
+
+    def reads(self):
+        if "/" in self.options.endpoint:
+            raise ValueError(f"endpoint {{self.options.endpoint!r}} must not contain '/'")
+        return [ExternalObject("acme", ("partner_api", self.options.endpoint),
+                               "Orders as the ACME partner API offers them.",
+                               {{"endpoint": f"https://api.acme.example/{{self.options.endpoint}}", "partitions": 1}})]
+
+
+class Ticker(ArrowSource[Options]):
+    """A stream that reads something outside the pipeline but cannot tell its backlog."""
+
+    def output_schema(self):
+        return pa.schema([("id", pa.int64())])
+
+    def initial_position(self):
+        return 0
+
+    def latest_position(self, start):
+        return start + 1
+
+    def read(self, start, end):
+        yield pa.record_batch([pa.array(range(start, end), pa.int64())], names=["id"])
+
+    def reads(self):
+        return [ExternalObject("acme", ("ticks",))]
+
+
+class ArchiveOptions(Options):
+    bucket: str
+    path: str
+    label: str | None = None
+    """An identity label key, to try the label rules."""
+
+
+class Archive(ArrowSink[ArchiveOptions]):
+    """JSON lines, written when the epoch flushes."""
+
+    options_model = ArchiveOptions
+
+    def open(self):
+        self.pending = []
+
+    def write(self, batch, epoch):
+        self.pending += batch.to_pylist()
+
+    def flush(self, epoch):
+        with open(self.options.path, "a") as out:
+            out.writelines(json.dumps(row) + "\\n" for row in self.pending)
+        self.pending = []
+
+    def writes(self):
+        return [ExternalObject("objectstore", (self.options.bucket, "orders"), "Order archive, JSON lines.",
+                               {{"bucket": self.options.bucket, "format": "jsonl"}})]
+
+    def labels(self):
+        return {{self.options.label: self.options.bucket}} if self.options.label else {{}}
+
+
+PLUGIN = Plugin(namespace="{ns}", operators={{"feed": Feed, "ticker": Ticker, "archive": Archive}})
+'''
+
+
+@dataclass
+class FeedPlugin:
+    namespace: str
+    pipelines: Path
+    """Its pipeline files (`write_feed_pipelines`)."""
+    archive: Path
+    """The file the archive sink of ``feed.yaml`` writes."""
+
+
+def write_feed_pipelines(root: Path, ns: str) -> FeedPlugin:
+    """`root/pipelines`: ``feed.yaml`` (the feed's first 10 of 25 orders into the archive) and ``typo.yaml``
+    (a type no plugin defines)."""
+    pipelines = root / "pipelines"
+    pipelines.mkdir()
+    archive = root / "archive.jsonl"
+    (pipelines / "feed.yaml").write_text(
+        textwrap.dedent(
+            f"""
+            sources:
+              orders: {{type: {ns}.feed, primary_key: id, endpoint: orders, rows: 10, held: 25}}
+            sinks:
+              archive: {{type: {ns}.archive, from: orders, bucket: lake, path: {archive}}}
+            """
+        )
+    )
+    (pipelines / "typo.yaml").write_text(
+        f"sources:\n  orders: {{type: {ns}.fed, endpoint: x}}\nsinks:\n  out: {{type: print, from: orders}}\n"
+    )
+    return FeedPlugin(ns, pipelines, archive)

@@ -12,6 +12,7 @@ from pathlib import Path
 import dagster as dg
 
 from tests.e2e.cli import cli_env, write
+from tests.plugin_util import FEED, write_feed_pipelines, write_plugin
 
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
 
@@ -128,3 +129,29 @@ def test_sigterm_to_a_streaming_job_stops_it_gracefully_canceled_with_positions_
     assert committed is not None and committed["offset"] == count == top  # ids 1..n: nothing lost, no gap
     (last,) = observed  # the final observation, taken after the stop
     assert last.asset_observation.metadata["committed_positions"].value == {"ticks": {"offset": count}}
+
+
+def test_a_plugin_on_the_plugin_path_is_an_asset_with_lineage_in_the_dagster_cli(tmp_path: Path) -> None:
+    """The code location loads ``STREAMLING__PLUGIN__PATH`` as runs do: the plugin source's object and the
+    sink's are assets, one downstream of the other, and a file naming an unknown plugin id breaks nothing."""
+    ns = f"feed_{uuid.uuid4().hex[:8]}"
+    plugin = write_plugin(tmp_path / "outside", ns, FEED.format(ns=ns))
+    feed = write_feed_pipelines(tmp_path, ns)
+    env = cli_env(
+        tmp_path,
+        {
+            "STREAMLING_DAGSTER_PIPELINES": str(feed.pipelines),
+            "STREAMLING__PLUGIN__PATH": str(plugin),
+            "DAGSTER_HOME": str(tmp_path),
+        },
+    )
+
+    def dagster(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([DAGSTER, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    listed = dagster("asset", "list", "-m", "streamling_dagster", "--select", "acme/partner_api/orders+")
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert listed.stdout.split() == ["acme/partner_api/orders", "objectstore/lake/orders"]
+    validated = dagster("definitions", "validate", "-m", "streamling_dagster")
+    assert validated.returncode == 0, validated.stderr[-3000:]
+    assert "All code locations passed validation." in validated.stdout + validated.stderr

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -23,142 +21,13 @@ from streamling_dagster import build_definitions
 from streamling_dagster.observations import LAG_CHECK
 from streamling_dagster.resources import StreamlingResource
 from tests.integration.test_dagster import SessionSpark
-from tests.plugin_util import write_distribution, write_plugin
+from tests.plugin_util import FEED, FeedPlugin, write_distribution, write_feed_pipelines, write_plugin
 
 pytestmark = pytest.mark.integration
 
-FEED = '''
-import json
 
-import pyarrow as pa
-
-from streamling.plugin import ArrowSink, ArrowSource, ExternalObject, Options, Plugin
-
-
-class FeedOptions(Options):
-    endpoint: str
-    rows: int
-    """The backfill reads the first `rows` orders..."""
-    held: int
-    """...of the `held` the partner API offers: the backlog after a backfill is the difference."""
-
-
-class Feed(ArrowSource[FeedOptions]):
-    """Orders from a partner API by number; the position is the next order's."""
-
-    options_model = FeedOptions
-    bounded = True
-
-    def output_schema(self):
-        return pa.schema([("id", pa.int64()), ("amount", pa.int64())])
-
-    def initial_position(self):
-        return 0
-
-    def latest_position(self, start):
-        return min(start + 4, self.options.rows)
-
-    def read(self, start, end):
-        ids = list(range(start, end))
-        yield pa.record_batch([pa.array(ids, pa.int64()), pa.array([i * 10 for i in ids], pa.int64())],
-                              names=["id", "amount"])
-
-    def finished(self, position):
-        return position >= self.options.rows
-
-    def backlog(self, position):
-        return {{"0": self.options.held - (position or 0)}}
-
-    def reads(self):
-        if "/" in self.options.endpoint:
-            raise ValueError(f"endpoint {{self.options.endpoint!r}} must not contain '/'")
-        return [ExternalObject("acme", ("partner_api", self.options.endpoint),
-                               "Orders as the ACME partner API offers them.",
-                               {{"endpoint": f"https://api.acme.example/{{self.options.endpoint}}", "partitions": 1}})]
-
-
-class Ticker(ArrowSource[Options]):
-    """A stream that reads something outside the pipeline but cannot tell its backlog."""
-
-    def output_schema(self):
-        return pa.schema([("id", pa.int64())])
-
-    def initial_position(self):
-        return 0
-
-    def latest_position(self, start):
-        return start + 1
-
-    def read(self, start, end):
-        yield pa.record_batch([pa.array(range(start, end), pa.int64())], names=["id"])
-
-    def reads(self):
-        return [ExternalObject("acme", ("ticks",))]
-
-
-class ArchiveOptions(Options):
-    bucket: str
-    path: str
-    label: str | None = None
-    """An identity label key, to try the label rules."""
-
-
-class Archive(ArrowSink[ArchiveOptions]):
-    """JSON lines, written when the epoch flushes."""
-
-    options_model = ArchiveOptions
-
-    def open(self):
-        self.pending = []
-
-    def write(self, batch, epoch):
-        self.pending += batch.to_pylist()
-
-    def flush(self, epoch):
-        with open(self.options.path, "a") as out:
-            out.writelines(json.dumps(row) + "\\n" for row in self.pending)
-        self.pending = []
-
-    def writes(self):
-        return [ExternalObject("objectstore", (self.options.bucket, "orders"), "Order archive, JSON lines.",
-                               {{"bucket": self.options.bucket, "format": "jsonl"}})]
-
-    def labels(self):
-        return {{self.options.label: self.options.bucket}} if self.options.label else {{}}
-
-
-PLUGIN = Plugin(namespace="{ns}", operators={{"feed": Feed, "ticker": Ticker, "archive": Archive}})
-'''
-
-
-@dataclass
-class FeedPlugin:
-    namespace: str
-    pipelines: Path
-    archive: Path
-
-    def key(self, text: str) -> dg.AssetKey:
-        return dg.AssetKey.from_user_string(text)
-
-
-def write_pipelines(root: Path, ns: str) -> FeedPlugin:
-    pipelines = root / "pipelines"
-    pipelines.mkdir()
-    archive = root / "archive.jsonl"
-    (pipelines / "feed.yaml").write_text(
-        textwrap.dedent(
-            f"""
-            sources:
-              orders: {{type: {ns}.feed, primary_key: id, endpoint: orders, rows: 10, held: 25}}
-            sinks:
-              archive: {{type: {ns}.archive, from: orders, bucket: lake, path: {archive}}}
-            """
-        )
-    )
-    (pipelines / "typo.yaml").write_text(
-        f"sources:\n  orders: {{type: {ns}.fed, endpoint: x}}\nsinks:\n  out: {{type: print, from: orders}}\n"
-    )
-    return FeedPlugin(ns, pipelines, archive)
+def key(text: str) -> dg.AssetKey:
+    return dg.AssetKey.from_user_string(text)
 
 
 @pytest.fixture
@@ -168,7 +37,7 @@ def by_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FeedPlugin:
     ns = f"feed_{uuid.uuid4().hex[:8]}"
     plugin = write_plugin(tmp_path / "outside", ns, FEED.format(ns=ns))
     monkeypatch.setenv("STREAMLING__PLUGIN__PATH", str(plugin))
-    return write_pipelines(tmp_path, ns)
+    return write_feed_pipelines(tmp_path, ns)
 
 
 @pytest.fixture
@@ -178,14 +47,14 @@ def by_entry_point(tmp_path: Path, site: Path, spark, monkeypatch: pytest.Monkey
     not shipped with the job: installed plugins must be installed where Spark's Python workers run, so the
     workers get the folder on their ``PYTHONPATH`` (Spark starts workers with the context's environment)."""
     ns = f"dist_{uuid.uuid4().hex[:8]}"
-    write_distribution(site, "acme-feed", {"feed": f"{ns}:PLUGIN"}, {ns: textwrap.dedent(FEED.format(ns=ns))})
+    write_distribution(site, "acme-feed", {"feed": f"{ns}:PLUGIN"}, {ns: FEED.format(ns=ns)})
     for attribute in ("_types", "_functions", "_preprocessors"):
         monkeypatch.setattr(REGISTRY, attribute, dict(getattr(REGISTRY, attribute)))
     loader.load_installed(REGISTRY)
     environment = spark.sparkContext.environment
     before = environment.get("PYTHONPATH")
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), before]))
-    yield write_pipelines(tmp_path, ns)
+    yield write_feed_pipelines(tmp_path, ns)
     if before is None:
         environment.pop("PYTHONPATH")
     else:
@@ -201,12 +70,12 @@ def test_plugin_assets_lineage_backfill_and_backlog(feed: FeedPlugin, spark, tmp
     defs = build_definitions(feed.pipelines)
     graph = defs.resolve_asset_graph()
 
-    api = graph.get(feed.key("acme/partner_api/orders"))  # what the plugin source reads, keyed as reads() says
+    api = graph.get(key("acme/partner_api/orders"))  # what the plugin source reads, keyed as reads() says
     assert api.description is not None
     assert api.description.startswith("Orders as the ACME partner API offers them.\n\nRead by source 'orders'")
     assert (api.metadata["endpoint"], api.metadata["partitions"]) == ("https://api.acme.example/orders", 1)
     assert api.kinds == {"acme"}
-    archive = graph.get(feed.key("objectstore/lake/orders"))  # what the plugin sink writes
+    archive = graph.get(key("objectstore/lake/orders"))  # what the plugin sink writes
     assert archive.parent_keys == {api.key}
     assert archive.description is not None
     assert archive.description.startswith("Order archive, JSON lines.\n\nWritten by sink 'archive' of feed.")
@@ -215,7 +84,7 @@ def test_plugin_assets_lineage_backfill_and_backlog(feed: FeedPlugin, spark, tmp
     assert sorted(j.name for j in defs.jobs or []) == ["feed__backfill"]
 
     # the file naming an id no plugin defines is shown invalid, with the loader's message listing what is loaded
-    check = defs.get_asset_checks_def(dg.AssetCheckKey(feed.key("typo/pipeline"), "pipeline_is_valid"))
+    check = defs.get_asset_checks_def(dg.AssetCheckKey(key("typo/pipeline"), "pipeline_is_valid"))
     outcome = check()
     assert not outcome.passed
     assert outcome.description.startswith(
@@ -261,8 +130,8 @@ def test_a_plugin_source_without_a_backlog_gets_no_lag_checks(by_path: FeedPlugi
         f"sinks:\n  archive: {{type: {by_path.namespace}.archive, from: ticks, bucket: lake, path: /dev/null}}\n"
     )
     graph = build_definitions(by_path.pipelines).resolve_asset_graph()
-    archive = by_path.key("objectstore/lake/orders")
-    assert graph.get(archive).parent_keys == {by_path.key("acme/ticks")}
+    archive = key("objectstore/lake/orders")
+    assert graph.get(archive).parent_keys == {key("acme/ticks")}
     assert graph.get(archive).is_observable  # it streams
     assert LAG_CHECK not in {c.name for c in graph.asset_check_keys if c.asset_key == archive}
 
@@ -293,7 +162,7 @@ def test_plugin_labels_follow_the_label_rules_and_a_failing_plugin_marks_only_it
 
     defs = build_definitions(pipelines)
     errors = {
-        name: defs.get_asset_checks_def(dg.AssetCheckKey(by_path.key(f"{name}/pipeline"), "pipeline_is_valid"))()
+        name: defs.get_asset_checks_def(dg.AssetCheckKey(key(f"{name}/pipeline"), "pipeline_is_valid"))()
         for name in ("labelled", "slash")
     }
     assert errors["labelled"].description == (
@@ -303,4 +172,4 @@ def test_plugin_labels_follow_the_label_rules_and_a_failing_plugin_marks_only_it
         f"{pipelines / 'slash.yaml'}:2: plugin '{ns}.feed' (node 'orders'): ValueError: endpoint 'a/b' must not "
         "contain '/'"
     )
-    assert by_path.key("objectstore/lake/orders") in defs.resolve_asset_graph().get_all_asset_keys()
+    assert key("objectstore/lake/orders") in defs.resolve_asset_graph().get_all_asset_keys()

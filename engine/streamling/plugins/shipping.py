@@ -46,7 +46,11 @@ def ship_plugins(spark: SparkSession) -> None:
 
 
 def _archive(plugins: list[PathPlugin]) -> Path:
-    target = Path(tempfile.mkdtemp(prefix="streamling-plugins-")) / "plugins.zip"
+    """A zip of `plugins`, named after its folder: Spark keys added files by name and refuses a second file of
+    the same name with other contents, and a long-lived process (a Dagster code location) ships again whenever
+    a pipeline loads another plugin."""
+    folder = Path(tempfile.mkdtemp(prefix="streamling-plugins-"))
+    target = folder / f"{folder.name.replace('-', '_')}.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for plugin in plugins:
             if plugin.root.is_file():
