@@ -13,7 +13,7 @@ import threading
 from typing import Literal
 
 import pyarrow as pa
-from pydantic import PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from streamling.config.units import Milliseconds
 from streamling.operators import ArrowSink, Epoch
@@ -36,6 +36,20 @@ class PrintSinkSpec(SinkSpec):
     """The longest rows wait: sources feeding this sink close epochs at least this often."""
 
 
+class PrintSinkOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["batch"] = "batch"
+    """The original's plugin sink printed whole batches; here every epoch's rows print as it is written."""
+
+
+class OriginalPrintSinkSpec(PrintSinkSpec):
+    """``print_sink``: the name (and ``options``) the original's plugin example gives its print sink."""
+
+    type: Literal["print_sink"]  # type: ignore[assignment]
+    options: PrintSinkOptions = Field(default_factory=PrintSinkOptions)
+
+
+@operator("print_sink", OriginalPrintSinkSpec)
 @operator("print", PrintSinkSpec)
 class PrintSink(ArrowSink[PrintSinkSpec]):
     def __init__(self, *args: object, **kwargs: object) -> None:
