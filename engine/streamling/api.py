@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from streamling.config import Settings, load_settings
 from streamling.errors import InvalidPipelineError, StreamlingError
+from streamling.plugins.shipping import ship_plugins
 from streamling.runtime.executor import PipelineRunner, RunSummary, epoch_key
 from streamling.runtime.plan import Plan
 from streamling.runtime.session import build_session
@@ -41,7 +42,7 @@ def plan_pipeline(
     """
     path = Path(location)
     text = read_pipeline_text(path)
-    pipeline, report = load_pipeline(text, name=path.stem, path=path, job_mode=settings.job_mode)
+    pipeline, report = load_pipeline(text, name=path.stem, path=path, job_mode=settings.job_mode, settings=settings)
     if pipeline is None:
         return None, report
     return analyze(pipeline, settings, spark, report)
@@ -50,7 +51,9 @@ def plan_pipeline(
 def check_structure(location: str | Path, settings: Settings) -> Pipeline:
     """The structural validation alone (no Spark): the pipeline, or InvalidPipelineError listing every problem."""
     path = Path(location)
-    pipeline, report = load_pipeline(read_pipeline_text(path), name=path.stem, path=path, job_mode=settings.job_mode)
+    pipeline, report = load_pipeline(
+        read_pipeline_text(path), name=path.stem, path=path, job_mode=settings.job_mode, settings=settings
+    )
     if pipeline is None:
         raise InvalidPipelineError(invalid_pipeline_message(path, report), report.errors)
     return pipeline
@@ -60,7 +63,9 @@ def analyze(
     pipeline: Pipeline, settings: Settings, spark: SparkSession | None, report: ValidationReport
 ) -> tuple[Plan | None, ValidationReport]:
     plan = Plan(pipeline, settings)
-    report.errors += plan.analyze(spark or build_session(settings.spark))
+    spark = spark or build_session(settings.spark)
+    ship_plugins(spark)
+    report.errors += plan.analyze(spark)
     report.warnings += plan.warnings + plan.key_warnings
     return (plan if report.is_valid else None), report
 
@@ -138,7 +143,9 @@ def source_status(location: str | Path, settings: Settings) -> dict[str, SourceS
     """Each source's committed position, last epoch and backlog, read from the state backend and, for the
     backlog, the source's metadata (Kafka high watermarks) — without Spark, without reading data."""
     path = Path(location)
-    pipeline, report = load_pipeline(read_pipeline_text(path), name=path.stem, path=path, job_mode=False)
+    pipeline, report = load_pipeline(
+        read_pipeline_text(path), name=path.stem, path=path, job_mode=False, settings=settings
+    )
     if pipeline is None:
         raise InvalidPipelineError(invalid_pipeline_message(path, report), report.errors)
     plan = Plan(pipeline, settings)
@@ -167,7 +174,9 @@ def reset_positions(location: str | Path, settings: Settings) -> list[str]:
     mistaken for one they applied) and a hybrid's stream offsets (its stream goes on where it was). Returns
     the keys removed or reset."""
     path = Path(location)
-    pipeline, report = load_pipeline(read_pipeline_text(path), name=path.stem, path=path, job_mode=False)
+    pipeline, report = load_pipeline(
+        read_pipeline_text(path), name=path.stem, path=path, job_mode=False, settings=settings
+    )
     if pipeline is None:
         raise InvalidPipelineError(invalid_pipeline_message(path, report), report.errors)
     plan = Plan(pipeline, settings)

@@ -82,6 +82,8 @@ S = TypeVar("S", bound=NodeSpec)
 
 class Operator(Generic[S]):
     kind: ClassVar[str] = "node"
+    spec_model: ClassVar[type[NodeSpec] | None] = None
+    """The pydantic model of the node's YAML (its spec); an operator listed in a plugin's ``PLUGIN`` needs one."""
 
     def __init__(self, name: str, spec: S, settings: Settings) -> None:
         self.name = name
@@ -203,9 +205,10 @@ class Source(Operator[SS]):
 
     def next_epoch(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
-    ) -> tuple[DataFrame, dict[str, Any]] | None:
+    ) -> tuple[DataFrame | None, dict[str, Any]] | None:
         """For `reads_on_driver` sources: the next epoch's rows after `start` and its end position, None
-        when the source has nothing more. With `replay_end`, exactly the rows up to that end."""
+        when the source has nothing more, ``(None, start)`` when it has nothing new yet (after waiting a little;
+        the runtime asks again unless it is stopping). With `replay_end`, exactly the rows up to that end."""
         raise NotImplementedError
 
     def refine(self, df: DataFrame) -> DataFrame:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import PositiveInt
 from pyspark.sql import DataFrame, Observation
@@ -11,7 +11,6 @@ from pyspark.sql import functions as F
 
 from streamling.config.units import Milliseconds
 from streamling.operators import Epoch, Sink, Written, rows_of
-from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec, ignored_fields
 from streamling.types import GS_OP
 
@@ -26,8 +25,9 @@ class BlackholeSinkSpec(SinkSpec):
     """Sources feeding this sink close epochs at least this often."""
 
 
-@operator("blackhole", BlackholeSinkSpec)
 class BlackholeSink(Sink[BlackholeSinkSpec]):
+    spec_model: ClassVar[type[BlackholeSinkSpec]] = BlackholeSinkSpec
+
     def warnings(self) -> list[str]:
         return ignored_fields(
             self.label,

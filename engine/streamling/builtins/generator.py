@@ -25,7 +25,6 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from streamling.errors import StreamlingError
 from streamling.operators import Source
-from streamling.plugins.registry import operator
 from streamling.runtime.pacing import Pacer
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec
@@ -222,8 +221,8 @@ class GeneratorDataSource(DataSource):
         return GeneratorStreamReader(self.options)
 
 
-@operator("generator", GeneratorSourceSpec)
 class GeneratorSource(Source[GeneratorSourceSpec]):
+    spec_model: ClassVar[type[GeneratorSourceSpec]] = GeneratorSourceSpec
     data_source: ClassVar[type[DataSource]] = GeneratorDataSource
 
     @property

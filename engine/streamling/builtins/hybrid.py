@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 from pyspark.sql import DataFrame, SparkSession
@@ -30,7 +30,6 @@ from streamling.errors import StreamlingError, first_line
 from streamling.kafka.source.operator import KafkaSource
 from streamling.kafka.source.spec import KafkaSourceSpec
 from streamling.operators import Epoch, Operator, RunContext, Source
-from streamling.plugins.registry import operator
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec
 from streamling.types import exact_column
@@ -169,8 +168,9 @@ class Phase(Source[Any]):
         return self.hybrid.conform(self.child.refine(self.child.stream(spark, start, replay_end)))
 
 
-@operator("hybrid", HybridSourceSpec)
 class HybridSource(Source[HybridSourceSpec]):
+    spec_model: ClassVar[type[HybridSourceSpec]] = HybridSourceSpec
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         children: list[Source[Any]] = []

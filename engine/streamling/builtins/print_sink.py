@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from streamling.config.units import Milliseconds
 from streamling.operators import ArrowSink, Epoch
-from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec, ignored_fields
 from streamling.types import GS_OP, json_default
 
@@ -49,9 +48,9 @@ class OriginalPrintSinkSpec(PrintSinkSpec):
     options: PrintSinkOptions = Field(default_factory=PrintSinkOptions)
 
 
-@operator("print_sink", OriginalPrintSinkSpec)
-@operator("print", PrintSinkSpec)
 class PrintSink(ArrowSink[PrintSinkSpec]):
+    spec_model: ClassVar[type[PrintSinkSpec]] = PrintSinkSpec
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.seen = 0
@@ -90,3 +89,9 @@ class PrintSink(ArrowSink[PrintSinkSpec]):
             with _stdout_lock:
                 sys.stdout.write("".join(lines))
                 sys.stdout.flush()
+
+
+class OriginalPrintSink(PrintSink):
+    """The print sink registered as ``print_sink``, with the original's ``options`` block."""
+
+    spec_model: ClassVar[type[PrintSinkSpec]] = OriginalPrintSinkSpec

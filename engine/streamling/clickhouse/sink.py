@@ -60,7 +60,6 @@ from streamling.clickhouse.types import (
 from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
-from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec, flush_interval, ignored_field
 from streamling.types import GS_OP, exact_columns
 
@@ -126,8 +125,9 @@ def _literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-@operator("clickhouse", ClickHouseSinkSpec)
 class ClickHouseSink(Sink[ClickHouseSinkSpec]):
+    spec_model: ClassVar[type[ClickHouseSinkSpec]] = ClickHouseSinkSpec
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connection = self.settings.clickhouse_sink

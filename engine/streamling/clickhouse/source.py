@@ -24,7 +24,6 @@ from streamling.clickhouse.paging import Pager, key_bounds
 from streamling.clickhouse.tables import TableInfo, inspect, spark_field
 from streamling.errors import StreamlingError, first_line
 from streamling.operators import Source
-from streamling.plugins.registry import operator
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec, split_columns
 from streamling.types import GS_OP, spread
@@ -58,8 +57,8 @@ class ClickHouseSourceSpec(SourceSpec):
         return True
 
 
-@operator("clickhouse", ClickHouseSourceSpec)
 class ClickHouseSource(Source[ClickHouseSourceSpec]):
+    spec_model: ClassVar[type[ClickHouseSourceSpec]] = ClickHouseSourceSpec
     reads_on_driver: ClassVar[bool] = True
 
     @property

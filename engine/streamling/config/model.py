@@ -198,6 +198,24 @@ class StateBackendSettings(_Section):
         return value
 
 
+class PluginSettings(_Section):
+    """Where plugins come from besides installed distributions, and which preprocessors run
+    (``STREAMLING__PLUGIN__…``; see `streamling.plugin`)."""
+
+    path: str | None = None
+    """A plugin ``.py`` file, a package directory, or a directory of them (several joined by ``:``)."""
+    preprocessor_ids: list[str] = Field(default_factory=list)
+    """Preprocessors (``<namespace>.<name>``) applied in this order to every pipeline definition before parsing."""
+    preprocessor_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Options per preprocessor id."""
+
+    @field_validator("preprocessor_ids", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        """``STREAMLING__PLUGIN__PREPROCESSOR_IDS=a.x,b.y`` as well as a list."""
+        return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
+
+
 class PrintSinkSettings(_Section):
     sample_every: PositiveInt = 1
 
@@ -332,6 +350,7 @@ class Settings(_Section):
     http_secret_value: dict[str, SecretStr] = Field(default_factory=dict)
     """Header value per secret (``STREAMLING__HTTP_SECRET_VALUE__<NAME>``); never logged or shown."""
     script_transform: ScriptTransformSettings = Field(default_factory=ScriptTransformSettings)
+    plugin: PluginSettings = Field(default_factory=PluginSettings)
     _notices: list[str] = PrivateAttr(default_factory=list)
     """Things worth one warning at start that are not errors (a named config file that is missing)."""
 

@@ -30,7 +30,6 @@ from streamling.dynamic_tables.memory import MemorySet
 from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, PostgresWriter
 from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, RunContext, Transform
-from streamling.plugins.registry import operator
 from streamling.sql.rewrite import SqlProgram, spark_name
 from streamling.sql.stateless import forbidden_operations
 from streamling.topology.spec import TransformSpec, ignored_field, split_columns
@@ -100,8 +99,9 @@ class DynamicTableSpec(TransformSpec):
         return names
 
 
-@operator("dynamic_table", DynamicTableSpec)
 class DynamicTable(Transform[DynamicTableSpec]):
+    spec_model: ClassVar[type[DynamicTableSpec]] = DynamicTableSpec
+
     @property
     def label(self) -> str:
         return f"dynamic table '{self.name}'"

@@ -26,7 +26,6 @@ from streamling.http.client import Endpoint, exchange
 from streamling.http.options import HttpRequestOptions
 from streamling.http.payloads import PayloadError, PayloadFormat, decode_response, to_record_batch
 from streamling.operators import Epoch, Operator, Transform
-from streamling.plugins.registry import operator
 from streamling.topology.spec import TransformSpec, split_columns
 from streamling.types import GS_OP, parse_type, spread, with_gs_op
 
@@ -130,9 +129,10 @@ def _converted(rows: list[dict[str, Any]], ops: list[str], plan: HandlerPlan) ->
         ) from None
 
 
-@operator("handler", HandlerSpec)
 class HandlerTransform(Transform[HandlerSpec]):
     """Calls the service once per request's worth of rows; the output replaces the input rows."""
+
+    spec_model: ClassVar[type[HandlerSpec]] = HandlerSpec
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -23,7 +23,6 @@ from streamling.http.client import Endpoint, Skipped, exchange, log_skipped
 from streamling.http.options import HttpRequestOptions
 from streamling.http.payloads import PayloadFormat
 from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
-from streamling.plugins.registry import operator
 from streamling.topology.spec import SinkSpec
 from streamling.types import spread
 
@@ -75,8 +74,9 @@ def deliver_partition(batches: Iterator[pa.RecordBatch], plan: WebhookPlan) -> I
     yield pa.RecordBatch.from_pydict({**columns, "first_skip": pa.array([first_skip], pa.string())})
 
 
-@operator("webhook", WebhookSinkSpec)
 class WebhookSink(Sink[WebhookSinkSpec]):
+    spec_model: ClassVar[type[WebhookSinkSpec]] = WebhookSinkSpec
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._plan: WebhookPlan | None = None

@@ -29,7 +29,6 @@ from streamling.kafka.avro import avro_schema_for
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, registry
 from streamling.kafka.clients import producer as cached_producer
 from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
-from streamling.plugins.registry import operator
 from streamling.postgres.writer import ORDER_COLUMN, merge_rounds
 from streamling.topology.spec import SinkSpec
 from streamling.types import GS_OP, exact_columns, json_default, map_in_arrow, spread
@@ -154,8 +153,9 @@ def _avro_encoder(plan: Mapping[str, Any]):  # type: ignore[no-untyped-def]
     return encode
 
 
-@operator("kafka", KafkaSinkSpec)
 class KafkaSink(Sink[KafkaSinkSpec]):
+    spec_model: ClassVar[type[KafkaSinkSpec]] = KafkaSinkSpec
+
     @property
     def flush_interval_sec(self) -> float | None:
         """Its ``batch_flush_interval`` is the producer's ``linger.ms``, not a limit on the epoch interval."""

@@ -1,12 +1,39 @@
-"""Importing this module registers every built-in operator type."""
+"""The built-in operators, as a plugin without a namespace: the entry point ``builtins`` of the group
+``streamling.plugins`` (pyproject.toml), loaded like any installed plugin."""
 
-from streamling.builtins import blackhole, generator, hybrid, print_sink  # noqa: F401
-from streamling.clickhouse import sink as clickhouse_sink  # noqa: F401
-from streamling.clickhouse import source as clickhouse_source  # noqa: F401
-from streamling.dynamic_tables import transform as dynamic_table  # noqa: F401
-from streamling.http import handler, webhook  # noqa: F401
-from streamling.kafka import sink as kafka_sink  # noqa: F401
-from streamling.kafka.source import operator as kafka_source  # noqa: F401
-from streamling.postgres import aggregate_sink, sink  # noqa: F401
-from streamling.script import transform as script  # noqa: F401
-from streamling.sql import transform as sql  # noqa: F401
+from streamling.builtins.blackhole import BlackholeSink
+from streamling.builtins.generator import GeneratorSource
+from streamling.builtins.hybrid import HybridSource
+from streamling.builtins.print_sink import OriginalPrintSink, PrintSink
+from streamling.clickhouse.sink import ClickHouseSink
+from streamling.clickhouse.source import ClickHouseSource
+from streamling.dynamic_tables.transform import DynamicTable
+from streamling.http.handler import HandlerTransform
+from streamling.http.webhook import WebhookSink
+from streamling.kafka.sink import KafkaSink
+from streamling.kafka.source.operator import KafkaSource
+from streamling.plugin import Plugin
+from streamling.postgres.aggregate_sink import PostgresAggregateSink
+from streamling.postgres.sink import PostgresSink
+from streamling.script.transform import ScriptTransform
+from streamling.sql.transform import SqlTransform
+
+PLUGIN = Plugin(
+    namespace=None,
+    operators={
+        "generator": GeneratorSource,
+        "kafka": [KafkaSource, KafkaSink],
+        "clickhouse": [ClickHouseSource, ClickHouseSink],
+        "hybrid": HybridSource,
+        "sql": SqlTransform,
+        "script": ScriptTransform,
+        "handler": HandlerTransform,
+        "dynamic_table": DynamicTable,
+        "print": PrintSink,
+        "print_sink": OriginalPrintSink,
+        "blackhole": BlackholeSink,
+        "postgres": PostgresSink,
+        "postgres_aggregate": PostgresAggregateSink,
+        "webhook": WebhookSink,
+    },
+)

@@ -26,7 +26,6 @@ from pyspark.sql.types import StructType
 from streamling.config.units import Milliseconds
 from streamling.core import identifiers
 from streamling.operators import Epoch, RunContext
-from streamling.plugins.registry import operator
 from streamling.postgres import catalog, progress
 from streamling.postgres.sink import PostgresWriterSink
 from streamling.postgres.writer import EPOCH_COLUMN
@@ -109,8 +108,8 @@ class PostgresAggregateSinkSpec(SinkSpec):
         return {} if value is None else value
 
 
-@operator("postgres_aggregate", PostgresAggregateSinkSpec)
 class PostgresAggregateSink(PostgresWriterSink):
+    spec_model: ClassVar[type[PostgresAggregateSinkSpec]] = PostgresAggregateSinkSpec
     spec: PostgresAggregateSinkSpec
     mode: ClassVar[Literal["upsert", "landing"]] = "landing"
 

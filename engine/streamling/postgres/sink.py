@@ -22,7 +22,6 @@ from streamling.config.units import Milliseconds
 from streamling.core import identifiers
 from streamling.dead_letters import DeadLetterTarget
 from streamling.operators import AppliedEpoch, Epoch, RunContext, Sink, Written, rows_of
-from streamling.plugins.registry import operator
 from streamling.postgres import catalog, progress
 from streamling.postgres.connection import transact
 from streamling.postgres.progress import ProgressKey
@@ -166,8 +165,8 @@ class PostgresWriterSink(Sink[Any]):
         return sum((Written(row.inserts, row.updates, row.deletes) for row in counts.collect()), Written())
 
 
-@operator("postgres", PostgresSinkSpec)
 class PostgresSink(PostgresWriterSink):
+    spec_model: ClassVar[type[PostgresSinkSpec]] = PostgresSinkSpec
     spec: PostgresSinkSpec
 
     def check(self, schema: StructType, primary_key: list[str]) -> list[str]:

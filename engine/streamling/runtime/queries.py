@@ -265,10 +265,12 @@ class DriverSourceQuery(SourceQuery):
                 try:
                     with error_context(self.source.label):
                         batch = self.source.next_epoch(spark, self.planned_end, replay_end)
-                    replay_end = None
                     if batch is None:
                         return
                     frame, end = batch
+                    if frame is None:  # nothing new yet (the source waited a little): ask again, unless stopping
+                        continue
+                    replay_end = None
                     self._run_epoch(frame, end, int(time.time() * 1000))
                 finally:
                     with self.lock:

@@ -23,7 +23,6 @@ from pyspark.sql import types as T
 from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError
 from streamling.operators import Epoch, Transform
-from streamling.plugins.registry import operator
 from streamling.script import codec
 from streamling.script.sandbox import (
     LimitExceeded,
@@ -111,8 +110,9 @@ class ScriptTransformSpec(TransformSpec):
         return self.script
 
 
-@operator("script", ScriptTransformSpec)
 class ScriptTransform(Transform[ScriptTransformSpec]):
+    spec_model: ClassVar[type[ScriptTransformSpec]] = ScriptTransformSpec
+
     @property
     def label(self) -> str:
         return f"script transform '{self.name}'"

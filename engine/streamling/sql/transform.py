@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveInt
 from pyspark.sql import DataFrame, SparkSession
@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from streamling.dynamic_tables.transform import DynamicTable, DynamicTableSpec
 from streamling.errors import StreamlingError, first_line
 from streamling.operators import Epoch, Operator, Transform
-from streamling.plugins.registry import operator
+from streamling.plugins import functions as plugin_functions
 from streamling.sql import wide_integers
 from streamling.sql.rewrite import SqlProgram, spark_name, undefined_dynamic_table
 from streamling.sql.stateless import forbidden_operations
@@ -52,8 +52,9 @@ class SqlTransformSpec(TransformSpec):
         return errors
 
 
-@operator("sql", SqlTransformSpec)
 class SqlTransform(Transform[SqlTransformSpec]):
+    spec_model: ClassVar[type[SqlTransformSpec]] = SqlTransformSpec
+
     @property
     def label(self) -> str:
         return f"SQL transform '{self.name}'"
@@ -88,6 +89,7 @@ class SqlTransform(Transform[SqlTransformSpec]):
         sql = self.program.render(views, epoch.timestamp_ms if epoch else None, checks)
         if self.program.uses_wide_integers:
             wide_integers.register(spark)
+        functions = plugin_functions.register_all(spark)
         try:
             df = spark.sql(sql)
         except Exception as exc:  # AnalysisException, ParseException: the user's SQL is wrong
@@ -100,6 +102,9 @@ class SqlTransform(Transform[SqlTransformSpec]):
                     f"{self.label}: {', '.join(bad)} is not allowed; SQL transforms accept only stateless "
                     "operations (projection, filter, union, unnest)"
                 )
+            problems = plugin_functions.call_problems(df, functions)
+            if problems:
+                raise StreamlingError.user(f"{self.label}: {'; '.join(problems)}")
             return _single_gs_op(df)
         return spread(_single_gs_op(df), self.spec.parallelism, self.spec.primary_key_columns())
 

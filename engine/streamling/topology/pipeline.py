@@ -11,17 +11,21 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
 from streamling.errors import StreamlingError
+from streamling.plugins import loader
 from streamling.plugins.registry import REGISTRY, OperatorType
 from streamling.topology import yaml_input
 from streamling.topology.labels import label_errors
 from streamling.topology.spec import NodeSpec
 from streamling.topology.yaml_input import quoted, shown
+
+if TYPE_CHECKING:
+    from streamling.config.model import Settings
 
 SECTIONS = {"sources": "source", "transforms": "transform", "sinks": "sink"}
 CONTROL_PLANE_KEYS = ("orchestration",)
@@ -127,11 +131,30 @@ def read_pipeline_text(location: str | Path) -> str:
 
 
 def load_pipeline(
-    text: str, *, name: str = "pipeline", path: Path | None = None, job_mode: bool = False
+    text: str,
+    *,
+    name: str = "pipeline",
+    path: Path | None = None,
+    job_mode: bool = False,
+    settings: Settings | None = None,
 ) -> tuple[Pipeline | None, ValidationReport]:
-    """Parse and structurally validate; returns the pipeline only when there are no errors."""
+    """Parse and structurally validate; returns the pipeline only when there are no errors.
+
+    With `settings`, the plugins its ``plugin`` section names are loaded first (installed ones always are)
+    and its preprocessors rewrite the definition before anything else looks at it."""
     report = ValidationReport()
-    raw = _parse(text, report)
+    try:
+        REGISTRY.ensure_loaded()
+        preprocessors = []
+        if settings is not None:
+            loader.configure(REGISTRY, settings.plugin)
+            preprocessors = loader.preprocessors(REGISTRY, settings.plugin)
+    except StreamlingError as exc:
+        if not exc.user_facing:
+            raise
+        report.errors.append(exc.message)
+        return None, report
+    raw = _parse(text, report, preprocessors)
     if raw is None:
         return None, report
     nodes = _build_nodes(raw, report)
@@ -156,7 +179,7 @@ def load_pipeline(
     return (pipeline if report.is_valid else None), report
 
 
-def _parse(text: str, report: ValidationReport) -> dict[str, Any] | None:
+def _parse(text: str, report: ValidationReport, preprocessors: list[tuple[str, Any]] = ()) -> dict[str, Any] | None:
     try:
         raw = yaml_input.load(text) if text.strip() else None
     except yaml.YAMLError as exc:
@@ -165,6 +188,10 @@ def _parse(text: str, report: ValidationReport) -> dict[str, Any] | None:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         report.errors.append(f"pipeline is not valid YAML{where}: {problem}")
         return None
+    for plugin_id, preprocessor in preprocessors:
+        raw = _preprocessed(plugin_id, preprocessor, raw, report)
+        if raw is None:
+            return None
     if not isinstance(raw, dict):
         report.errors.append("pipeline must be a mapping with 'sources', 'transforms' and 'sinks'")
         return None
@@ -185,6 +212,20 @@ def _parse(text: str, report: ValidationReport) -> dict[str, Any] | None:
     return raw
 
 
+def _preprocessed(plugin_id: str, preprocessor: Any, raw: Any, report: ValidationReport) -> Any:
+    """The definition as preprocessor `plugin_id` rewrote it; None (and an error) when it failed."""
+    try:
+        out = preprocessor.process(raw)
+    except Exception as exc:
+        message = exc.message if isinstance(exc, StreamlingError) else f"{type(exc).__name__}: {exc}"
+        report.errors.append(f"preprocessor '{plugin_id}': {_shortened(message)}")
+        return None
+    if not isinstance(out, dict):
+        report.errors.append(f"preprocessor '{plugin_id}' returned {type(out).__name__}, not a mapping")
+        return None
+    return out
+
+
 def _build_nodes(raw: Mapping[str, Any], report: ValidationReport) -> dict[str, Node]:
     nodes: dict[str, Node] = {}
     for section, kind in SECTIONS.items():
@@ -203,18 +244,44 @@ def _build_nodes(raw: Mapping[str, Any], report: ValidationReport) -> dict[str, 
                 continue
             optype = REGISTRY.lookup(kind, body["type"])
             if optype is None:
-                report.errors.append(f"{label}: operator type {quoted(body['type'])} is not available")
+                report.errors.append(f"{label}: {_unknown_type(kind, body['type'])}")
                 continue
             try:
                 spec = optype.spec.model_validate(body)
             except ValidationError as exc:
-                report.errors += [f"{label} (type '{body['type']}'): {_field_problem(e)}" for e in exc.errors()]
+                report.errors += [
+                    f"{label} (type '{body['type']}'): {_field_problem(_as_written(e, body))}" for e in exc.errors()
+                ]
                 continue
             except StreamlingError as exc:  # raised by a check inside the spec (a plugin's, say)
                 report.errors.append(f"{label} (type '{body['type']}'): {_shortened(exc.message)}")
                 continue
             nodes[name] = Node(name, kind, spec, optype)
     return nodes
+
+
+def _unknown_type(kind: str, type_name: str) -> str:
+    """Which types of `kind` are loaded, and for a plugin id whose namespace none of them has, where plugins
+    come from."""
+    loaded = REGISTRY.types(kind)
+    message = f"operator type {quoted(type_name)} is not available; loaded {kind} types: {', '.join(loaded)}"
+    namespace = type_name.split(".", 1)[0] if "." in type_name else None
+    if namespace and not any(t.startswith(namespace + ".") for k in SECTIONS.values() for t in REGISTRY.types(k)):
+        message += (
+            f" (no plugin with namespace {quoted(namespace)} is loaded: set STREAMLING__PLUGIN__PATH or install a "
+            "package with a 'streamling.plugins' entry point)"
+        )
+    return message
+
+
+def _as_written(err: Any, body: Mapping[str, Any]) -> Any:
+    """A plugin option given as a top-level field is named as such, not as ``options.<field>``."""
+    loc = tuple(err.get("loc", ()))
+    options = body.get("options")
+    in_options = isinstance(options, dict) and len(loc) > 1 and loc[1] in options
+    if len(loc) > 1 and loc[0] == "options" and loc[1] in body and not in_options:
+        return {**err, "loc": loc[1:]}
+    return err
 
 
 def _name_problem(name: str) -> str | None:

@@ -37,7 +37,6 @@ from streamling.kafka.source.offsets import (
 from streamling.kafka.source.reader import KafkaDataSource
 from streamling.kafka.source.spec import METADATA_COLUMNS, KafkaSourceSpec, patience, subject_of
 from streamling.operators import RunContext, Source
-from streamling.plugins.registry import operator
 from streamling.runtime.pacing import Pacer
 from streamling.state import StateBackend
 from streamling.types import GS_OP, parse_type
@@ -47,8 +46,8 @@ log = logging.getLogger("streamling.kafka")
 # ---------------------------------------------------------------- the operator (driver)
 
 
-@operator("kafka", KafkaSourceSpec)
 class KafkaSource(Source[KafkaSourceSpec]):
+    spec_model: ClassVar[type[KafkaSourceSpec]] = KafkaSourceSpec
     data_source: ClassVar[type[DataSource]] = KafkaDataSource
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

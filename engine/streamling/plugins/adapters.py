@@ -1,0 +1,428 @@
+"""Spark-level operators for Arrow-level plugin classes (`streamling.plugin`): the plugin writes Arrow, the
+runtime keeps epochs, commits and replays exactly as for the built-ins.
+
+Every call into plugin code names the plugin and the node when it fails (``plugin 'acme.x' (node 'n'): …``),
+on the driver and inside Spark tasks alike. What runs on the executors (a transform, a source's reads)
+rebuilds the plugin instance there from a `PluginRef`, once per Python worker, by importing the plugin's
+module by name: installed, or shipped with the job (`streamling.plugins.shipping`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import pickle
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import import_module
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from streamling.errors import StreamlingError, first_line
+from streamling.operators import ArrowSink as SparkArrowSink
+from streamling.operators import Epoch, Operator, RunContext, Source, Transform
+from streamling.plugin import (
+    ArrowSink,
+    ArrowSource,
+    ArrowTransform,
+    Context,
+    PolledSource,
+    SideOutput,
+)
+from streamling.plugins.state import NodeState
+from streamling.state import StateBackend
+from streamling.types import GS_OP, with_gs_op
+
+log = logging.getLogger("streamling.plugins")
+
+
+def plugin_label(plugin_id: str, node: str) -> str:
+    return f"plugin '{plugin_id}' (node '{node}')"
+
+
+@contextmanager
+def plugin_errors(label: str) -> Iterator[None]:
+    """Anything escaping plugin code, as a user-facing error that names the plugin and the node."""
+    try:
+        yield
+    except StreamlingError as exc:
+        if exc.message.startswith(f"{label}:"):
+            raise
+        raise StreamlingError.user(f"{label}: {exc.message}") from None
+    except Exception as exc:
+        raise StreamlingError.user(f"{label}: {type(exc).__name__}: {first_line(exc)}") from exc
+
+
+@dataclass(frozen=True)
+class PluginRef:
+    """How a Spark worker rebuilds a node's plugin instance: its class by module and name, its options."""
+
+    module: str
+    qualname: str
+    plugin_id: str
+    node: str
+    application_id: str
+    options: bytes
+    """The pickled options model (pickled by reference to its class, like the plugin class)."""
+    archives: tuple[str, ...] = ()
+    """Where the driver's machine keeps the shipped plugin archives (`shipping.local_archives`)."""
+
+    @property
+    def label(self) -> str:
+        return plugin_label(self.plugin_id, self.node)
+
+    def build(self) -> Any:
+        """The instance for this process (built once per Python worker and reused by its later tasks)."""
+        key = (self.module, self.qualname, self.plugin_id, self.node, self.options)
+        with _instances_lock:
+            found = _instances.get(key)
+            if found is None:
+                with plugin_errors(self.label):
+                    cls: Any = self._module()
+                    for part in self.qualname.split("."):
+                        cls = getattr(cls, part)
+                    context = Context(self.node, self.plugin_id, self.application_id)
+                    found = cls(pickle.loads(self.options), context)
+                _instances[key] = found
+            return found
+
+    def _module(self) -> Any:
+        try:
+            return import_module(self.module)
+        except ModuleNotFoundError as exc:
+            local = [a for a in self.archives if os.path.exists(a) and a not in sys.path]
+            if exc.name != self.module.split(".")[0] or not local:
+                raise
+        sys.path.extend(local)
+        importlib.invalidate_caches()
+        return import_module(self.module)
+
+
+_instances: dict[tuple[Any, ...], Any] = {}
+_instances_lock = threading.Lock()
+
+
+def arrow_schema_of(struct: StructType) -> pa.Schema:
+    return to_arrow_schema(struct, timezone="UTC")
+
+
+def spark_schema_of(schema: pa.Schema, label: str) -> StructType:
+    """A plugin's declared Arrow schema as Spark's, with ``_gs_op`` appended unless declared."""
+    if not isinstance(schema, pa.Schema):
+        raise StreamlingError.user(f"{label}: output_schema returned {type(schema).__name__}, not a pyarrow.Schema")
+    try:
+        return with_gs_op(from_arrow_schema(schema))
+    except Exception as exc:
+        raise StreamlingError.user(f"{label}: output_schema: {first_line(exc)}") from None
+
+
+def conform(data: pa.RecordBatch | pa.Table, expected: pa.Schema, label: str, what: str) -> Iterator[pa.RecordBatch]:
+    """`data` as batches of exactly `expected` (columns selected and ordered by name, types cast,
+    ``_gs_op`` added as ``'i'`` when the plugin did not produce it)."""
+    if isinstance(data, pa.Table):
+        batches = data.to_batches()
+    elif isinstance(data, pa.RecordBatch):
+        batches = [data]
+    else:
+        raise StreamlingError.user(f"{label}: {what} returned {type(data).__name__}, not a pyarrow.RecordBatch")
+    for batch in batches:
+        names = batch.schema.names
+        missing = [f.name for f in expected if f.name not in names and f.name != GS_OP]
+        if missing:
+            raise StreamlingError.user(f"{label}: {what} returned columns {names}, which lack the declared {missing}")
+        columns = []
+        for target in expected:
+            if target.name not in names:
+                columns.append(pa.array(["i"] * batch.num_rows, pa.string()))
+                continue
+            column = batch.column(target.name)
+            if column.type != target.type:
+                try:
+                    column = column.cast(target.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise StreamlingError.user(
+                        f"{label}: {what} returned column '{target.name}' as {column.type}, declared {target.type}: "
+                        f"{first_line(exc)}"
+                    ) from None
+            columns.append(column)
+        yield pa.RecordBatch.from_arrays(columns, schema=expected)
+
+
+class PluginNode(Operator[Any]):
+    """What every adapter shares: the plugin instance, its state, its label, its lifecycle hooks."""
+
+    plugin_class: ClassVar[type] = object
+    plugin_id: ClassVar[str] = ""
+
+    @property
+    def label(self) -> str:
+        return plugin_label(self.plugin_id, self.name)
+
+    @cached_property
+    def node_state(self) -> NodeState:
+        return NodeState(self.name, self.plugin_id)
+
+    @cached_property
+    def plugin(self) -> Any:
+        context = Context(self.name, self.plugin_id, self.settings.application_id, self.node_state)
+        with plugin_errors(self.label):
+            return self.plugin_class(self.spec.options, context)
+
+    def call(self, method: str, *args: Any, bucket: Any = None) -> Any:
+        """Call the plugin's `method`, its state puts staged for `bucket`, its errors named."""
+        with plugin_errors(self.label), self.node_state.staging_for(bucket):
+            return getattr(self.plugin, method)(*args)
+
+    def ref(self) -> PluginRef:
+        cls = self.plugin_class
+        from streamling.plugins.shipping import local_archives
+
+        options = pickle.dumps(self.spec.options)
+        app = self.settings.application_id
+        return PluginRef(cls.__module__, cls.__qualname__, self.plugin_id, self.name, app, options, local_archives())
+
+    def labels(self) -> dict[str, Any]:
+        """The node's telemetry labels: the YAML's, with the plugin's identity labels winning."""
+        return {**self.spec.labels(), **self._plugin_labels()}
+
+    def _plugin_labels(self) -> dict[str, Any]:
+        labels = self.call("labels")
+        return dict(labels or {})
+
+    def warnings(self) -> list[str]:
+        yaml_labels = self.spec.labels()
+        out = []
+        for key, value in self._plugin_labels().items():
+            if key in yaml_labels and str(yaml_labels[key]) != str(value):
+                out.append(
+                    f"{self.label}: telemetry label '{key}' is set to {yaml_labels[key]!r} in the pipeline and to "
+                    f"{value!r} by the plugin; the plugin's value is used"
+                )
+        return out
+
+    def initialize(self, ctx: RunContext) -> None:
+        self.node_state.attach(ctx.state)
+        self.call("open")
+
+    def terminate(self) -> None:
+        if "plugin" in self.__dict__:
+            self.call("close")
+
+    def state_entries(self, epoch: Epoch) -> dict[str, dict[str, Any]]:
+        """The state this node staged for `epoch`, for the epoch's commit (`put_many` with the position)."""
+        return self.node_state.entries((epoch.source, epoch.id))
+
+
+def _position_key(node: str) -> str:
+    return f"{node}:position"
+
+
+class _PluginSource(PluginNode, Source[Any]):
+    def schema(self) -> StructType:
+        return spark_schema_of(self.call("output_schema"), self.label)
+
+    def committed_position(self, state: StateBackend) -> dict[str, Any] | None:
+        saved = state.get(_position_key(self.name))
+        return {"position": saved.get("position")} if saved else None
+
+    def is_exhausted(self, position: Mapping[str, Any]) -> bool:
+        return bool(self.plugin_class.bounded) and bool(self.call("finished", position.get("position")))
+
+    def backlog(self, position: Mapping[str, Any] | None) -> dict[str, int] | None:
+        return self.call("backlog", (position or {}).get("position"))
+
+    def reads(self) -> list[Any]:
+        return list(self.call("reads"))
+
+    def epoch_committed(self, epoch: Epoch) -> None:
+        self.call("finalize", epoch)
+
+
+class PluginArrowSource(_PluginSource):
+    """An `ArrowSource` as a Spark Python Data Source: positions travel as Spark offsets ``{"position": …}``."""
+
+    def load_position(self, state: StateBackend) -> dict[str, Any]:
+        return self.committed_position(state) or {"position": self.call("initial_position")}
+
+    def position_entries(
+        self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
+    ) -> dict[str, dict[str, Any]]:
+        entries = {_position_key(self.name): {"position": end.get("position"), "updated_at": now_ms}}
+        return {**entries, **self.node_state.entries()}
+
+    @cached_property
+    def data_source(self) -> type:
+        """A Data Source class of this node's own (Spark registers sources by class), carrying its plugin."""
+        from streamling.plugins.source_reader import data_source_for
+
+        return data_source_for(self.ref(), self.schema())
+
+    def stream(
+        self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
+    ) -> DataFrame:
+        return (
+            spark.readStream.format(self.data_source.name())
+            .option("start", json.dumps(start.get("position")))
+            .option("replay_end", json.dumps(dict(replay_end) if replay_end is not None else None))
+            .load()
+        )
+
+
+class PluginPolledSource(_PluginSource):
+    """A `PolledSource` read by the driver (`reads_on_driver`): each `poll` result is one epoch."""
+
+    reads_on_driver: ClassVar[bool] = True
+
+    def load_position(self, state: StateBackend) -> dict[str, Any]:
+        return self.committed_position(state) or {"position": None}
+
+    def position_entries(
+        self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
+    ) -> dict[str, dict[str, Any]]:
+        entries = {_position_key(self.name): {"position": end.get("position"), "updated_at": now_ms}}
+        return {**entries, **self.node_state.entries(("poll", _text(end.get("position"))))}
+
+    def next_epoch(
+        self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
+    ) -> tuple[DataFrame | None, dict[str, Any]] | None:
+        after = start.get("position")
+        pending = ("poll", None, threading.get_ident())
+        result = self.call("poll", after, bucket=pending)
+        if result is None:
+            self.node_state.move(pending, None)
+            if self.plugin_class.bounded and self.call("finished", after):
+                return None
+            time.sleep(float(self.plugin_class.poll_interval_sec))
+            return None, dict(start)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise StreamlingError.user(f"{self.label}: poll returned {type(result).__name__}, not (batch, position)")
+        data, position = result
+        self.node_state.move(pending, ("poll", _text(position)))
+        if replay_end is not None and _text(position) != _text(replay_end.get("position")):
+            log.warning(
+                "%s: the replayed poll after %s ended at %s, not at %s as before the restart; sinks that applied "
+                "that epoch apply these rows again",
+                self.label,
+                after,
+                position,
+                replay_end.get("position"),
+            )
+        struct = self.schema()
+        batches = list(conform(data, arrow_schema_of(struct), self.label, "poll"))
+        table = pa.Table.from_batches(batches, schema=arrow_schema_of(struct))
+        return spark.createDataFrame(table, schema=struct), {"position": position}
+
+    def flush_epoch(self, epoch: Epoch) -> None:
+        self.call("flush", epoch, bucket=(epoch.source, epoch.id))
+
+
+def _text(position: Any) -> str:
+    return json.dumps(position, sort_keys=True, default=str)
+
+
+class PluginTransform(PluginNode, Transform[Any]):
+    """An `ArrowTransform` as ``mapInArrow`` with the declared output schema."""
+
+    def apply(self, spark: SparkSession, inputs: Mapping[str, DataFrame], epoch: Epoch | None) -> DataFrame:
+        if len(inputs) != 1:
+            raise StreamlingError.user(
+                f"{self.label}: a plugin transform reads exactly one node ('from'), got {len(inputs)}"
+            )
+        (frame,) = inputs.values()
+        declared = self.call("output_schema", arrow_schema_of(frame.schema))
+        struct = spark_schema_of(declared, self.label)
+        return frame.mapInArrow(_TransformTask(self.ref(), arrow_schema_of(struct)), struct)
+
+
+class _TransformTask:
+    """The function ``mapInArrow`` ships: no operator, only what rebuilds the plugin on the worker."""
+
+    def __init__(self, ref: PluginRef, expected: pa.Schema) -> None:
+        self.ref = ref
+        self.expected = expected
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        plugin = self.ref.build()
+        label = self.ref.label
+        for batch in batches:
+            with plugin_errors(label):
+                result = plugin.transform(batch)
+            yield from conform(result, self.expected, label, "transform")
+
+
+class PluginSink(PluginNode, SparkArrowSink[Any]):
+    """An `ArrowSink`: the epoch's rows as batches on the committer thread, then flush, then finalize."""
+
+    def write_batch(self, batch: pa.RecordBatch, epoch: Epoch) -> None:
+        self.call("write", batch, epoch, bucket=(epoch.source, epoch.id))
+
+    def flush_epoch(self, epoch: Epoch) -> None:
+        self.call("flush", epoch, bucket=(epoch.source, epoch.id))
+
+    def epoch_committed(self, epoch: Epoch) -> None:
+        self.call("finalize", epoch)
+
+    def writes(self) -> list[Any]:
+        return list(self.call("writes"))
+
+
+class PluginSideOutput(PluginNode, Transform[Any]):
+    """A `SideOutput`: sees its input's batches during the epoch, flushed and finalized with it; its output
+    (the input, unchanged) is read by no node."""
+
+    def apply(self, spark: SparkSession, inputs: Mapping[str, DataFrame], epoch: Epoch | None) -> DataFrame:
+        (frame,) = inputs.values()
+        if epoch is None:
+            return frame
+        for batch in frame.toArrow().to_batches():
+            self.call("observe", batch, epoch, bucket=(epoch.source, epoch.id))
+        return frame
+
+    def flush_epoch(self, epoch: Epoch) -> None:
+        self.call("flush", epoch, bucket=(epoch.source, epoch.id))
+
+    def epoch_committed(self, epoch: Epoch) -> None:
+        self.call("finalize", epoch)
+
+    def writes(self) -> list[Any]:
+        return list(self.call("writes"))
+
+
+ADAPTERS: dict[type, type[PluginNode]] = {
+    ArrowSource: PluginArrowSource,
+    PolledSource: PluginPolledSource,
+    ArrowTransform: PluginTransform,
+    ArrowSink: PluginSink,
+    SideOutput: PluginSideOutput,
+}
+
+
+@dataclass
+class _AdapterCache:
+    classes: dict[tuple[type, str], type[PluginNode]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_cache = _AdapterCache()
+
+
+def adapter_for(cls: type, plugin_id: str) -> Callable[..., PluginNode]:
+    """The operator class for plugin class `cls` registered as `plugin_id`."""
+    with _cache.lock:
+        found = _cache.classes.get((cls, plugin_id))
+        if found is None:
+            base = next(adapter for abc, adapter in ADAPTERS.items() if issubclass(cls, abc))
+            found = type(f"{base.__name__}[{plugin_id}]", (base,), {"plugin_class": cls, "plugin_id": plugin_id})
+            _cache.classes[(cls, plugin_id)] = found
+        return found

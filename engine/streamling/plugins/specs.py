@@ -1,0 +1,78 @@
+"""The YAML shape of a plugin node: the fields every node of its section has (``type``, ``from``,
+``primary_key``, ``telemetry``) plus ``options``, validated by the plugin's own `Options` model.
+
+Options may also be given as top-level fields, as the original's examples do; they are moved into
+``options`` before validation (a field given both ways is an error). Messages name the field as written:
+`streamling.topology.pipeline` drops the ``options.`` prefix for a field given at the top level.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, Field, create_model, model_validator
+
+from streamling.topology.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec
+
+BASES: dict[str, type[NodeSpec]] = {
+    "source": SourceSpec,
+    "polled source": SourceSpec,
+    "transform": TransformSpec,
+    "side output": TransformSpec,
+    "sink": SinkSpec,
+}
+
+
+class PluginNodeSpec(BaseModel):
+    """Mixed into every plugin node's spec."""
+
+    plugin_id: ClassVar[str] = ""
+    plugin_class: ClassVar[type] = object
+    options: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_options(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        named = set()
+        for name, info in cls.model_fields.items():
+            named.add(name)
+            if info.alias:
+                named.add(info.alias)
+        named.discard("options")
+        given = data.get("options")
+        if given is None:
+            given = {}
+        if not isinstance(given, dict):
+            return data  # the options model reports the type
+        options = dict(given)
+        rest = {}
+        for key, value in data.items():
+            if key in named or key == "options":
+                rest[key] = value
+            elif key in options:
+                raise ValueError(f"option '{key}' is given both at the top level and under 'options'")
+            else:
+                options[key] = value
+        return {**rest, "options": options}
+
+    @property
+    def bounded(self) -> bool:
+        return bool(getattr(self.plugin_class, "bounded", False))
+
+
+def node_spec(plugin_id: str, kind: str, cls: type) -> type[NodeSpec]:
+    """The spec model of plugin node `cls` registered as `plugin_id`."""
+    base = BASES[kind]
+    options_model = cls.options_model  # type: ignore[attr-defined]
+    spec = create_model(  # type: ignore[call-overload]
+        f"PluginSpec_{plugin_id.replace('.', '_')}",
+        __base__=(PluginNodeSpec, base),
+        type=(Literal[plugin_id], ...),
+        options=(options_model, Field(default_factory=options_model)),
+    )
+    spec.plugin_id = plugin_id
+    spec.plugin_class = cls
+    spec.side_output = kind == "side output"
+    return spec
