@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 from streamling.plugin import Epoch, Options, SideOutput
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"streamling.plugins.{__name__}")  # under the engine's logger, so it reaches stderr
 
 
 class OpCounts(SideOutput[Options]):
