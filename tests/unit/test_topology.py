@@ -32,13 +32,21 @@ def test_valid_pipeline_with_dotted_names_and_empty_transforms() -> None:
     assert pipeline.downstream("raw.transactions") == ["out.print"]
 
 
-def test_unknown_operator_type() -> None:
-    assert errors(f"""
+def test_unknown_operator_type_lists_the_loaded_ones() -> None:
+    from streamling.plugins.registry import REGISTRY
+
+    found = errors(f"""
         sources:
           a: {GEN}
         sinks:
           b: {{type: acme.partner_sink, from: a}}
-        """) == ["sink 'b': operator type 'acme.partner_sink' is not available"]
+        """)
+    assert found == [
+        f"sink 'b': operator type 'acme.partner_sink' is not available; loaded sink types: "
+        f"{', '.join(REGISTRY.types('sink'))} (no plugin with namespace 'acme' is loaded: set STREAMLING__PLUGIN__PATH "
+        "or install a package with a 'streamling.plugins' entry point)"
+    ]
+    assert "blackhole, clickhouse, kafka, postgres, postgres_aggregate, print, webhook" in found[0]
 
 
 def test_unknown_field_on_builtin_type() -> None:
