@@ -1,5 +1,6 @@
 """The second example plugin (plugins/acme_api): a driver-polled source reading a partner's orders API page by
-page, killed with SIGKILL mid-run and restarted, through the `streamling` CLI into real Postgres.
+page, killed with SIGKILL mid-run and restarted, through the `streamling` CLI into real Postgres: the shipped
+pipelines/partner_orders.yaml with the API's address and a schema of the test's own.
 
 The API is plugins/acme_api/demo_server.py, a real HTTP server on loopback in this process; it records the
 cursor of every request, so the test sees where the resumed run starts. The target table carries a row-level
@@ -24,7 +25,7 @@ from tests.e2e.cli import sqlite_state, start_cli, wait_for, wait_until_gone, wr
 REPO = Path(__file__).resolve().parents[2]
 ACME = REPO / "plugins" / "acme_api"
 ORDERS = 600
-PAGE = 20
+PAGE = 20  # page_size in pipelines/partner_orders.yaml
 
 
 def demo_server():
@@ -64,20 +65,10 @@ def test_polled_source_resumes_from_its_committed_cursor_after_sigkill(
 ) -> None:
     server = demo_server()
     api = server.OrdersApi(ORDERS).start()
-    path = write(
-        tmp_path,
-        f"""
-        sources:
-          orders:
-            type: acme_api.orders_source
-            primary_key: id
-            options:
-              url: {api.url}
-              page_size: "{PAGE}"
-        sinks:
-          pg: {{type: postgres, from: orders, schema: {schema}, table: orders}}
-        """,
-    )
+    shipped = (REPO / "pipelines" / "partner_orders.yaml").read_text()
+    assert "url: http://127.0.0.1:8765" in shipped and "schema: acme\n" in shipped
+    text = shipped.replace("http://127.0.0.1:8765", api.url).replace("schema: acme\n", f"schema: {schema}\n")
+    path = write(tmp_path, text)
     env = {**postgres_env, "STREAMLING__PLUGIN__PATH": str(ACME)}
     db = tmp_path / "state.db"
 
