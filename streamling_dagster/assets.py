@@ -10,7 +10,13 @@ import dagster as dg
 
 from streamling.config import Settings
 from streamling_dagster.pipelines import PipelineFile, node_key
-from streamling_dagster.translator import StreamlingObject, StreamlingTranslator, inputs_of, object_of
+from streamling_dagster.translator import (
+    StreamlingObject,
+    StreamlingTranslator,
+    inputs_of,
+    object_description,
+    object_of,
+)
 
 
 @dataclass
@@ -91,8 +97,8 @@ def input_spec(key: dg.AssetKey, readers: list[StreamlingObject], translator: St
     spec = translator.get_asset_spec(first)
     if len(readers) > 1:
         names = ", ".join(f"{r.pipeline.name} (source '{r.node.name}')" for r in readers)
-        description = f"{spec.description.split(chr(10))[0]}\n\nRead by {names}." if spec.description else names
-        spec = spec.replace_attributes(description=description)
+        what = spec.description.split("\n\n")[0] if spec.description else object_description(first)
+        spec = spec.replace_attributes(description=f"{what}\n\nRead by {names}.")
     return spec.replace_attributes(key=key).merge_attributes(
         metadata={"streamling/read_by": ", ".join(sorted({r.pipeline.name for r in readers}))}
     )

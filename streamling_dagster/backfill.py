@@ -22,6 +22,7 @@ import dagster as dg
 from dagster import AssetExecutionContext
 
 from streamling import RunSummary, Settings, SourceStatus, reset_positions, source_status
+from streamling_dagster import nodes
 from streamling_dagster.guard import check_no_other_run, op_tags
 from streamling_dagster.observations import feeding, named_positions
 from streamling_dagster.partitions import partition_namespace
@@ -30,8 +31,8 @@ from streamling_dagster.resources import StreamlingResource, StreamlingSparkReso
 from streamling_dagster.streaming import StreamConfig, run_engine, stopped_cleanly
 
 RECONCILE_CHECK = "rows_reconcile"
-COUNTING_SOURCES = {"kafka", "generator", "clickhouse", "hybrid"}
-"""Sources that count the rows of each epoch, so a backfill can be reconciled."""
+"""Transforms that keep or drop rows, never make more (the stateless guard rules out joins and explode); a transform
+cannot say so through the operator interface yet, so a plugin's is not reconciled."""
 REPROCESS_TAG = "streamling/reprocess"
 """On an unpartitioned backfill run: read the bounded sources from their start (the value says why)."""
 PARENT_RUN_TAG = "dagster/parent_run_id"
@@ -40,16 +41,15 @@ TOTAL = "backfill_rows_total"
 
 
 def reconcilable(pf: PipelineFile, sink: str) -> bool:
-    """Rows can be reconciled when every feeding source counts its rows and every transform on the way keeps
-    or drops rows (SQL and dynamic-table checks: the stateless guard rules out joins and explode)."""
+    """Rows can be reconciled when every feeding source counts its rows (`Source.rows_between`) and every
+    transform on the way keeps or drops rows (`Transform.adds_no_rows`: SQL, dynamic tables)."""
     assert pf.pipeline is not None
     pipeline = pf.pipeline
     sources = feeding(pf, sink)
     between = {n for s in sources for n in pipeline.downstream(s)} - {sink}
-    return all(pipeline.nodes[s].spec.type in COUNTING_SOURCES for s in sources) and all(
-        pipeline.nodes[n].spec.type in ("sql", "dynamic_table")
-        for n in between
-        if pipeline.nodes[n].kind == "transform"
+    transforms = [pipeline.nodes[n] for n in between if pipeline.nodes[n].kind == "transform"]
+    return all(nodes.counts_rows(pipeline.nodes[s]) for s in sources) and all(
+        getattr(t.optype.operator, "adds_no_rows", False) for t in transforms
     )
 
 
@@ -176,7 +176,7 @@ def backfill_events(
                 description=f"terminated before the end (resume to complete): {result.description}",
             )
         return
-    for sink, metadata in sink_metadata(pf, summary, carried).items():
+    for sink, metadata in sink_metadata(pf, summary, carried, settings).items():
         yield dg.MaterializeResult(asset_key=pf.asset_key(sink), metadata=metadata)
     for sink in reconciled_sinks(pf):
         yield reconcile(pf, pf.asset_key(sink), before, summary)
@@ -232,7 +232,7 @@ def backfill_checks(
 
 
 def sink_metadata(
-    pf: PipelineFile, summary: RunSummary, carried: dict[str, int] | None = None
+    pf: PipelineFile, summary: RunSummary, carried: dict[str, int] | None = None, settings: Settings | None = None
 ) -> dict[str, dict[str, Any]]:
     """What a bounded run did, per sink: rows and operations written, speed, and where each source ended;
     `backfill_rows_total` adds the rows of the interrupted runs this one resumed (`carried`)."""
@@ -249,7 +249,7 @@ def sink_metadata(
             "duration_sec": dg.MetadataValue.float(round(duration, 3)),
             "rows_per_sec": dg.MetadataValue.float(round(rows / duration, 1) if duration else 0.0),
             "epochs": dg.MetadataValue.json(epochs),
-            "final_positions": dg.MetadataValue.json(named_positions(pf, positions)),
+            "final_positions": dg.MetadataValue.json(named_positions(pf, positions, settings=settings)),
         }
         for op, count in summary.sink_ops.get(node.name, {}).items():
             metadata[op] = dg.MetadataValue.int(count)

@@ -28,13 +28,13 @@ import dagster as dg
 
 from streamling.clickhouse.client import describe, get_client, qualified, quote, redact
 from streamling.clickhouse.paging import literal
-from streamling.clickhouse.source import ClickHouseSource, ClickHouseSourceSpec
 from streamling.clickhouse.tables import TableInfo, inspect
 from streamling.config import Settings
 from streamling.config.model import ClickHouseConnectionSettings
 from streamling.errors import StreamlingError, first_line
 from streamling_dagster.backfill import REPROCESS_TAG
 from streamling_dagster.guard import stream_skip_reason
+from streamling_dagster.nodes import operator_of
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource
 
@@ -43,22 +43,19 @@ PIPELINE_TAG = "streamling/pipeline"
 TRIGGER_TAG = "streamling/trigger"
 FIRST_TRIGGER = "first evaluation: this sensor has not requested a backfill yet"
 FILE_CHANGED = "pipeline file changed"
+CLICKHOUSE = "clickhouse"
+"""The system whose tables this sensor watches (what it can query: the `clickhouse_source` connection)."""
 
 
 def bounded_tables(pf: PipelineFile, settings: Settings) -> list[tuple[str, str]]:
-    """(database, table) of every ClickHouse table the pipeline's bounded sources read, once each, in order."""
+    """(database, table) of every ClickHouse table the pipeline's sources read (`Operator.reads`: a `clickhouse`
+    source's, a hybrid's bounded phases'), once each, in order."""
     assert pf.pipeline is not None
     found: dict[tuple[str, str], None] = {}
     for node in pf.pipeline.sources:
-        spec: Any = node.spec
-        if spec.type == "clickhouse":
-            specs = [spec]
-        elif spec.type == "hybrid":
-            specs = [s for s in spec.phase_specs() if isinstance(s, ClickHouseSourceSpec)]
-        else:
-            continue
-        for phase in specs:  # the source's own rule for the database when table_name has none
-            found[ClickHouseSource(node.name, phase, settings).database_and_table] = None
+        for read in operator_of(node, settings).reads():
+            if read.system == CLICKHOUSE and len(read.path) == 2:
+                found[(read.path[0], read.path[1])] = None
     return list(found)
 
 

@@ -93,9 +93,11 @@ def stream_observations(pf: PipelineFile, specs: list[dg.AssetSpec]) -> dg.Asset
         description=f"Where {pf.path.name}'s stream stands (the stream job `{pf.name}__stream` writes these sinks)",
     )
     def observe(context: AssetExecutionContext, streamling: StreamlingResource) -> Any:
-        statuses = source_status(pf.path, streamling.pipeline_settings(pf))
+        settings = streamling.pipeline_settings(pf)
+        statuses = source_status(pf.path, settings)
         for spec in specs:
-            yield dg.ObserveResult(asset_key=spec.key, metadata=status_metadata(pf, statuses, feeding[spec.key]))
+            metadata = status_metadata(pf, statuses, feeding[spec.key], settings)
+            yield dg.ObserveResult(asset_key=spec.key, metadata=metadata)
 
     return observe
 

@@ -81,7 +81,7 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         summary = yield from run_engine(context, pf, settings, session, config, observe=False, clean_stop=True)
         if summary.stopped_by_signal:  # terminated during the backfill: the stream does not start
             return
-        for sink, metadata in sink_metadata(pf, summary).items():
+        for sink, metadata in sink_metadata(pf, summary, settings=settings).items():
             yield dg.AssetMaterialization(asset_key=pf.asset_key(sink), metadata=metadata)
         yield from backfill_checks(pf, before, summary)
         boundary = {name: progress.position for name, progress in summary.sources.items()}

@@ -1,9 +1,9 @@
 """Where each pipeline stands — committed positions, backlog, last epoch — without running it.
 
-One computation (`streamling.source_status`: the state backend plus Kafka high watermarks), three uses: the
-`streamling_committed_positions` sensor (observations and stream-health evaluations on every sink, only
-when something changed), the stream op (observations at a throttled interval while it runs), and the
-`<pipeline>__stream_health` asset checks (run from the UI on demand).
+One computation (`streamling.source_status`: the state backend plus each source's `Source.backlog`, e.g. Kafka
+high watermarks), three uses: the `streamling_committed_positions` sensor (observations and stream-health
+evaluations on every sink, only when something changed), the stream op (observations at a throttled interval
+while it runs), and the `<pipeline>__stream_health` asset checks (run from the UI on demand).
 """
 
 import hashlib
@@ -14,7 +14,9 @@ from typing import Any
 import dagster as dg
 
 from streamling import SourceStatus, source_status
+from streamling.config import Settings
 from streamling.errors import first_line
+from streamling_dagster import nodes
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource
 
@@ -24,11 +26,10 @@ FRESHNESS_CHECK = "stream_freshness"
 
 
 def reports_lag(pf: PipelineFile) -> bool:
-    """Stream-health checks need a source that knows its backlog: Kafka, directly or as a hybrid's stream."""
+    """Stream-health checks need a source whose stream knows its backlog behind what it reads (`Source.backlog`):
+    a Kafka source, a hybrid's stream, a plugin's that implements it."""
     assert pf.pipeline is not None
-    return any(
-        s.spec.type == "kafka" or getattr(s.spec, "unbounded_source", None) is not None for s in pf.pipeline.sources
-    )
+    return any(nodes.reports_lag(s) for s in pf.pipeline.sources)
 
 
 def feeding(pf: PipelineFile, sink: str) -> list[str]:
@@ -36,42 +37,46 @@ def feeding(pf: PipelineFile, sink: str) -> list[str]:
     return [s.name for s in pf.pipeline.sources if sink in pf.pipeline.downstream(s.name)]
 
 
-def kafka_topic(pf: PipelineFile, source: str, phase: int | None = None) -> str | None:
-    """The topic a source reads at `phase`: a Kafka source's, or a hybrid's in its stream phase (its last; with
-    `phase` unknown, the hybrid's topic is returned and the caller decides from the position's shape)."""
+def named_position(
+    pf: PipelineFile, source: str, value: Any, phase: int | None = None, settings: Settings | None = None
+) -> Any:
+    """A position or backlog by partition (partition → offset) under the object it is in, the last one the source
+    reads at `phase` (unknown: its stream's), e.g. a Kafka topic: ``{"<topic>": {"0": 12}}``; other positions as
+    they are."""
     assert pf.pipeline is not None
-    spec: Any = pf.pipeline.nodes[source].spec
-    if spec.type == "kafka":
-        return spec.topic
-    if spec.type == "hybrid" and spec.unbounded_source is not None:
-        if phase is None or phase == len(spec.bounded_sources):
-            return spec.unbounded_source.topic
-    return None
-
-
-def named_position(pf: PipelineFile, source: str, value: Any, phase: int | None = None) -> Any:
-    """A Kafka position or backlog (partition → offset) under its topic: ``{"<topic>": {"0": 12}}``; other
-    sources' positions as they are."""
-    topic = kafka_topic(pf, source, phase)
-    if topic is None or not isinstance(value, dict) or not all(str(k).isdigit() for k in value):
+    if not isinstance(value, dict) or not all(str(k).isdigit() for k in value):
         return value
-    return {topic: {str(k): v for k, v in value.items()}}
+    where = nodes.position_object(pf.pipeline.nodes[source], phase, settings)
+    if where is None:
+        return value
+    return {".".join(where.path): {str(k): v for k, v in value.items()}}
 
 
-def named_positions(pf: PipelineFile, positions: dict[str, Any], phases: dict[str, int | None] | None = None) -> Any:
+def named_positions(
+    pf: PipelineFile,
+    positions: dict[str, Any],
+    phases: dict[str, int | None] | None = None,
+    settings: Settings | None = None,
+) -> Any:
     """Per source, `named_position` (for metadata: committed, final or backlog positions)."""
-    return {name: named_position(pf, name, value, (phases or {}).get(name)) for name, value in positions.items()}
+    return {
+        name: named_position(pf, name, value, (phases or {}).get(name), settings) for name, value in positions.items()
+    }
 
 
-def status_metadata(pf: PipelineFile, statuses: dict[str, SourceStatus], sources: list[str]) -> dict[str, Any]:
+def status_metadata(
+    pf: PipelineFile, statuses: dict[str, SourceStatus], sources: list[str], settings: Settings | None = None
+) -> dict[str, Any]:
     mine = {name: statuses[name] for name in sources if name in statuses}
     known = [s.backlog_total for s in mine.values() if s.backlog_total is not None]
     phases = {n: s.phase for n, s in mine.items()}
     metadata: dict[str, Any] = {
         "committed_positions": dg.MetadataValue.json(
-            named_positions(pf, {n: s.position for n, s in mine.items()}, phases)
+            named_positions(pf, {n: s.position for n, s in mine.items()}, phases, settings)
         ),
-        "backlog": dg.MetadataValue.json(named_positions(pf, {n: s.backlog for n, s in mine.items()}, phases)),
+        "backlog": dg.MetadataValue.json(
+            named_positions(pf, {n: s.backlog for n, s in mine.items()}, phases, settings)
+        ),
         "last_finalized_epoch": dg.MetadataValue.json({n: s.last_epoch for n, s in mine.items()}),
     }
     if known:
@@ -83,7 +88,10 @@ def status_metadata(pf: PipelineFile, statuses: dict[str, SourceStatus], sources
 
 
 def sink_observations(
-    pf: PipelineFile, statuses: dict[str, SourceStatus], extra: dict[str, dict[str, Any]] | None = None
+    pf: PipelineFile,
+    statuses: dict[str, SourceStatus],
+    extra: dict[str, dict[str, Any]] | None = None,
+    settings: Settings | None = None,
 ) -> list[dg.AssetObservation]:
     """One observation per sink fed by a source that committed something, or that a running stream wrote to
     (`extra`: a hybrid source that just moved to its Kafka phase has no position there yet, but the run's
@@ -95,7 +103,7 @@ def sink_observations(
         written = sink.name in (extra or {})
         if not written and all(statuses.get(name) is None or statuses[name].position is None for name in sources):
             continue
-        metadata = {**status_metadata(pf, statuses, sources), **(extra or {}).get(sink.name, {})}
+        metadata = {**status_metadata(pf, statuses, sources, settings), **(extra or {}).get(sink.name, {})}
         events.append(dg.AssetObservation(asset_key=pf.asset_key(sink.name), metadata=metadata))
     return events
 
@@ -179,7 +187,7 @@ def health_checks(pf: PipelineFile) -> dg.AssetChecksDefinition:
                     asset_key=key.asset_key,
                     check_name=key.name,
                     passed=True,
-                    description="the sources cannot tell their backlog (no Kafka source)",
+                    description="the sources cannot tell their backlog",
                 )
                 continue
             yield dg.AssetCheckResult(
@@ -211,12 +219,13 @@ def positions_sensor(
         for pf in pipelines:
             if pf.pipeline is None:
                 continue
+            settings = streamling.pipeline_settings(pf)
             try:
-                statuses = source_status(pf.path, streamling.pipeline_settings(pf))
+                statuses = source_status(pf.path, settings)
             except Exception as exc:  # one unreachable broker must not hide the other pipelines
                 context.log.warning(f"{pf.name}: cannot read positions: {first_line(exc)}")
                 continue
-            events += sink_observations(pf, statuses)
+            events += sink_observations(pf, statuses, settings=settings)
             if reports_lag(pf):
                 events += stream_health(pf, statuses)
         digest = hashlib.sha256(json.dumps([_fingerprint(e) for e in events], default=str).encode()).hexdigest()

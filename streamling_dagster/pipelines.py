@@ -5,15 +5,17 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import dagster as dg
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 from streamling.topology import yaml_input
 from streamling.topology.pipeline import Node, Pipeline, load_pipeline, read_pipeline_text
+from streamling_dagster import nodes
 from streamling_dagster.partitions import BackfillPartitions
 
 PIPELINES_ENV = "STREAMLING_DAGSTER_PIPELINES"
@@ -74,14 +76,11 @@ class PipelineFile:
     def can_backfill(self) -> bool:
         return self.pipeline is not None and not self.backfill_errors
 
-    @property
+    @cached_property
     def can_stream(self) -> bool:
-        """Some source never ends (Kafka without `ending_offsets`, a generator without `rows`, a hybrid with a
-        Kafka phase): only then are a stream job and its keeper worth having."""
-        return self.pipeline is not None and any(
-            not getattr(s.spec, "bounded", False) or getattr(s.spec, "unbounded_source", None) is not None
-            for s in self.pipeline.sources
-        )
+        """Some source never ends (`nodes.streams`: Kafka without `ending_offsets`, a generator without `rows`, a
+        hybrid with a Kafka phase): only then are a stream job and its keeper worth having."""
+        return self.pipeline is not None and any(nodes.streams(s) for s in self.pipeline.sources)
 
     def node_yaml(self, node: Node) -> str:
         """The node's own definition as the user wrote it (for asset descriptions), as YAML; URLs and headers
@@ -118,6 +117,9 @@ def read_pipeline_file(path: Path) -> PipelineFile:
     orchestration = Orchestration()
     errors = list(report.errors)
     if pipeline is not None:
+        errors += unbuildable(pipeline)
+        pipeline = None if errors else pipeline
+    if pipeline is not None:
         _, job_report = load_pipeline(text, name=path.stem, path=path, job_mode=True)
         backfill_errors = job_report.errors
         try:
@@ -139,6 +141,18 @@ def read_pipeline_file(path: Path) -> PipelineFile:
                 errors.append(f"orchestration.{wanted}: the pipeline cannot backfill: {backfill_errors[0]}")
                 pipeline = None
     return PipelineFile(asset_name(path.stem), path, text, pipeline, errors, backfill_errors, orchestration)
+
+
+def unbuildable(pipeline: Pipeline) -> list[str]:
+    """Nodes whose operator cannot even be built (a plugin's constructor that raises): the control plane asks
+    every operator what it reads and writes, so such a file is shown as invalid rather than failing the others."""
+    errors = []
+    for node in pipeline.nodes.values():
+        try:
+            nodes.operator_of(node)
+        except Exception as exc:
+            errors.append(f"{node.label}: cannot build its operator: {first_line(exc)}")
+    return errors
 
 
 KIND_OF = {"sources": "source", "transforms": "transform", "sinks": "sink"}

@@ -85,9 +85,12 @@ class Progress:
     def log_line(self, now: float) -> None:
         last, rows_then = self._logged
         rows = sum(self.summary.sink_rows.values())
-        sources = ", ".join(
-            f"{name}: epoch {p.epochs}, {p.rows_in} rows in, at {named_position(self.pf, name, p.position)}"
+        at = {
+            name: named_position(self.pf, name, p.position, settings=self.settings)
             for name, p in self.summary.sources.items()
+        }
+        sources = ", ".join(
+            f"{name}: epoch {p.epochs}, {p.rows_in} rows in, at {at[name]}" for name, p in self.summary.sources.items()
         )
         sinks = ", ".join(f"{name}: {n} rows" for name, n in self.summary.sink_rows.items())
         rate = (rows - rows_then) / (now - last) if now > last else 0.0
@@ -121,7 +124,7 @@ class Progress:
         except Exception as exc:  # monitoring must never stop the stream
             self.context.log.warning(f"cannot read positions for observations: {first_line(exc)}")
             return []
-        return sink_observations(self.pf, statuses, extra)
+        return sink_observations(self.pf, statuses, extra, self.settings)
 
 
 def run_engine(

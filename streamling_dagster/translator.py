@@ -1,8 +1,12 @@
 """How a pipeline's parts become Dagster assets: key, group, description, metadata, owners, tags and kinds.
 
-Assets are the objects data lives in — `kafka/<topic>`, `postgres/<db>/<schema>/<table>`,
-`clickhouse/<db>/<table>` — so a topic one pipeline writes and another reads is one node, and lineage crosses
-pipelines. What only exists inside a pipeline (a generator, a transform, a print sink) is `<pipeline>/<node>`.
+Assets are the objects data lives in, as each node's operator names them (`Operator.reads`/`writes`, an
+`ExternalObject` keyed `<system>/<path…>`: `kafka/<topic>`, `postgres/<db>/<schema>/<table>`,
+`clickhouse/<db>/<table>`, or a plugin's own) — so a topic one pipeline writes and another reads is one node, and
+lineage crosses pipelines. What only exists inside a pipeline (a generator, a transform, a print sink) is
+`<pipeline>/<node>`. The translator knows no operator type by name: a plugin's objects, descriptions and metadata
+come out as the built-ins' do.
+
 Subclass `StreamlingTranslator` (as dagster-dbt's `DagsterDbtTranslator`) to map these to a deployment's own
 conventions; every definition the control plane builds asks it, so keys stay consistent across jobs, checks and
 observations.
@@ -11,18 +15,19 @@ observations.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import dagster as dg
 import yaml
 
 from streamling.config import Settings
+from streamling.operators import ExternalObject
 from streamling.topology.pipeline import Node
+from streamling_dagster.nodes import operator_of
 from streamling_dagster.pipelines import PipelineFile, asset_name
 
 Role = Literal["input", "transform", "output"]
-SYSTEMS = {"kafka": "Kafka topic", "postgres": "Postgres table", "clickhouse": "ClickHouse table"}
 
 
 def key_part(text: str) -> str:
@@ -39,14 +44,28 @@ class StreamlingObject:
     role: Role
     """`input`: read by a source; `transform`: a transform's output; `output`: what a sink writes."""
     system: str | None
-    """`kafka`, `postgres` or `clickhouse` for an external object; None for a pipeline-owned node."""
+    """The external object's system (`kafka`, `postgres`, `clickhouse`, a plugin's); None for a pipeline-owned
+    node."""
     path: tuple[str, ...] = ()
     """Where in the system: (topic,), (database, schema, table), (database, table)."""
+    external: ExternalObject | None = None
+    """What the node's operator said it reads or writes (`Operator.reads`/`writes`), with its description and
+    metadata; None for a pipeline-owned node."""
 
     @property
     def name(self) -> str:
         """The object as people write it: `orders`, `db.schema.table`; the node name when pipeline-owned."""
         return ".".join(self.path) if self.system else self.node.name
+
+    @classmethod
+    def of(cls, pf: PipelineFile, node: Node, role: Role, external: ExternalObject) -> StreamlingObject:
+        return cls(pf, node, role, external.system, tuple(external.path), external)
+
+
+def object_description(obj: StreamlingObject) -> str:
+    """What the object is, as its operator describes it (else its system and name)."""
+    described = obj.external.description if obj.external is not None else None
+    return described or f"{obj.system} object `{obj.name}`."
 
 
 class StreamlingTranslator:
@@ -64,15 +83,18 @@ class StreamlingTranslator:
     def get_description(self, obj: StreamlingObject) -> str:
         pf, node = obj.pipeline, obj.node
         if obj.role == "input":
-            what = f"{SYSTEMS.get(obj.system or '', 'Input')} `{obj.name}`, read by source '{node.name}' of {pf.name}."
-        elif obj.role == "output" and obj.system:
-            what = f"{SYSTEMS[obj.system]} `{obj.name}`, written by {node.kind} '{node.name}' of {pf.name}."
+            what = f"{object_description(obj)}\n\nRead by source '{node.name}' of {pf.name}."
+        elif obj.system:
+            what = f"{object_description(obj)}\n\nWritten by {node.kind} '{node.name}' of {pf.name}."
         else:
             what = f"{node.kind.capitalize()} '{node.name}' of pipeline {pf.name} ({node.spec.type})."
         return f"{what}\n\n```yaml\n{pf.node_yaml(node)}```"
 
     def get_metadata(self, obj: StreamlingObject) -> dict[str, Any]:
+        """The node's targets, then what its operator says of the object (`ExternalObject.metadata`)."""
         metadata = node_targets(obj.node)
+        if obj.external is not None:
+            metadata.update(obj.external.metadata)
         metadata["pipeline_file"] = str(obj.pipeline.path)
         if obj.node.kind == "sink":
             metadata["pipeline_yaml"] = dg.MetadataValue.md(f"```yaml\n{obj.pipeline.text}\n```")
@@ -85,9 +107,10 @@ class StreamlingTranslator:
         return {}
 
     def get_kinds(self, obj: StreamlingObject) -> set[str]:
+        """The object's system; a transform's output is Spark's; another pipeline-owned node is its type's."""
         if obj.system:
             return {obj.system}
-        return {"spark"} if obj.role == "transform" else {obj.node.spec.type.split(".")[-1]}
+        return {"spark"} if obj.role == "transform" else {obj.node.optype.type_name}
 
     def get_asset_spec(self, obj: StreamlingObject, deps: list[dg.AssetKey] | None = None) -> dg.AssetSpec:
         return dg.AssetSpec(
@@ -112,63 +135,36 @@ def node_targets(node: Node) -> dict[str, Any]:
         value = shown.get(field)
         if isinstance(value, str):
             out[field.rstrip("_")] = value
-    if getattr(spec, "sql", None):
+    if isinstance(shown.get("sql"), str):
         out["sql"] = dg.MetadataValue.md(f"```sql\n{spec.sql}\n```")
-    if node.spec.type == "script":
-        out["language"] = spec.language
-        out["script"] = dg.MetadataValue.md(f"```{spec.language}\n{spec.script}\n```")
+    if isinstance(shown.get("script"), str):
+        language = shown.get("language") or ""
+        if language:
+            out["language"] = language
+        out["script"] = dg.MetadataValue.md(f"```{language}\n{spec.script}\n```")
     return out
 
 
-def _clickhouse(table_name: str, default_database: str) -> tuple[str, ...]:
-    database, _, table = table_name.rpartition(".")
-    return (database or default_database, table)
-
-
 def inputs_of(pf: PipelineFile, node: Node, settings: Settings) -> list[StreamlingObject]:
-    """The external objects a source reads (a hybrid reads tables, then a topic); a generator is its own."""
-    spec: Any = node.spec
-    kind = spec.type
-
-    def obj(system: str | None, *path: str) -> StreamlingObject:
-        return StreamlingObject(pf, node, "input" if system else "transform", system, tuple(path))
-
-    if kind == "kafka":
-        return [obj("kafka", spec.topic)]
-    if kind == "clickhouse":
-        return [obj("clickhouse", *_clickhouse(spec.table_name, settings.clickhouse_source.database))]
-    if kind == "hybrid":
-        found = [
-            obj("clickhouse", *_clickhouse(b.table_name, settings.clickhouse_source.database))
-            for b in spec.bounded_sources
-        ]
-        if spec.unbounded_source is not None:
-            found.append(obj("kafka", spec.unbounded_source.topic))
-        return list({(o.system, o.path): o for o in reversed(found)}.values())[::-1]  # a table read twice: once
-    return [StreamlingObject(pf, node, "output", None)]
+    """The external objects a source's operator reads (`Operator.reads`, in reading order); a source that reads
+    none (a generator) is its own asset."""
+    read = operator_of(node, settings).reads()
+    if not read:
+        return [StreamlingObject(pf, node, "output", None)]
+    return [StreamlingObject.of(pf, node, "input", o) for o in read]
 
 
 def object_of(pf: PipelineFile, node: Node, settings: Settings) -> StreamlingObject:
-    """What a sink or transform writes: its table or topic, or the node itself."""
-    spec: Any = node.spec
-    kind = spec.type
-    role: Role = "output" if node.kind == "sink" else "transform"
-    if kind == "postgres":
-        database = settings.postgres_connection(node.name).database
-        return StreamlingObject(pf, node, role, "postgres", (database, spec.schema_, spec.table))
-    if kind == "postgres_aggregate":
-        database = settings.postgres_connection(node.name).database
-        return StreamlingObject(pf, node, role, "postgres", (database, spec.schema_, spec.agg_table))
-    if kind == "clickhouse" and node.kind == "sink":
-        return StreamlingObject(
-            pf, node, role, "clickhouse", _clickhouse(spec.table, settings.clickhouse_sink.database)
-        )
-    if kind == "kafka" and node.kind == "sink":
-        return StreamlingObject(pf, node, role, "kafka", (spec.topic,))
-    if kind == "dynamic_table" and spec.backend_type == "Postgres":
-        database = settings.dynamic_table_connection(node.name).database
-        return StreamlingObject(pf, node, "output", "postgres", (database, spec.schema_, spec.backend_entity_name))
-    return StreamlingObject(pf, node, role, None)
+    """What a sink or transform writes (`Operator.writes`: its first object is the node's asset), or the node
+    itself."""
+    written = operator_of(node, settings).writes()
+    if not written:
+        return StreamlingObject(pf, node, "output" if node.kind == "sink" else "transform", None)
+    first = written[0]
+    if len(written) > 1:  # one asset per node: the others are named on it
+        also = ", ".join("/".join(o.key) for o in written[1:])
+        first = replace(first, metadata={**first.metadata, "streamling/also_writes": also})
+    return StreamlingObject.of(pf, node, "output", first)
 
 
 def as_yaml(value: Any) -> str:

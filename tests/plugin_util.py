@@ -76,6 +76,8 @@ class Counter(ArrowSource[CounterOptions]):
 class PagesOptions(Options):
     pages: int = 3
     size: int = 2
+    quiet_polls: int = 0
+    """Polls that find nothing new before the first page arrives."""
 
 
 class Pages(PolledSource[PagesOptions]):
@@ -89,6 +91,9 @@ class Pages(PolledSource[PagesOptions]):
         return pa.schema([("id", pa.int64()), ("page", pa.int64())])
 
     def poll(self, after):
+        self.polled = getattr(self, "polled", 0) + 1
+        if self.polled <= self.options.quiet_polls:
+            return None
         page = 0 if after is None else after
         if page >= self.options.pages:
             return None

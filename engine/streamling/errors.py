@@ -59,6 +59,11 @@ class StreamlingUserError(StreamlingError):
     only the traceback text of an exception reaches the driver."""
 
 
+class StreamlingNodeError(StreamlingUserError):
+    """A user-facing error that already names the node it happened in (``plugin 'acme.x' (node 'n'): …``), so
+    `error_context` passes it on as it is instead of naming the node that happened to run it."""
+
+
 class StreamlingRetriableError(StreamlingError):
     """A retriable error; a class of its own for the same reason as StreamlingUserError."""
 
@@ -76,7 +81,8 @@ class InvalidPipelineError(StreamlingError):
 
 
 _EMBEDDED = re.compile(
-    r"streamling\.errors\.(StreamlingError|StreamlingUserError|StreamlingRetriableError|StreamlingUnavailableError)"
+    r"streamling\.errors\.(StreamlingError|StreamlingUserError|StreamlingNodeError|StreamlingRetriableError|"
+    r"StreamlingUnavailableError)"
     r": (.+)"
 )
 
@@ -89,7 +95,7 @@ def embedded_error(exc: BaseException) -> StreamlingError | None:
     kind, message = found[-1]
     return StreamlingError(
         message.strip(),
-        user_facing=kind == "StreamlingUserError",
+        user_facing=kind in ("StreamlingUserError", "StreamlingNodeError"),
         retriable=kind in ("StreamlingRetriableError", "StreamlingUnavailableError"),
     )
 
@@ -145,8 +151,8 @@ def error_context(what: str) -> Iterator[None]:
     try:
         yield
     except StreamlingError as exc:
-        if exc.message.startswith((f"{what}:", f"{what} ")):
-            raise  # already names this node
+        if exc.message.startswith((f"{what}:", f"{what} ")) or isinstance(exc, StreamlingNodeError):
+            raise  # already names this node (or the one it happened in)
         raise exc.context(what) from exc.__cause__
     except Exception as exc:
         raise wrap(exc, what) from exc

@@ -221,6 +221,9 @@ TS = TypeVar("TS", bound=TransformSpec)
 
 class Transform(Operator[TS]):
     kind: ClassVar[str] = "transform"
+    adds_no_rows: ClassVar[bool] = False
+    """True when every output row comes from an input row of the same epoch (filters, projections, lookups), so a
+    sink's rows can be reconciled against its sources' counts (the Dagster backfill's check)."""
 
     def inputs(self) -> list[str]:
         return self.spec.input_names()

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from streamling.kafka.source import operator as kafka_source
+from streamling.kafka.source import reader as kafka_reader
 from streamling.kafka.source.operator import KafkaSource
 from streamling.kafka.source.reader import KafkaStreamReader, Range
 from streamling.kafka.source.spec import KafkaSourceSpec
@@ -185,7 +185,7 @@ def test_executor_read_waits_for_the_broker(make_settings, kafka, restore_servic
     """The executor side on its own, called in this process (no Spark in between, so its log lines can be
     read): a planned range is read while the broker is down. The stall timeout is shortened to 10 s so that
     the 12 s outage would fail the read if it were taken for a stall."""
-    monkeypatch.setattr(kafka_source, "READ_STALL_TIMEOUT_SEC", 10.0)
+    monkeypatch.setattr(kafka_reader, "READ_STALL_TIMEOUT_SEC", 10.0)
     topic = kafka.topic("reader", partitions=2)
     records = [{"id": i, "amount": 1.0, "channel": "app"} for i in range(150)]
     kafka.produce_avro(topic, V2, records, partition_of=lambda i: 0)

@@ -58,3 +58,21 @@ def test_namespace_and_names_are_identifiers() -> None:
     with pytest.raises(PluginError, match=r"operator name 'o.ut' \(acme.o.ut\) must match"):
         Plugin(namespace="acme", operators={"o.ut": Out})
     assert Plugin(namespace="acme", operators={"out": Out}).id("out") == "acme.out"
+
+
+def test_a_plugin_error_keeps_naming_its_own_node_through_outer_contexts() -> None:
+    """A side output fails inside the evaluation its source's context wraps: the message names the plugin's node."""
+    from streamling.errors import StreamlingError, error_context, wrap
+    from streamling.plugins.adapters import plugin_errors
+
+    with pytest.raises(StreamlingError) as caught, error_context("generator source 'src'"):
+        with plugin_errors("plugin 'acme.audit' (node 'audit')"):
+            raise KeyError("tenant")
+    assert caught.value.message == "plugin 'acme.audit' (node 'audit'): KeyError: 'tenant'"
+    assert caught.value.user_facing
+    # Raised inside a Spark task, it reaches the driver as text and is recovered the same way.
+    spark_side = RuntimeError(
+        f"Job aborted: ... streamling.errors.StreamlingNodeError: {caught.value.message}\n  at ..."
+    )
+    recovered = wrap(spark_side, "print sink 'out'")
+    assert (recovered.message, recovered.user_facing) == (caught.value.message, True)

@@ -25,11 +25,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from streamling.clickhouse.client import qualified, quote
+from streamling.clickhouse.objects import split_table_name
 from streamling.clickhouse.source import ClickHouseSource, ClickHouseSourceSpec
 from streamling.errors import StreamlingError, first_line
 from streamling.kafka.source.operator import KafkaSource
 from streamling.kafka.source.spec import KafkaSourceSpec
-from streamling.operators import Epoch, Operator, RunContext, Source
+from streamling.operators import Epoch, ExternalObject, Operator, RunContext, Source
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec
 from streamling.types import exact_column
@@ -150,6 +151,9 @@ class Phase(Source[Any]):
     def backlog(self, position: Mapping[str, Any] | None) -> dict[str, int] | None:
         return self.child.backlog(position)
 
+    def reads(self) -> list[ExternalObject]:
+        return self.child.reads()
+
     def epoch_committed(self, epoch: Epoch) -> None:
         self.child.epoch_committed(epoch)
 
@@ -186,6 +190,10 @@ class HybridSource(Source[HybridSourceSpec]):
     @property
     def label(self) -> str:
         return f"hybrid source '{self.name}'"
+
+    def reads(self) -> list[ExternalObject]:
+        """Its bounded tables, then its topic, in reading order; a table two phases read is one object."""
+        return list({o.key: o for child in self.children for o in child.reads()}.values())
 
     @property
     def phase_key(self) -> str:
@@ -250,8 +258,7 @@ class HybridSource(Source[HybridSourceSpec]):
             return
         backfill = next(c for c in self.children if isinstance(c, ClickHouseSource))
         name = table.table_name or self.spec.bounded_sources[-1].table_name
-        database, _, bare = name.rpartition(".")
-        target = qualified(database or self.settings.clickhouse_source.database, bare)
+        target = qualified(*split_table_name(name, self.settings.clickhouse_source.database))
         where = f" WHERE {quote(table.topic_column)} = {{topic:String}}" if table.topic_column else ""
         query = (
             f"SELECT toInt64({quote(table.partition_column)}) AS p, max(toInt64({quote(table.offset_column)})) AS o "

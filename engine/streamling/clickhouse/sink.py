@@ -47,6 +47,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from streamling.clickhouse.client import describe, get_client, qualified, quote, redact
+from streamling.clickhouse.objects import split_table_name, table_object
 from streamling.clickhouse.tables import replacing_parameters
 from streamling.clickhouse.types import (
     Column,
@@ -59,7 +60,7 @@ from streamling.clickhouse.types import (
 )
 from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError, first_line
-from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
+from streamling.operators import Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.topology.spec import SinkSpec, flush_interval, ignored_field
 from streamling.types import GS_OP, exact_columns
 
@@ -151,6 +152,9 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
     @property
     def label(self) -> str:
         return f"clickhouse sink '{self.name}'"
+
+    def writes(self) -> list[ExternalObject]:
+        return [table_object(*split_table_name(self.spec.table, self.database))]
 
     @property
     def flush_interval_sec(self) -> float | None:

@@ -20,10 +20,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from streamling.clickhouse.client import get_client, qualified
+from streamling.clickhouse.objects import split_table_name, table_object
 from streamling.clickhouse.paging import Pager, key_bounds
 from streamling.clickhouse.tables import TableInfo, inspect, spark_field
 from streamling.errors import StreamlingError, first_line
-from streamling.operators import Source
+from streamling.operators import ExternalObject, Source
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec, split_columns
 from streamling.types import GS_OP, spread
@@ -67,8 +68,10 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
 
     @property
     def database_and_table(self) -> tuple[str, str]:
-        database, _, table = self.spec.table_name.rpartition(".")
-        return (database or self.settings.clickhouse_source.database), table
+        return split_table_name(self.spec.table_name, self.settings.clickhouse_source.database)
+
+    def reads(self) -> list[ExternalObject]:
+        return [table_object(*self.database_and_table)]
 
     scope: str | None = None
     """Set by a hybrid source to tell its phases apart (two phases may read the same table)."""

@@ -29,7 +29,8 @@ from streamling.dynamic_tables import udf
 from streamling.dynamic_tables.memory import MemorySet
 from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, PostgresWriter
 from streamling.errors import StreamlingError, first_line
-from streamling.operators import Epoch, RunContext, Transform
+from streamling.operators import Epoch, ExternalObject, RunContext, Transform
+from streamling.postgres.objects import table_object
 from streamling.sql.rewrite import SqlProgram, spark_name
 from streamling.sql.stateless import forbidden_operations
 from streamling.topology.spec import TransformSpec, ignored_field, split_columns
@@ -101,10 +102,18 @@ class DynamicTableSpec(TransformSpec):
 
 class DynamicTable(Transform[DynamicTableSpec]):
     spec_model: ClassVar[type[DynamicTableSpec]] = DynamicTableSpec
+    adds_no_rows = True
 
     @property
     def label(self) -> str:
         return f"dynamic table '{self.name}'"
+
+    def writes(self) -> list[ExternalObject]:
+        """Its backing table, with the Postgres backend (an InMemory set lives only in the pipeline)."""
+        if self.spec.backend_type != "Postgres":
+            return []
+        database = self.settings.dynamic_table_connection(self.name).database
+        return [table_object(database, self.spec.schema_, self.spec.backend_entity_name)]
 
     @cached_property
     def program(self) -> SqlProgram | None:

@@ -28,7 +28,8 @@ from streamling.kafka.availability import Outage, wait_out
 from streamling.kafka.avro import avro_schema_for
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, registry
 from streamling.kafka.clients import producer as cached_producer
-from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
+from streamling.kafka.objects import topic_object
+from streamling.operators import Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.postgres.writer import ORDER_COLUMN, merge_rounds
 from streamling.topology.spec import SinkSpec
 from streamling.types import GS_OP, exact_columns, json_default, map_in_arrow, spread
@@ -172,6 +173,9 @@ class KafkaSink(Sink[KafkaSinkSpec]):
     @property
     def label(self) -> str:
         return f"kafka sink '{self.name}'"
+
+    def writes(self) -> list[ExternalObject]:
+        return [topic_object(self.spec.topic)]
 
     def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
         if not primary_key:

@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from streamling.errors import StreamlingError, first_line
+from streamling.errors import StreamlingError, StreamlingNodeError, first_line
 from streamling.operators import ArrowSink as SparkArrowSink
 from streamling.operators import Epoch, Operator, RunContext, Source, Transform
 from streamling.plugin import (
@@ -56,12 +56,12 @@ def plugin_errors(label: str) -> Iterator[None]:
     """Anything escaping plugin code, as a user-facing error that names the plugin and the node."""
     try:
         yield
+    except StreamlingNodeError:
+        raise
     except StreamlingError as exc:
-        if exc.message.startswith(f"{label}:"):
-            raise
-        raise StreamlingError.user(f"{label}: {exc.message}") from None
+        raise StreamlingNodeError(f"{label}: {exc.message}", user_facing=True) from None
     except Exception as exc:
-        raise StreamlingError.user(f"{label}: {type(exc).__name__}: {first_line(exc)}") from exc
+        raise StreamlingNodeError(f"{label}: {type(exc).__name__}: {first_line(exc)}", user_facing=True) from exc
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,12 @@ class PluginRef:
         try:
             return import_module(self.module)
         except ModuleNotFoundError as exc:
+            # Only the worker that plans a source's epochs (no task context) lacks the shipped archives; a task
+            # has them through addPyFile, so there a missing module is an error, also on a one-machine cluster.
+            from pyspark import TaskContext
+
             local = [a for a in self.archives if os.path.exists(a) and a not in sys.path]
-            if exc.name != self.module.split(".")[0] or not local:
+            if exc.name != self.module.split(".")[0] or not local or TaskContext.get() is not None:
                 raise
         sys.path.extend(local)
         importlib.invalidate_caches()

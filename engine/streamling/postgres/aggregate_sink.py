@@ -113,6 +113,11 @@ class PostgresAggregateSink(PostgresWriterSink):
     spec: PostgresAggregateSinkSpec
     mode: ClassVar[Literal["upsert", "landing"]] = "landing"
 
+    @property
+    def target_table(self) -> str:
+        """The aggregate table (the landing table is the sink's staging, not what it offers)."""
+        return self.spec.agg_table
+
     def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
         errors = super().check(schema, primary_key)
         if errors:

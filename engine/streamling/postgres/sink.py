@@ -21,9 +21,10 @@ from pyspark.sql.types import StructType
 from streamling.config.units import Milliseconds
 from streamling.core import identifiers
 from streamling.dead_letters import DeadLetterTarget
-from streamling.operators import AppliedEpoch, Epoch, RunContext, Sink, Written, rows_of
+from streamling.operators import AppliedEpoch, Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.postgres import catalog, progress
 from streamling.postgres.connection import transact
+from streamling.postgres.objects import table_object
 from streamling.postgres.progress import ProgressKey
 from streamling.postgres.types import Column, columns_of
 from streamling.postgres.writer import ORDER_COLUMN, WritePlan, write_partition, write_stream
@@ -84,6 +85,14 @@ class PostgresWriterSink(Sink[Any]):
     @property
     def label(self) -> str:
         return f"{self.spec.type} sink '{self.name}'"
+
+    @property
+    def target_table(self) -> str:
+        """The table the control plane shows as this sink's asset."""
+        return self.spec.table
+
+    def writes(self) -> list[ExternalObject]:
+        return [table_object(self.connection.database, self.spec.schema_, self.target_table)]
 
     def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
         if not primary_key:

@@ -54,6 +54,7 @@ class SqlTransformSpec(TransformSpec):
 
 class SqlTransform(Transform[SqlTransformSpec]):
     spec_model: ClassVar[type[SqlTransformSpec]] = SqlTransformSpec
+    adds_no_rows = True
 
     @property
     def label(self) -> str:

@@ -27,6 +27,7 @@ from streamling.kafka.avro import doc_primary_keys
 from streamling.kafka.avro import spark_schema as avro_spark_schema
 from streamling.kafka.clients import connection_options, registry
 from streamling.kafka.lag import LagReporter
+from streamling.kafka.objects import topic_object
 from streamling.kafka.source.offsets import (
     high_watermark,
     initial_offsets,
@@ -36,7 +37,7 @@ from streamling.kafka.source.offsets import (
 )
 from streamling.kafka.source.reader import KafkaDataSource
 from streamling.kafka.source.spec import METADATA_COLUMNS, KafkaSourceSpec, patience, subject_of
-from streamling.operators import RunContext, Source
+from streamling.operators import ExternalObject, RunContext, Source
 from streamling.runtime.pacing import Pacer
 from streamling.state import StateBackend
 from streamling.types import GS_OP, parse_type
@@ -79,6 +80,9 @@ class KafkaSource(Source[KafkaSourceSpec]):
     @property
     def topic(self) -> str:
         return self.spec.topic
+
+    def reads(self) -> list[ExternalObject]:
+        return [topic_object(self.topic)]
 
     def _options(self) -> dict[str, str]:
         return {**self.connection, "app": self.settings.application_id, "source": self.name, "topic": self.topic}

@@ -1,0 +1,21 @@
+"""A ClickHouse table's name and the asset it is (`Operator.reads`/`writes`): ``db.table`` or a bare ``table`` in
+the connection's database, the one rule the source, the sink, a hybrid's phases and the control plane share."""
+
+from __future__ import annotations
+
+from streamling.operators import ExternalObject
+
+
+def split_table_name(name: str, default_database: str) -> tuple[str, str]:
+    """``"db.table"`` → ``("db", "table")``; ``"table"`` → ``(default_database, "table")``."""
+    database, _, table = name.rpartition(".")
+    return database or default_database, table
+
+
+def table_object(database: str, table: str) -> ExternalObject:
+    return ExternalObject(
+        "clickhouse",
+        (database, table),
+        f"ClickHouse table `{database}.{table}`.",
+        {"database": database, "table": table},
+    )
