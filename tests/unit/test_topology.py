@@ -46,7 +46,7 @@ def test_unknown_operator_type_lists_the_loaded_ones() -> None:
         f"{', '.join(REGISTRY.types('sink'))} (no plugin with namespace 'acme' is loaded: set STREAMLING__PLUGIN__PATH "
         "or install a package with a 'streamling.plugins' entry point)"
     ]
-    assert "blackhole, clickhouse, kafka, postgres, postgres_aggregate, print, webhook" in found[0]
+    assert "blackhole, clickhouse, kafka, postgres, postgres_aggregate, print, print_sink, webhook" in found[0]
 
 
 def test_unknown_field_on_builtin_type() -> None:
