@@ -158,7 +158,7 @@ class _Node(ABC, Generic[OptionsT]):
         """On the driver, once before data flows; never called by ``--validate``. Open connections here."""
 
     def close(self) -> None:
-        """On the driver at shutdown, also after a failure (even one in `open`)."""
+        """On the driver at shutdown, also after a failed run (not when this node's own `open` raised)."""
 
 
 class ArrowSource(_Node[OptionsT]):

@@ -16,6 +16,7 @@ def unknown_sink(type_name: str) -> str:
     loaded = ", ".join(t for t in REGISTRY.types("sink") if not t.startswith("test."))
     return f"operator type '{type_name}' is not available; loaded sink types: {loaded}"
 
+
 REPO = Path(__file__).resolve().parents[2]
 
 
