@@ -9,7 +9,7 @@ Lifecycle, in the order the runtime calls it:
 - ``terminate()`` once at shutdown, also after failures.
 
 Data crosses operators as Spark DataFrames whose partitions travel as Arrow record batches; operators
-written in Python consume or produce ``pyarrow.RecordBatch`` (``ArrowSink.write_batch``).
+written in Python consume or produce ``pyarrow.RecordBatch`` (``DriverSink.write_batch``).
 """
 
 from __future__ import annotations
@@ -325,7 +325,7 @@ class Sink(Operator[KS]):
         return None
 
 
-class ArrowSink(Sink[KS]):
+class DriverSink(Sink[KS]):
     """A sink written against Arrow: the epoch's rows arrive on the driver as record batches, in
     partition order. Suits sinks that need ordering or a single writer (print, HTTP). Reports a `Written`
     counted from each batch's ``_gs_op``."""

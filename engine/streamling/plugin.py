@@ -26,9 +26,10 @@ the original's examples, its other top-level fields) is validated against it, an
 options per node and field. Constructors and `output_schema` must not do I/O: validation builds the classes
 to learn schemas. Open connections in `open` (driver, only when a run starts), release them in `close`.
 
-Importing this module imports neither pyspark nor psycopg: the Spark-level operator interface the built-ins
-use (`Operator`, `Source`, `Transform`, `Sink`, `Epoch`, `Written`, `RunContext`, `ExternalObject`) is
-re-exported on first use.
+Importing this module imports neither pyspark nor psycopg. The Spark-level operator interface — the one the 14
+built-in operators are written against, importing it only from here (`Operator`, `Source`, `Transform`, `Sink`,
+`DriverSink`, `Epoch`, `AppliedEpoch`, `Written`, `rows_of`, `RunContext`, `ExternalObject`) — is re-exported on
+first use.
 """
 
 from __future__ import annotations
@@ -48,13 +49,27 @@ from streamling.errors import StreamlingError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from streamling.operators import Epoch, ExternalObject, Operator, RunContext, Sink, Source, Transform, Written
+    from streamling.operators import (
+        AppliedEpoch,
+        DriverSink,
+        Epoch,
+        ExternalObject,
+        Operator,
+        RunContext,
+        Sink,
+        Source,
+        Transform,
+        Written,
+        rows_of,
+    )
 
 __all__ = [
+    "AppliedEpoch",
     "ArrowSink",
     "ArrowSource",
     "ArrowTransform",
     "Context",
+    "DriverSink",
     "Epoch",
     "ExternalObject",
     "Operator",
@@ -72,6 +87,7 @@ __all__ = [
     "State",
     "Transform",
     "Written",
+    "rows_of",
 ]
 
 Position = Any
@@ -450,6 +466,8 @@ def _check_function(function: object) -> None:
 
 
 _LAZY = {
+    "AppliedEpoch": "streamling.operators",
+    "DriverSink": "streamling.operators",
     "Epoch": "streamling.operators",
     "ExternalObject": "streamling.operators",
     "Operator": "streamling.operators",
@@ -458,6 +476,7 @@ _LAZY = {
     "Source": "streamling.operators",
     "Transform": "streamling.operators",
     "Written": "streamling.operators",
+    "rows_of": "streamling.operators",
 }
 
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-from streamling.operators import ArrowSink, Epoch
+from streamling.operators import DriverSink, Epoch
 from streamling.plugins import operator
 from streamling.topology.spec import PluginOptions, SinkSpec
 
@@ -20,7 +20,7 @@ class CollectSpec(SinkSpec, PluginOptions):
 
 
 @operator("test.collect", CollectSpec)
-class CollectSink(ArrowSink[CollectSpec]):
+class CollectSink(DriverSink[CollectSpec]):
     def write_batch(self, batch: pa.RecordBatch, epoch: Epoch) -> None:
         rows = COLLECTED.setdefault(self.spec.options.get("key", self.name), [])
         rows.extend((epoch.id, row) for row in batch.to_pylist())

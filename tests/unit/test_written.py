@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from streamling.operators import ArrowSink, Epoch, Written, rows_of
+from streamling.operators import DriverSink, Epoch, Written, rows_of
 from streamling.runtime.executor import PipelineRunner
 from streamling.state.memory import InMemoryStateBackend
 
@@ -59,7 +59,7 @@ def test_run_summary_counts_rows_always_and_operations_for_written(make_settings
 
 
 class _Frame:
-    """Stands in for a DataFrame: an ArrowSink only calls toArrow()."""
+    """Stands in for a DataFrame: an DriverSink only calls toArrow()."""
 
     def __init__(self, table: pa.Table) -> None:
         self.table = table
@@ -68,7 +68,7 @@ class _Frame:
         return self.table
 
 
-class _Keep(ArrowSink[Any]):
+class _Keep(DriverSink[Any]):
     def __init__(self) -> None:
         self.batches: list[pa.RecordBatch] = []
 

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from streamling.config.units import Milliseconds
-from streamling.operators import Epoch, Sink, Written, rows_of
+from streamling.plugin import Epoch, Sink, Written, rows_of
 from streamling.topology.spec import SinkSpec, ignored_fields
 from streamling.types import GS_OP
 

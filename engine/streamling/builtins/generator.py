@@ -24,7 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from streamling.errors import StreamlingError
-from streamling.operators import Source
+from streamling.plugin import Source
 from streamling.runtime.pacing import Pacer
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec

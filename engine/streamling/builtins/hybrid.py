@@ -30,7 +30,7 @@ from streamling.clickhouse.source import ClickHouseSource, ClickHouseSourceSpec
 from streamling.errors import StreamlingError, first_line
 from streamling.kafka.source.operator import KafkaSource
 from streamling.kafka.source.spec import KafkaSourceSpec
-from streamling.operators import Epoch, ExternalObject, Operator, RunContext, Source
+from streamling.plugin import Epoch, ExternalObject, Operator, RunContext, Source
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec
 from streamling.types import exact_column

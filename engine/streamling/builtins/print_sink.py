@@ -16,7 +16,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from streamling.config.units import Milliseconds
-from streamling.operators import ArrowSink, Epoch
+from streamling.plugin import DriverSink, Epoch
 from streamling.topology.spec import SinkSpec, ignored_fields
 from streamling.types import GS_OP, json_default
 
@@ -48,7 +48,7 @@ class OriginalPrintSinkSpec(PrintSinkSpec):
     options: PrintSinkOptions = Field(default_factory=PrintSinkOptions)
 
 
-class PrintSink(ArrowSink[PrintSinkSpec]):
+class PrintSink(DriverSink[PrintSinkSpec]):
     spec_model: ClassVar[type[PrintSinkSpec]] = PrintSinkSpec
 
     def __init__(self, *args: object, **kwargs: object) -> None:

@@ -3,7 +3,7 @@ the connection's database, the one rule the source, the sink, a hybrid's phases 
 
 from __future__ import annotations
 
-from streamling.operators import ExternalObject
+from streamling.plugin import ExternalObject
 
 
 def split_table_name(name: str, default_database: str) -> tuple[str, str]:

@@ -60,7 +60,7 @@ from streamling.clickhouse.types import (
 )
 from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError, first_line
-from streamling.operators import Epoch, ExternalObject, RunContext, Sink, Written, rows_of
+from streamling.plugin import Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.topology.spec import SinkSpec, flush_interval, ignored_field
 from streamling.types import GS_OP, exact_columns
 

@@ -24,7 +24,7 @@ from streamling.clickhouse.objects import split_table_name, table_object
 from streamling.clickhouse.paging import Pager, key_bounds
 from streamling.clickhouse.tables import TableInfo, inspect, spark_field
 from streamling.errors import StreamlingError, first_line
-from streamling.operators import ExternalObject, Source
+from streamling.plugin import ExternalObject, Source
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec, split_columns
 from streamling.types import GS_OP, spread

@@ -29,7 +29,7 @@ from streamling.dynamic_tables import udf
 from streamling.dynamic_tables.memory import MemorySet
 from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, PostgresWriter
 from streamling.errors import StreamlingError, first_line
-from streamling.operators import Epoch, ExternalObject, RunContext, Transform
+from streamling.plugin import Epoch, ExternalObject, RunContext, Transform
 from streamling.postgres.objects import table_object
 from streamling.sql.rewrite import SqlProgram, spark_name
 from streamling.sql.stateless import forbidden_operations

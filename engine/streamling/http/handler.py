@@ -25,7 +25,7 @@ from streamling.errors import StreamlingError
 from streamling.http.client import Endpoint, exchange
 from streamling.http.options import HttpRequestOptions
 from streamling.http.payloads import PayloadError, PayloadFormat, decode_response, to_record_batch
-from streamling.operators import Epoch, Operator, Transform
+from streamling.plugin import Epoch, Operator, Transform
 from streamling.topology.spec import TransformSpec, split_columns
 from streamling.types import GS_OP, parse_type, spread, with_gs_op
 

@@ -22,7 +22,7 @@ from streamling.config.units import Milliseconds
 from streamling.http.client import Endpoint, Skipped, exchange, log_skipped
 from streamling.http.options import HttpRequestOptions
 from streamling.http.payloads import PayloadFormat
-from streamling.operators import Epoch, RunContext, Sink, Written, rows_of
+from streamling.plugin import Epoch, RunContext, Sink, Written, rows_of
 from streamling.topology.spec import SinkSpec
 from streamling.types import spread
 

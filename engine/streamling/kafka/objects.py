@@ -3,7 +3,7 @@ stream phase name the same topic the same way, so one topic is one asset."""
 
 from __future__ import annotations
 
-from streamling.operators import ExternalObject
+from streamling.plugin import ExternalObject
 
 
 def topic_object(topic: str) -> ExternalObject:

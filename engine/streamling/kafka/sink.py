@@ -29,7 +29,7 @@ from streamling.kafka.avro import avro_schema_for
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, registry
 from streamling.kafka.clients import producer as cached_producer
 from streamling.kafka.objects import topic_object
-from streamling.operators import Epoch, ExternalObject, RunContext, Sink, Written, rows_of
+from streamling.plugin import Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.postgres.writer import ORDER_COLUMN, merge_rounds
 from streamling.topology.spec import SinkSpec
 from streamling.types import GS_OP, exact_columns, json_default, map_in_arrow, spread

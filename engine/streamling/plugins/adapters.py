@@ -30,8 +30,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from streamling.errors import StreamlingError, StreamlingNodeError, first_line
-from streamling.operators import ArrowSink as SparkArrowSink
-from streamling.operators import Epoch, Operator, RunContext, Source, Transform
+from streamling.operators import DriverSink, Epoch, Operator, RunContext, Source, Transform
 from streamling.plugin import (
     ArrowSink,
     ArrowSource,
@@ -365,8 +364,8 @@ class _TransformTask:
             yield from conform(result, self.expected, label, "transform")
 
 
-class PluginSink(PluginNode, SparkArrowSink[Any]):
-    """An `ArrowSink`: the epoch's rows as batches on the committer thread, then flush, then finalize."""
+class PluginSink(PluginNode, DriverSink[Any]):
+    """A `DriverSink`: the epoch's rows as batches on the committer thread, then flush, then finalize."""
 
     def write_batch(self, batch: pa.RecordBatch, epoch: Epoch) -> None:
         self.call("write", batch, epoch, bucket=(epoch.source, epoch.id))

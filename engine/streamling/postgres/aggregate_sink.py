@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
 from streamling.core import identifiers
-from streamling.operators import Epoch, RunContext
+from streamling.plugin import Epoch, RunContext
 from streamling.postgres import catalog, progress
 from streamling.postgres.sink import PostgresWriterSink
 from streamling.postgres.writer import EPOCH_COLUMN

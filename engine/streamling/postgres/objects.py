@@ -3,7 +3,7 @@ node's connection settings, its schema and its table, as every Postgres node nam
 
 from __future__ import annotations
 
-from streamling.operators import ExternalObject
+from streamling.plugin import ExternalObject
 
 
 def table_object(database: str, schema: str, table: str) -> ExternalObject:

@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from streamling.operators import AppliedEpoch, Epoch
+from streamling.plugin import AppliedEpoch, Epoch
 
 TABLE = "_streamling_progress"
 

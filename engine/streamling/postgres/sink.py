@@ -21,7 +21,7 @@ from pyspark.sql.types import StructType
 from streamling.config.units import Milliseconds
 from streamling.core import identifiers
 from streamling.dead_letters import DeadLetterTarget
-from streamling.operators import AppliedEpoch, Epoch, ExternalObject, RunContext, Sink, Written, rows_of
+from streamling.plugin import AppliedEpoch, Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.postgres import catalog, progress
 from streamling.postgres.connection import transact
 from streamling.postgres.objects import table_object

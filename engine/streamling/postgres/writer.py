@@ -32,7 +32,7 @@ from psycopg import sql
 from streamling.config.model import PostgresSinkSettings
 from streamling.dead_letters import DeadLetter, DeadLetterTarget, row_letter
 from streamling.errors import StreamlingError
-from streamling.operators import Epoch, Written
+from streamling.plugin import Epoch, Written
 from streamling.postgres import catalog
 from streamling.postgres.connection import connection, reason, with_retries
 from streamling.postgres.progress import ProgressKey, already_applied, record

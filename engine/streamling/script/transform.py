@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 
 from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError
-from streamling.operators import Epoch, Transform
+from streamling.plugin import Epoch, Transform
 from streamling.script import codec
 from streamling.script.sandbox import (
     LimitExceeded,

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from streamling.dynamic_tables.transform import DynamicTable, DynamicTableSpec
 from streamling.errors import StreamlingError, first_line
-from streamling.operators import Epoch, Operator, Transform
+from streamling.plugin import Epoch, Operator, Transform
 from streamling.plugins import functions as plugin_functions
 from streamling.sql import wide_integers
 from streamling.sql.rewrite import SqlProgram, spark_name, undefined_dynamic_table

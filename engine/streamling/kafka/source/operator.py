@@ -37,7 +37,7 @@ from streamling.kafka.source.offsets import (
 )
 from streamling.kafka.source.reader import KafkaDataSource
 from streamling.kafka.source.spec import METADATA_COLUMNS, KafkaSourceSpec, patience, subject_of
-from streamling.operators import ExternalObject, RunContext, Source
+from streamling.plugin import ExternalObject, RunContext, Source
 from streamling.runtime.pacing import Pacer
 from streamling.state import StateBackend
 from streamling.types import GS_OP, parse_type

@@ -1,0 +1,60 @@
+"""The house rules of the engine's layout: a neutral core that imports nothing heavy, and built-in operators written
+against the public plugin module only (so the plugin API is proven by them)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ENGINE = Path(__file__).resolve().parents[2] / "engine" / "streamling"
+SYSTEMS = ("kafka", "postgres", "clickhouse", "http", "script", "dynamic_tables", "sql", "builtins")
+
+
+@pytest.mark.parametrize(
+    "module", ["streamling", "streamling.errors", "streamling.core.identifiers", "streamling.plugin"]
+)
+def test_the_core_imports_no_spark_no_driver_and_no_executor(module: str) -> None:
+    code = (
+        f"import sys, {module}\n"
+        "heavy = [m for m in ('pyspark', 'psycopg', 'pyarrow', 'streamling.runtime.executor') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_built_in_operators_import_the_operator_interface_only_from_the_public_module() -> None:
+    offenders = [
+        str(path.relative_to(ENGINE))
+        for system in SYSTEMS
+        for path in (ENGINE / system).rglob("*.py")
+        if "from streamling.operators import" in path.read_text() or "import streamling.operators" in path.read_text()
+    ]
+    assert offenders == []
+
+
+def test_every_built_in_type_is_registered_through_the_entry_point_group() -> None:
+    from importlib.metadata import entry_points
+
+    from streamling.plugins.builtins import PLUGIN
+
+    (builtins,) = [ep for ep in entry_points(group="streamling.plugins") if ep.name == "builtins"]
+    assert builtins.load() is PLUGIN
+    assert sorted(PLUGIN.operators) == [
+        "blackhole",
+        "clickhouse",
+        "dynamic_table",
+        "generator",
+        "handler",
+        "hybrid",
+        "kafka",
+        "postgres",
+        "postgres_aggregate",
+        "print",
+        "script",
+        "sql",
+        "webhook",
+    ]
