@@ -47,7 +47,16 @@ def test_unknown_operator_type_lists_the_loaded_ones() -> None:
         "or install a package with a 'streamling.plugins' entry point)"
     ]
     listed = found[0].split("loaded sink types: ")[1].split(" (")[0].split(", ")
-    assert {"blackhole", "clickhouse", "kafka", "postgres", "postgres_aggregate", "print", "webhook"} <= set(listed)
+    assert {
+        "blackhole",
+        "clickhouse",
+        "kafka",
+        "postgres",
+        "postgres_aggregate",
+        "print",
+        "print_sink",
+        "webhook",
+    } <= set(listed)
 
 
 def test_unknown_field_on_builtin_type() -> None:
