@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamling.plugin import Epoch, Options, SideOutput
-
-log = logging.getLogger(f"streamling.plugins.{__name__}")  # under the engine's logger, so it reaches stderr
 
 
 class OpCounts(SideOutput[Options]):
@@ -26,4 +22,5 @@ class OpCounts(SideOutput[Options]):
         self.state.put("counts", counts)
 
     def finalize(self, epoch: Epoch) -> None:
-        log.info("op_counts '%s' after epoch %d of %s: %s", self.node, epoch.id, epoch.source, self.state.get("counts"))
+        counts = self.state.get("counts")
+        self.log.info("op_counts '%s' after epoch %d of %s: %s", self.node, epoch.id, epoch.source, counts)

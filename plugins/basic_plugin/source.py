@@ -33,6 +33,7 @@ class RandomSourceOptions(Options):
 class RandomSource(ArrowSource[RandomSourceOptions]):
     options_model = RandomSourceOptions
     bounded = True
+    primary_key = ("alphanumeric_field",)
 
     def output_schema(self) -> pa.Schema:
         return SCHEMA
@@ -52,6 +53,9 @@ class RandomSource(ArrowSource[RandomSourceOptions]):
 
     def backlog(self, position: int | None) -> dict[str, int]:
         return {"rows": self.options.max_rows - (position or 0)}
+
+    def rows_between(self, start: int, end: int) -> int:
+        return end - start
 
 
 def random_rows(seed: int, start: int, end: int) -> pa.RecordBatch:
