@@ -135,3 +135,24 @@ def test_bad_plugin_options_are_reported_per_node_and_field_by_validate(tmp_path
         "transform 'updated_plugin_data' (type 'basic_plugin.filter_transform'): field 'options._gs_op': Input "
         "should be 'i', 'u' or 'd' (got 'x')",
     ]
+
+
+def test_a_side_output_configured_as_in_the_original_observes_every_source_unchanged(tmp_path: Path) -> None:
+    """``plugin.side_output_ids`` (the original's application config) attaches op_counts to the source of the
+    original's example, whose YAML is not touched: the printed rows stay the same, and the counts of every row the
+    source produced are committed with the epoch under the side output's own node."""
+    done = run_cli(
+        tmp_path,
+        str(REPO / "pipelines" / "plugin_random.yaml"),
+        env={
+            "STREAMLING__PLUGIN__PATH": str(BASIC),
+            "STREAMLING__JOB_MODE": "true",
+            "STREAMLING__PLUGIN__SIDE_OUTPUT_IDS": "basic_plugin.op_counts",
+        },
+    )
+    assert_prints_the_inserts(done)
+    produced = generated(0, 50)
+    counts = {op: sum(1 for r in produced if r["_gs_op"] == op) for op in "iud"}
+    state = sqlite_state(tmp_path / "state.db")
+    assert state["plugin_data.basic_plugin.op_counts:state:counts"]["value"] == counts
+    assert "op_counts 'plugin_data.basic_plugin.op_counts' after epoch 1 of plugin_data" in done.stderr
