@@ -35,6 +35,7 @@ first use.
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -165,6 +166,12 @@ class _Node(ABC, Generic[OptionsT]):
     def state(self) -> State:
         return self.context.require_state()
 
+    @property
+    def log(self) -> logging.Logger:
+        """This node's logger (``streamling.plugins.<id>``): its lines go wherever the runtime's do, in the same
+        text or JSON format, on the driver and in Spark's workers."""
+        return logging.getLogger(f"streamling.plugins.{self.context.plugin_id}")
+
     def labels(self) -> Mapping[str, str]:
         """Identity labels for telemetry (e.g. ``{"endpoint": ...}``). A YAML ``telemetry.labels`` entry with the
         same key is overridden, with one warning naming both values."""
@@ -187,6 +194,8 @@ class ArrowSource(_Node[OptionsT]):
 
     bounded: ClassVar[bool] = False
     """True when the source reaches an end (`finished`); job mode accepts only bounded sources."""
+    primary_key: ClassVar[tuple[str, ...]] = ()
+    """The columns that identify a row, used when the node's YAML sets no ``primary_key`` (upserts downstream)."""
 
     @abstractmethod
     def output_schema(self) -> pa.Schema:
@@ -218,6 +227,11 @@ class ArrowSource(_Node[OptionsT]):
         unknown."""
         return None
 
+    def rows_between(self, start: Position, end: Position) -> int | None:
+        """How many rows the range [start, end) holds, when positions tell (run summaries, progress); None when
+        unknown."""
+        return None
+
     def reads(self) -> list[ExternalObject]:
         """The external objects this source reads (its Dagster assets); none: the asset is the node."""
         return []
@@ -232,6 +246,8 @@ class PolledSource(_Node[OptionsT]):
     position is committed after every sink flushed, together with the node's staged `state`."""
 
     bounded: ClassVar[bool] = False
+    primary_key: ClassVar[tuple[str, ...]] = ()
+    """The columns that identify a row, used when the node's YAML sets no ``primary_key`` (upserts downstream)."""
     poll_interval_sec: ClassVar[float] = 1.0
     """How long to wait after a `poll` that returned None before polling again."""
 
@@ -249,6 +265,10 @@ class PolledSource(_Node[OptionsT]):
         return False
 
     def backlog(self, position: Position | None) -> dict[str, int] | None:
+        return None
+
+    def rows_between(self, start: Position | None, end: Position) -> int | None:
+        """How many rows the positions from `start` to `end` cover, when they tell; None when unknown."""
         return None
 
     def reads(self) -> list[ExternalObject]:

@@ -36,7 +36,10 @@ def test_one_id_from_a_path_and_an_installed_distribution_names_both(tmp_path: P
     (write_six_kinds(site, ns)).rename(site / f"{ns}_dist.py")
     local = write_six_kinds(tmp_path / "local", ns)
     path = write(tmp_path, f"sources: {{a: {{type: {ns}.counter, rows: 3}}}}\nsinks: {{b: {{type: print, from: a}}}}\n")
-    env = {"STREAMLING__PLUGIN__PATH": str(local), "PYTHONPATH": f"{site}{os.pathsep}{os.environ['PYTHONPATH']}"}
+    env = {
+        "STREAMLING__PLUGIN__PATH": str(local),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p),
+    }
     result = run_cli(tmp_path, str(path), "--validate", env=env)
     assert result.returncode == 2, result.stderr
     assert json.loads(result.stdout)["errors"] == [

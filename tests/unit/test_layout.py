@@ -54,6 +54,7 @@ def test_every_built_in_type_is_registered_through_the_entry_point_group() -> No
         "postgres",
         "postgres_aggregate",
         "print",
+        "print_sink",
         "script",
         "sql",
         "webhook",

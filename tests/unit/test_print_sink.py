@@ -9,6 +9,7 @@ import pyarrow as pa
 from streamling.builtins.print_sink import PrintSink, PrintSinkSpec
 from streamling.config import load_settings
 from streamling.operators import Epoch
+from streamling.topology.pipeline import load_pipeline
 
 
 def sink(sample_every: int | None = None, global_every: int = 1) -> PrintSink:
@@ -51,3 +52,29 @@ def test_global_sample_every_applies_when_sink_sets_none(capsys) -> None:
     s = sink(global_every=2)
     s.write_batch(pa.RecordBatch.from_pylist([{"id": i, "_gs_op": "i"} for i in range(5)]), EPOCH)
     assert len(capsys.readouterr().out.splitlines()) == 3
+
+
+ORIGINAL_PRINT_SINK = """
+sources:
+  src: {type: generator, rows: 5, primary_key: id}
+sinks:
+  print.src:
+    from: src
+    type: print_sink
+    options:
+      mode: %s
+"""
+
+
+def test_print_sink_is_the_original_plugin_examples_name_for_print() -> None:
+    pipeline, report = load_pipeline(ORIGINAL_PRINT_SINK % "batch")
+    assert report.errors == []
+    node = pipeline.nodes["print.src"]
+    assert issubclass(node.optype.operator, PrintSink) and node.spec.options.mode == "batch"
+
+
+def test_print_sink_mode_other_than_batch_is_named_with_its_value() -> None:
+    _, report = load_pipeline(ORIGINAL_PRINT_SINK % "row")
+    assert report.errors == [
+        "sink 'print.src' (type 'print_sink'): field 'options.mode': Input should be 'batch' (got 'row')"
+    ]

@@ -13,7 +13,7 @@ import threading
 from typing import ClassVar, Literal
 
 import pyarrow as pa
-from pydantic import PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from streamling.config.units import Milliseconds
 from streamling.plugin import DriverSink, Epoch
@@ -33,6 +33,19 @@ class PrintSinkSpec(SinkSpec):
     """Accepted for the original's pipelines; each epoch is printed as it is written (a warning at start)."""
     batch_flush_interval: Milliseconds | None = None
     """The longest rows wait: sources feeding this sink close epochs at least this often."""
+
+
+class PrintSinkOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["batch"] = "batch"
+    """The original's plugin sink printed whole batches; here every epoch's rows print as it is written."""
+
+
+class OriginalPrintSinkSpec(PrintSinkSpec):
+    """``print_sink``: the name (and ``options``) the original's plugin example gives its print sink."""
+
+    type: Literal["print_sink"]  # type: ignore[assignment]
+    options: PrintSinkOptions = Field(default_factory=PrintSinkOptions)
 
 
 class PrintSink(DriverSink[PrintSinkSpec]):
@@ -76,3 +89,9 @@ class PrintSink(DriverSink[PrintSinkSpec]):
             with _stdout_lock:
                 sys.stdout.write("".join(lines))
                 sys.stdout.flush()
+
+
+class OriginalPrintSink(PrintSink):
+    """The print sink registered as ``print_sink``, with the original's ``options`` block."""
+
+    spec_model: ClassVar[type[PrintSinkSpec]] = OriginalPrintSinkSpec

@@ -208,8 +208,13 @@ class PluginSettings(_Section):
     """Preprocessors (``<namespace>.<name>``) applied in this order to every pipeline definition before parsing."""
     preprocessor_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Options per preprocessor id."""
+    side_output_ids: list[str] = Field(default_factory=list)
+    """Side outputs (``<namespace>.<name>``) attached to every source of every pipeline, one instance per source,
+    as the original configured them; a pipeline may also declare one as a node (``from:`` the node it observes)."""
+    side_output_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Options per side output id."""
 
-    @field_validator("preprocessor_ids", mode="before")
+    @field_validator("preprocessor_ids", "side_output_ids", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         """``STREAMLING__PLUGIN__PREPROCESSOR_IDS=a.x,b.y`` as well as a list."""

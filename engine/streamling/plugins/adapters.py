@@ -41,6 +41,7 @@ from streamling.plugin import (
 )
 from streamling.plugins.state import NodeState
 from streamling.state import StateBackend
+from streamling.telemetry.logs import configure_worker_logging
 from streamling.topology.labels import label_errors
 from streamling.types import GS_OP, with_gs_op
 
@@ -77,6 +78,8 @@ class PluginRef:
     """The pickled options model (pickled by reference to its class, like the plugin class)."""
     archives: tuple[str, ...] = ()
     """Where the driver's machine keeps the shipped plugin archives (`shipping.local_archives`)."""
+    log_level: str = "info"
+    log_format: str = "text"
 
     @property
     def label(self) -> str:
@@ -88,6 +91,7 @@ class PluginRef:
         with _instances_lock:
             found = _instances.get(key)
             if found is None:
+                configure_worker_logging(self.log_level, self.log_format)  # so the plugin's `log` lines show
                 with plugin_errors(self.label):
                     cls: Any = self._module()
                     for part in self.qualname.split("."):
@@ -215,7 +219,17 @@ class PluginNode(Operator[Any]):
 
         options = pickle.dumps(self.spec.options)
         app = self.settings.application_id
-        return PluginRef(cls.__module__, cls.__qualname__, self.plugin_id, self.name, app, options, local_archives())
+        return PluginRef(
+            cls.__module__,
+            cls.__qualname__,
+            self.plugin_id,
+            self.name,
+            app,
+            options,
+            local_archives(),
+            self.settings.log_level,
+            self.settings.log_format,
+        )
 
     def labels(self) -> dict[str, Any]:
         """The node's telemetry labels: the YAML's, with the plugin's identity labels winning."""
@@ -272,6 +286,12 @@ class _PluginSource(PluginNode, Source[Any]):
 
     def backlog(self, position: Mapping[str, Any] | None) -> dict[str, int] | None:
         return self.call("backlog", (position or {}).get("position"))
+
+    def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
+        return self.call("rows_between", start.get("position"), end.get("position"))
+
+    def primary_key(self) -> list[str]:
+        return super().primary_key() or list(getattr(self.plugin_class, "primary_key", ()))
 
     def reads(self) -> list[Any]:
         return list(self.call("reads"))

@@ -4,7 +4,7 @@
 from streamling.builtins.blackhole import BlackholeSink
 from streamling.builtins.generator import GeneratorSource
 from streamling.builtins.hybrid import HybridSource
-from streamling.builtins.print_sink import PrintSink
+from streamling.builtins.print_sink import OriginalPrintSink, PrintSink
 from streamling.clickhouse.sink import ClickHouseSink
 from streamling.clickhouse.source import ClickHouseSource
 from streamling.dynamic_tables.transform import DynamicTable
@@ -30,6 +30,7 @@ PLUGIN = Plugin(
         "handler": HandlerTransform,
         "dynamic_table": DynamicTable,
         "print": PrintSink,
+        "print_sink": OriginalPrintSink,
         "blackhole": BlackholeSink,
         "postgres": PostgresSink,
         "postgres_aggregate": PostgresAggregateSink,

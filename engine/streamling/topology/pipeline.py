@@ -157,6 +157,8 @@ def load_pipeline(
     raw = _parse(text, report, preprocessors)
     if raw is None:
         return None, report
+    if settings is not None and settings.plugin.side_output_ids:
+        _attach_side_outputs(raw, settings.plugin.side_output_ids, settings.plugin.side_output_options, report)
     nodes = _build_nodes(raw, report)
     declared = {form for section in SECTIONS for name in raw[section] for form in (str(name), str(name).strip())}
     inputs = _resolve_inputs(nodes, declared, report)
@@ -224,6 +226,32 @@ def _preprocessed(plugin_id: str, preprocessor: Any, raw: Any, report: Validatio
         report.errors.append(f"preprocessor '{plugin_id}' returned {type(out).__name__}, not a mapping")
         return None
     return out
+
+
+def side_output_node(source: str, plugin_id: str) -> str:
+    """The name of the node a configured side output gets on `source` (a dot, so its state keys, ``<node>:…``,
+    never fall under the source's own ``<source>:`` prefix)."""
+    return f"{source}.{plugin_id}"
+
+
+def _attach_side_outputs(
+    raw: dict[str, Any], ids: list[str], options: Mapping[str, Mapping[str, Any]], report: ValidationReport
+) -> None:
+    """``plugin.side_output_ids``: one node per side output and source, observing the source's batches."""
+    for plugin_id in ids:
+        for source in raw["sources"]:
+            name = side_output_node(str(source), plugin_id)
+            if name in raw["transforms"]:
+                report.errors.append(
+                    f"transform {quoted(name)}: the name is taken by the side output '{plugin_id}' that "
+                    f"plugin.side_output_ids attaches to source {quoted(str(source))}; rename the transform"
+                )
+                continue
+            raw["transforms"][name] = {
+                "type": plugin_id,
+                "from": str(source),
+                "options": dict(options.get(plugin_id, {})),
+            }
 
 
 def _build_nodes(raw: Mapping[str, Any], report: ValidationReport) -> dict[str, Node]:
