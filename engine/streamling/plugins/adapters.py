@@ -473,6 +473,12 @@ class _AdapterCache:
 _cache = _AdapterCache()
 
 
+OPTIONAL_ANSWERS = ("backlog", "rows_between")
+"""What a source may tell: a plugin source that does not implement one keeps `Source`'s default in its adapter, so
+the control plane, which tells by the override whether a source knows it, offers no lag checks (`backlog`) or row
+reconciliation (`rows_between`) for it."""
+
+
 def adapter_for(cls: type, plugin_id: str) -> Callable[..., PluginNode]:
     """The operator class for plugin class `cls` registered as `plugin_id`."""
     with _cache.lock:
@@ -480,9 +486,9 @@ def adapter_for(cls: type, plugin_id: str) -> Callable[..., PluginNode]:
         if found is None:
             base = next(adapter for abc, adapter in ADAPTERS.items() if issubclass(cls, abc))
             attributes: dict[str, Any] = {"plugin_class": cls, "plugin_id": plugin_id}
-            if issubclass(base, _PluginSource) and cls.backlog in (ArrowSource.backlog, PolledSource.backlog):
-                # no backlog of its own: the control plane (which tells by the override) offers no lag checks
-                attributes["backlog"] = Source.backlog
+            for method in OPTIONAL_ANSWERS if issubclass(base, _PluginSource) else ():
+                if getattr(cls, method) in (getattr(ArrowSource, method), getattr(PolledSource, method)):
+                    attributes[method] = getattr(Source, method)
             found = type(f"{base.__name__}[{plugin_id}]", (base,), attributes)
             _cache.classes[(cls, plugin_id)] = found
         return found
