@@ -65,6 +65,9 @@ class EpochCommit:
         for op in [self.source, *self.downstream]:
             with error_context(op.label):
                 entries.update(op.state_entries(epoch))
+        for value in entries.values():  # one commit, one time: every entry it writes says when it was written
+            if isinstance(value, dict) and "updated_at" in value:
+                value["updated_at"] = now_ms
         self.runner.check_lease()
         with error_context(f"{self.source.label}: failed to commit epoch {epoch.id}"):
             self.runner.state.put_many(entries)
