@@ -5,13 +5,14 @@ the driver ships."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.cli import run_cli, sqlite_state, write
-from tests.plugin_util import write_six_kinds
+from tests.plugin_util import write_distribution, write_six_kinds
 
 pytestmark = pytest.mark.integration
 
@@ -44,3 +45,36 @@ def test_path_plugin_runs_on_the_standalone_cluster(tmp_path: Path, spark_cluste
     state = sqlite_state(tmp_path / "state.db")
     assert state["src:position"]["position"] == 40
     assert state["out:state:rows"]["value"] == 10
+
+
+def test_installed_plugin_is_shipped_to_the_standalone_cluster(
+    tmp_path: Path, spark_cluster_env: dict[str, str]
+) -> None:
+    """The same plugin as an installed distribution (an entry point, no STREAMLING__PLUGIN__PATH) whose folder is on
+    the driver's PYTHONPATH only: the cluster's workers import it from the package the driver ships."""
+    ns = f"acme_{uuid.uuid4().hex[:6]}"
+    site = tmp_path / "site"
+    module = write_six_kinds(site, ns)
+    write_distribution(site, f"{ns}-plugin", {ns: f"{ns}:PLUGIN"}, {})
+    path = write(
+        tmp_path,
+        f"""
+        sources:
+          src: {{type: {ns}.counter, primary_key: id, rows: 40, step: 25}}
+        transforms:
+          keep: {{type: {ns}.keep, from: src, primary_key: id, min_id: 30}}
+        sinks:
+          out: {{type: {ns}.file, from: keep, path: {tmp_path / "out.jsonl"}}}
+        """,
+    )
+    env = {
+        **spark_cluster_env,
+        "STREAMLING__JOB_MODE": "true",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p),
+        "STREAMLING__SPARK__APP_NAME": f"streamling-plugin-{ns}",
+    }
+    result = run_cli(tmp_path, str(path), env=env)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == list(range(30, 40))
+    assert module.parent == site

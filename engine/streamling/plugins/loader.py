@@ -46,12 +46,33 @@ class PathPlugin:
 
 _lock = threading.RLock()
 _path_plugins: dict[str, PathPlugin] = {}
+_installed_plugins: dict[str, PathPlugin] = {}
 
 
 def path_plugins() -> list[PathPlugin]:
     """Every plugin loaded by path in this process, for shipping to Spark's Python workers."""
     with _lock:
         return list(_path_plugins.values())
+
+
+def installed_plugins() -> list[PathPlugin]:
+    """The top-level packages (or modules) of the installed plugins this process loaded, for shipping to a
+    cluster's workers like the ``streamling`` package itself; the built-ins are part of that package."""
+    with _lock:
+        return list(_installed_plugins.values())
+
+
+def _note_installed(ep: EntryPoint) -> None:
+    top = ep.module.split(".")[0]
+    if top == "streamling":
+        return
+    spec = importlib.util.find_spec(top)
+    if spec is None or spec.origin is None:
+        return
+    origin = Path(spec.origin)
+    root = origin.parent if spec.submodule_search_locations else origin
+    with _lock:
+        _installed_plugins[top] = PathPlugin(top, root)
 
 
 def load_installed(registry: OperatorRegistry) -> None:
@@ -69,6 +90,7 @@ def load_installed(registry: OperatorRegistry) -> None:
         except Exception as exc:
             raise PluginError(f"plugin {origin} failed to load: {_described(exc)}") from None
         register(registry, _as_plugin(plugin, origin), origin)
+        _note_installed(ep)
 
 
 def _entry_point_origin(ep: EntryPoint) -> str:

@@ -2,12 +2,15 @@
 
 Workers rebuild plugin instances by importing the plugin's module by name (`adapters.PluginRef`), so every
 plugin loaded from ``STREAMLING__PLUGIN__PATH`` goes to them as an archive added with ``addPyFile``, in local
-mode as on a cluster (where `runtime.session` ships the ``streamling`` package the same way). Plugins installed
-as distributions are not shipped: they must be installed where the workers run.
+mode as on a cluster (where `runtime.session` ships the ``streamling`` package the same way). On a cluster,
+plugins installed as distributions (entry points) are shipped too, as their top-level package, when it is pure
+Python (zip imports cannot load compiled extensions: such a plugin must be installed where the workers run); in
+local mode the workers share the driver's environment and import them as installed.
 """
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import threading
 import zipfile
@@ -15,8 +18,10 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from streamling.plugins.loader import PathPlugin, path_plugins
+from streamling.plugins.loader import PathPlugin, installed_plugins, path_plugins
 
+log = logging.getLogger("streamling.plugins")
+COMPILED = (".so", ".pyd", ".dylib")
 _lock = threading.Lock()
 _shipped: dict[int, set[tuple[str, Path]]] = {}
 """What each SparkContext (by its JVM object's id) has been sent already."""
@@ -36,13 +41,27 @@ def ship_plugins(spark: SparkSession) -> None:
     key = id(context._jsc)
     with _lock:
         sent = _shipped.setdefault(key, set())
-        fresh = [p for p in path_plugins() if (p.name, p.root) not in sent]
+        wanted = path_plugins()
+        if not context.master.startswith("local"):
+            wanted += [p for p in installed_plugins() if _pure_python(p)]
+        fresh = [p for p in wanted if (p.name, p.root) not in sent]
         if not fresh:
             return
         archive = _archive(fresh)
         context.addPyFile(str(archive))
         _archives.append(str(archive))
         sent.update((p.name, p.root) for p in fresh)
+
+
+def _pure_python(plugin: PathPlugin) -> bool:
+    compiled = plugin.root.is_dir() and any(p.suffix in COMPILED for p in plugin.root.rglob("*"))
+    if compiled:
+        log.warning(
+            "Installed plugin package '%s' holds compiled extensions and is not shipped; install it where Spark's "
+            "workers run",
+            plugin.name,
+        )
+    return not compiled
 
 
 def _archive(plugins: list[PathPlugin]) -> Path:
