@@ -412,15 +412,9 @@ class _TransformTask:
             yield from conform(result, self.expected, label, "transform")
 
 
-class PluginSink(PluginNode, DriverSink[Any]):
-    """A `DriverSink`: the epoch's rows as batches on the committer thread, then flush, then finalize."""
-
-    def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
-        self.plugin  # noqa: B018 - validation builds the plugin (constructor, labels), as for the other kinds
-        return []
-
-    def write_batch(self, batch: pa.RecordBatch, epoch: Epoch) -> None:
-        self.call("write", batch, epoch, bucket=(epoch.source, epoch.id))
+class _EpochHooks(PluginNode):
+    """A sink's or side output's hooks: `flush` before the epoch commits (its state puts go with the epoch),
+    `finalize` after, and the objects it writes."""
 
     def flush_epoch(self, epoch: Epoch) -> None:
         self.call("flush", epoch, bucket=(epoch.source, epoch.id))
@@ -432,7 +426,18 @@ class PluginSink(PluginNode, DriverSink[Any]):
         return list(self.call("writes"))
 
 
-class PluginSideOutput(PluginNode, Transform[Any]):
+class PluginSink(_EpochHooks, DriverSink[Any]):
+    """A `DriverSink`: the epoch's rows as batches on the committer thread, then flush, then finalize."""
+
+    def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
+        self.plugin  # noqa: B018 - validation builds the plugin (constructor, labels), as for the other kinds
+        return []
+
+    def write_batch(self, batch: pa.RecordBatch, epoch: Epoch) -> None:
+        self.call("write", batch, epoch, bucket=(epoch.source, epoch.id))
+
+
+class PluginSideOutput(_EpochHooks, Transform[Any]):
     """A `SideOutput`: sees its input's batches during the epoch, flushed and finalized with it; its output
     (the input, unchanged) is read by no node."""
 
@@ -444,15 +449,6 @@ class PluginSideOutput(PluginNode, Transform[Any]):
         for batch in frame.toArrow().to_batches():
             self.call("observe", batch, epoch, bucket=(epoch.source, epoch.id))
         return frame
-
-    def flush_epoch(self, epoch: Epoch) -> None:
-        self.call("flush", epoch, bucket=(epoch.source, epoch.id))
-
-    def epoch_committed(self, epoch: Epoch) -> None:
-        self.call("finalize", epoch)
-
-    def writes(self) -> list[Any]:
-        return list(self.call("writes"))
 
 
 ADAPTERS: dict[type, type[PluginNode]] = {
