@@ -348,14 +348,36 @@ class SqlFunction(ABC):
     """A vectorised scalar SQL function: whole Arrow arrays in, one array out, on the executors.
 
     Types are the pipeline YAML's column types (``"bigint"``, ``"string"``, ``"decimal(10,2)"``) or Arrow
-    types. Arguments are cast to the declared types; a call with another count of arguments, or with an
-    argument that cannot be cast, is reported by ``--validate`` naming the node and the function."""
+    types; ``"any"`` takes any type as it comes. Arguments are cast to the declared types; a call with another
+    count of arguments, or with an argument that cannot be cast, is reported by ``--validate`` naming the node
+    and the function. The last ``len(arguments) - min_arguments`` arguments may be left out (the function
+    then gets fewer arrays); with `variadic`, the last declared argument may repeat any number of times."""
 
     name: ClassVar[str]
-    """How SQL calls it (no namespace: SQL function names cannot hold a dot)."""
+    """How SQL calls it (no namespace: SQL function names cannot hold a dot); SQL names are case-insensitive."""
     arguments: ClassVar[Sequence[str | pa.DataType]] = ()
     returns: ClassVar[str | pa.DataType]
     deterministic: ClassVar[bool] = True
+    aliases: ClassVar[Sequence[str]] = ()
+    """Other names SQL may call it by."""
+    min_arguments: ClassVar[int | None] = None
+    """The fewest arguments a call may pass (default: all of `arguments`)."""
+    variadic: ClassVar[bool] = False
+
+    @classmethod
+    def arity(cls) -> tuple[int, int | None]:
+        """(fewest, most) arguments a call may pass; most is None when `variadic`."""
+        most = len(cls.arguments)
+        least = most if cls.min_arguments is None else cls.min_arguments
+        return least, None if cls.variadic else most
+
+    @classmethod
+    def argument_types(cls, count: int) -> list[str | pa.DataType]:
+        """The declared type of each of `count` arguments."""
+        declared = list(cls.arguments)
+        if count > len(declared) and cls.variadic and declared:
+            declared += [declared[-1]] * (count - len(declared))
+        return declared[:count]
 
     @abstractmethod
     def __call__(self, *args: pa.Array) -> pa.Array:

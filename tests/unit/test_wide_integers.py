@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 
 from streamling.errors import StreamlingError
+from streamling.sql.functions.wide_integers import I256_MIN, U256_MAX, to_int
 from streamling.sql.rewrite import SqlProgram
-from streamling.sql.wide_integers import I256_MIN, U256_MAX, to_int
 
 
 @pytest.mark.parametrize(
@@ -49,6 +49,6 @@ def test_rejected_inputs_name_the_value(value, signed: bool, message: str) -> No
 
 def test_aliased_calls_mark_output_columns() -> None:
     program = SqlProgram("SELECT id, U256(raw) AS wei, i256(delta) AS change, U256(raw) FROM t", "sql")
-    assert program.uses_wide_integers
+    assert program.called == ["to_i256", "to_u256"]
     assert program.wide_integer_columns == ["wei", "change"]
-    assert not SqlProgram("SELECT id FROM t", "sql").uses_wide_integers
+    assert SqlProgram("SELECT id FROM t", "sql").called == []

@@ -31,6 +31,7 @@ from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, Po
 from streamling.errors import StreamlingError, first_line
 from streamling.plugin import Epoch, ExternalObject, RunContext, Transform
 from streamling.postgres.objects import table_object
+from streamling.plugins import functions as plugin_functions
 from streamling.sql.rewrite import SqlProgram, spark_name
 from streamling.sql.stateless import forbidden_operations
 from streamling.topology.spec import TransformSpec, ignored_field, split_columns
@@ -202,6 +203,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
             view = f"__sl_dt_{spark_name(self.name)}_input"
             frame.createOrReplaceTempView(view)
             rendered = self.program.render({node: view})
+            plugin_functions.register_all(spark, self.program.called)
             try:
                 df = spark.sql(rendered)
             except Exception as exc:  # AnalysisException, ParseException: the user's SQL is wrong

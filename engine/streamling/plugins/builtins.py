@@ -16,6 +16,7 @@ from streamling.plugin import Plugin
 from streamling.postgres.aggregate_sink import PostgresAggregateSink
 from streamling.postgres.sink import PostgresSink
 from streamling.script.transform import ScriptTransform
+from streamling.sql.functions.catalogue import ARROW_CLASSES
 from streamling.sql.transform import SqlTransform
 
 PLUGIN = Plugin(
@@ -36,4 +37,5 @@ PLUGIN = Plugin(
         "postgres_aggregate": PostgresAggregateSink,
         "webhook": WebhookSink,
     },
+    functions=ARROW_CLASSES,
 )

@@ -11,6 +11,7 @@ are cast to the declared Arrow types before the function sees them. Nothing here
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
     from streamling.plugin import SqlFunction
 
-_REGISTERED = "_streamling_plugin_functions"
+_REGISTERED = "_streamling_sql_functions"
 _INTEGERS = ["tinyint", "smallint", "int", "bigint"]
 _WIDENS = {
     **{small: {*_INTEGERS[i:], "float", "double"} for i, small in enumerate(_INTEGERS)},
@@ -43,57 +44,95 @@ def spark_type(declared: Any) -> T.DataType:
 
 
 def signature(function: SqlFunction) -> str:
-    args = ", ".join(spark_type(a).simpleString() for a in function.arguments)
-    return f"{function.name}({args}) -> {spark_type(function.returns).simpleString()}"
+    return f"{function.name}({signature_arguments(function)}) -> {spark_type(function.returns).simpleString()}"
 
 
-def register_all(spark: SparkSession) -> dict[str, SqlFunction]:
-    """Register every loaded plugin function in `spark` (once per session and function)."""
+def signature_arguments(function: SqlFunction) -> str:
+    """``string, bigint[, int]``: the declared argument types, optional ones in brackets."""
+    names = ["any" if _any(a) else spark_type(a).simpleString() for a in function.arguments]
+    least, _ = function.arity()
+    args = ", ".join(names[:least])
+    for index, name in enumerate(names[least:]):
+        args += f"[{', ' if args or index else ''}{name}"
+    args += "]" * (len(names) - least)
+    if function.variadic:
+        args += ", ..."
+    return args
+
+
+def register_all(spark: SparkSession, names: Iterable[str] | None = None) -> dict[str, SqlFunction]:
+    """Register the loaded functions SQL calls by `names` (every one when None) in `spark`, once per session and
+    name. Returns them by the name Spark knows them under (what the analysed plan shows)."""
     from pyspark.sql.functions import ArrowUDFType, arrow_udf
 
-    functions = REGISTRY.functions()
-    done: set[str] = getattr(spark, _REGISTERED, set())
-    for name, function in functions.items():
-        if name in done:
+    by_call: dict[str, SqlFunction] = {}
+    for function in REGISTRY.functions().values():
+        for name in (function.name, *function.aliases, registered_name(function)):
+            by_call[name.lower()] = function
+    wanted = by_call if names is None else {n.lower(): by_call[n.lower()] for n in names if n.lower() in by_call}
+    done: dict[str, SqlFunction] = getattr(spark, _REGISTERED, {})
+    registered: dict[str, SqlFunction] = {}
+    for name, function in wanted.items():
+        spark_name = registered_name(function, name)
+        registered[spark_name] = function
+        if spark_name in done:
             continue
         try:
             returns = spark_type(function.returns)
-            arguments = [to_arrow_type(spark_type(a), timezone="UTC") for a in function.arguments]
+            arguments = [None if _any(a) else to_arrow_type(spark_type(a), timezone="UTC") for a in function.arguments]
         except StreamlingError as exc:
-            raise StreamlingError.user(f"SQL function '{name}': {exc.message}") from None
-        call = _Call(function, arguments, to_arrow_type(returns, timezone="UTC"))
+            raise StreamlingError.user(f"SQL function '{function.name}': {exc.message}") from None
+        call = _Call(function, spark_name, arguments, to_arrow_type(returns, timezone="UTC"))
         with warnings.catch_warnings():  # it prefers type hints, which a function of any arity cannot give
             warnings.simplefilter("ignore", UserWarning)
             udf = arrow_udf(call, returns, ArrowUDFType.SCALAR)
         if not function.deterministic:
             udf = udf.asNondeterministic()
-        spark.udf.register(name, udf)
-        done.add(name)
+        spark.udf.register(spark_name, udf)
+        done[spark_name] = function
     setattr(spark, _REGISTERED, done)
-    return functions
+    return registered
+
+
+def registered_name(function: SqlFunction, called: str | None = None) -> str:
+    """The name Spark knows `function` by: a built-in's `spark_name` (Spark's own functions of the same name
+    cannot be overridden), else the name SQL called it by."""
+    return getattr(function, "spark_name", None) or (called or function.name).lower()
+
+
+def _any(declared: Any) -> bool:
+    return isinstance(declared, str) and declared.strip().lower() == "any"
 
 
 class _Call:
     """What the executors run: the arguments cast to the declared types, the plugin function, the result
     checked. Pickled by reference to the plugin's class, which the workers import."""
 
-    def __init__(self, function: SqlFunction, arguments: list[pa.DataType], returns: pa.DataType) -> None:
+    def __init__(
+        self, function: SqlFunction, spark_name: str, arguments: list[pa.DataType | None], returns: pa.DataType
+    ) -> None:
         self.function = function
         self.arguments = arguments
         self.returns = returns
-        self.__name__ = function.name  # arrow_udf names the UDF after it
+        self.__name__ = spark_name  # arrow_udf names the UDF after it; the analysed plan shows it
+
+    def _targets(self, count: int) -> list[pa.DataType | None]:
+        declared = list(self.arguments)
+        if count > len(declared) and declared:
+            declared += [declared[-1]] * (count - len(declared))
+        return declared[:count]
 
     def __call__(self, *args: pa.Array) -> pa.Array:
         name = self.function.name
         try:
             cast = [
-                arg if arg.type == target else pc.cast(arg, target)
-                for arg, target in zip(args, self.arguments, strict=True)
+                arg if target is None or arg.type == target else pc.cast(arg, target)
+                for arg, target in zip(args, self._targets(len(args)), strict=True)
             ]
             result = self.function(*cast)
             if isinstance(result, pa.ChunkedArray):
                 result = result.combine_chunks()
-            if len(result) != len(args[0] if args else result):
+            if args and len(result) != len(args[0]):
                 raise ValueError(f"returned {len(result)} values for {len(args[0])} rows")
             return result if result.type == self.returns else pc.cast(result, self.returns)
         except StreamlingError:
@@ -127,16 +166,27 @@ def call_problems(df: DataFrame, functions: dict[str, SqlFunction]) -> list[str]
     return problems
 
 
+def arity_text(least: int, most: int | None) -> str:
+    if most is None:
+        return f"at least {least} argument{'' if least == 1 else 's'}"
+    if least == most:
+        return f"{least} argument{'' if least == 1 else 's'}"
+    return f"{least} to {most} arguments"
+
+
 def _argument_problem(function: SqlFunction, given: list[Any]) -> str | None:
-    wanted = [spark_type(a).simpleString() for a in function.arguments]
     got = [t.simpleString() for t in given]
-    plural = "" if len(wanted) == 1 else "s"
-    if len(got) != len(wanted):
+    least, most = function.arity()
+    if len(got) < least or (most is not None and len(got) > most):
         return (
-            f"function {function.name} takes {len(wanted)} argument{plural} ({', '.join(wanted)}), "
+            f"function {function.name} takes {arity_text(least, most)} ({signature_arguments(function)}), "
             f"got {len(got)} ({', '.join(got)})"
         )
-    for index, (want, have) in enumerate(zip(wanted, got, strict=True), start=1):
+    declared = function.argument_types(len(got))
+    for index, (want_type, have) in enumerate(zip(declared, got, strict=True), start=1):
+        if _any(want_type):
+            continue
+        want = spark_type(want_type).simpleString()
         if have == want or have == "void" or want in _WIDENS.get(have, ()):
             continue
         return f"function {function.name}: argument {index} must be {want}, got {have} (declared {signature(function)})"

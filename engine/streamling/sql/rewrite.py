@@ -19,12 +19,14 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from streamling.errors import StreamlingError
+from streamling.sql.dialects import DIALECTS
+from streamling.sql.functions.calls import rewrite_calls
+from streamling.sql.functions.wide_integers import WIDE_FUNCTIONS
 from streamling.types import GS_OP
 
-DIALECTS = ("postgres", "spark")
-WIDE_INTEGER_FUNCTIONS = ("u256", "i256")
 _RENAMED_FUNCTIONS = {"make_array": exp.Array}
 DYNAMIC_TABLE_CHECK = "dynamic_table_check"
+_TIME = exp.DataType.build("TIME", dialect="spark")
 
 
 def spark_name(node: str) -> str:
@@ -49,17 +51,34 @@ class SqlProgram:
         self._cte_names = {cte.alias_or_name for cte in self.tree.find_all(exp.CTE)}
         self.references = sorted({table_name(t) for t in self.tree.find_all(exp.Table) if self._is_input(t)})
         self.dynamic_tables = sorted({self._checked_table(call) for call in self._checks(self.tree)})
-        # Output columns computed as `U256(…) AS name` / `I256(…) AS name` are marked as 256-bit integers.
-        wide = [c for c in self.tree.find_all(exp.Anonymous) if c.name.lower() in WIDE_INTEGER_FUNCTIONS]
-        self.uses_wide_integers = bool(wide)
-        self.wide_integer_columns = [
-            p.alias
-            for p in _outermost_select(self.tree).expressions
-            if isinstance(p, exp.Alias)
-            and isinstance(p.this, exp.Anonymous)
-            and p.this.name.lower() in WIDE_INTEGER_FUNCTIONS
-        ]
         """Dynamic tables the SQL looks values up in with ``dynamic_table_check``."""
+        self._rewritten: exp.Query | None = None
+        self._called: list[str] = []
+
+    @property
+    def rewritten(self) -> exp.Query:
+        """The query with catalogue functions rewritten for Spark (done once, on first use, so parsing a spec
+        for its inputs never fails on a function call: ``--validate`` reports those naming the node)."""
+        if self._rewritten is None:
+            tree = self.tree.copy()
+            self._called = rewrite_calls(tree, self.where)
+            self._rewritten = tree
+        return self._rewritten
+
+    @property
+    def called(self) -> list[str]:
+        """Functions Spark must have registered: Arrow catalogue functions and plugins' (by Spark name)."""
+        _ = self.rewritten
+        return self._called
+
+    @property
+    def wide_integer_columns(self) -> list[str]:
+        """Output columns computed as ``to_u256(…) AS name`` / ``to_i256(…) AS name``."""
+        return [
+            p.alias
+            for p in _outermost_select(self.rewritten).expressions
+            if isinstance(p, exp.Alias) and isinstance(p.this, exp.Anonymous) and p.this.name.lower() in WIDE_FUNCTIONS
+        ]
 
     def _parse(self, sql: str) -> exp.Query:
         last: Exception | None = None
@@ -99,7 +118,7 @@ class SqlProgram:
     ) -> str:
         """Spark SQL reading `views` (node name → view name) with ``now()`` fixed to `epoch_ms`, and each
         ``dynamic_table_check('t', v)`` calling the UDF `checks` names for ``t`` (as ``udf(v)``)."""
-        tree = self.tree.copy()
+        tree = self.rewritten.copy()
         for call in self._checks(tree):
             table = self._checked_table(call)
             if checks is None:
@@ -129,6 +148,12 @@ class SqlProgram:
                 node.replace(exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d %H:%M:%S.%f")), "TIMESTAMP"))
             for node in list(tree.find_all(exp.CurrentDate)):
                 node.replace(exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d")), "DATE"))
+            for node in list(tree.find_all(exp.CurrentTime)):
+                node.replace(
+                    exp.cast(
+                        exp.Literal.string(moment.strftime("%H:%M:%S.%f")), exp.DataType.build("TIME", dialect="spark")
+                    )
+                )
         _ensure_gs_op(tree)
         return tree.sql(dialect="spark")
 

@@ -14,7 +14,7 @@ from streamling.dynamic_tables.transform import DynamicTable, DynamicTableSpec
 from streamling.errors import StreamlingError, first_line
 from streamling.plugin import Epoch, Operator, Transform
 from streamling.plugins import functions as plugin_functions
-from streamling.sql import wide_integers
+from streamling.sql.functions import wide_integers
 from streamling.sql.rewrite import SqlProgram, spark_name, undefined_dynamic_table
 from streamling.sql.stateless import forbidden_operations
 from streamling.topology.spec import NodeSpec, TransformSpec
@@ -88,9 +88,7 @@ class SqlTransform(Transform[SqlTransformSpec]):
             frame.createOrReplaceTempView(view)
             views[node] = view
         sql = self.program.render(views, epoch.timestamp_ms if epoch else None, checks)
-        if self.program.uses_wide_integers:
-            wide_integers.register(spark)
-        functions = plugin_functions.register_all(spark)
+        functions = plugin_functions.register_all(spark, self.program.called)
         try:
             df = spark.sql(sql)
         except Exception as exc:  # AnalysisException, ParseException: the user's SQL is wrong

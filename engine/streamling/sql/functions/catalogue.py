@@ -1,0 +1,77 @@
+"""Every catalogue function by its lower-case SQL name (aliases included), and the README reference table.
+
+``python -m streamling.sql.functions.catalogue`` prints the table; a unit test keeps the README's copy equal."""
+
+from __future__ import annotations
+
+from streamling.sql.functions import arrays, clock, decimals, hashes, json_functions, strings, wide_integers
+from streamling.sql.functions.base import ArrowFunction, Doc, SparkFunction
+
+FAMILIES = {
+    "Wide integers": wide_integers,
+    "Arbitrary-precision decimals": decimals,
+    "Bytes and hashes": hashes,
+    "Arrays and maps": arrays,
+    "JSON": json_functions,
+    "Strings": strings,
+    "Time": clock,
+}
+
+SPARK: dict[str, SparkFunction] = {}
+ARROW: dict[str, type[ArrowFunction]] = {}
+ARROW_CLASSES: list[type[ArrowFunction]] = []
+
+for _module in FAMILIES.values():
+    for _function in _module.SPARK_FUNCTIONS:
+        for _name in _function.names:
+            SPARK[_name.lower()] = _function
+    for _cls in _module.ARROW_FUNCTIONS:
+        ARROW_CLASSES.append(_cls)
+        for _name in (_cls.name, *_cls.aliases):
+            ARROW[_name.lower()] = _cls
+
+NAMES = frozenset(SPARK) | frozenset(ARROW)
+_clash = set(SPARK) & set(ARROW)
+if _clash:  # pragma: no cover - a programming error, caught by any test importing the catalogue
+    raise RuntimeError(f"SQL functions defined twice: {sorted(_clash)}")
+
+
+def lookup(name: str) -> SparkFunction | type[ArrowFunction] | None:
+    key = name.lower()
+    return SPARK.get(key) or ARROW.get(key)
+
+
+def docs() -> list[Doc]:
+    """Every function once (aliases listed with it), family by family, by name within a family."""
+    out: list[Doc] = []
+    for family, module in FAMILIES.items():
+        rows = [f.doc() for f in module.SPARK_FUNCTIONS] + [c.doc() for c in module.ARROW_FUNCTIONS]
+        out += sorted((_in_family(row, family) for row in rows), key=lambda d: d.name.lstrip("_"))
+    return out
+
+
+def _in_family(doc: Doc, family: str) -> Doc:
+    return doc if doc.family == family else Doc(**{**doc.__dict__, "family": family})
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown() -> str:
+    """The README's reference table."""
+    lines = [
+        "| Family | Function | Arguments | Result | NULL and bad input | Runs as |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for doc in docs():
+        names = ", ".join(f"`{n}`" for n in (doc.name, *doc.aliases))
+        lines.append(
+            f"| {doc.family} | {names} | {_cell(doc.arguments)} | {_cell(doc.returns)} | {_cell(doc.nulls)} "
+            f"| {doc.engine} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

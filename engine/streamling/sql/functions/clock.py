@@ -1,0 +1,47 @@
+"""``now()`` and friends: Spark's own, pinned to the epoch's timestamp when a transform renders, so every
+sink of an epoch (and a replay of it) sees the same time."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from streamling.sql.functions.base import ArrowFunction, SparkFunction
+
+FAMILY = "Time"
+PINNED = "the epoch's time (UTC), the same in every row, node and sink of an epoch; never NULL"
+
+SPARK_FUNCTIONS: list[SparkFunction] = [
+    SparkFunction(
+        "now",
+        FAMILY,
+        "",
+        "timestamp",
+        PINNED,
+        aliases=("current_timestamp",),
+        arity=(0, 0),
+        build=lambda args: exp.CurrentTimestamp(),
+        example="SELECT now() AS seen_at",
+    ),
+    SparkFunction(
+        "current_time",
+        FAMILY,
+        "",
+        "time",
+        PINNED,
+        arity=(0, 0),
+        build=lambda args: exp.CurrentTime(),
+        example="SELECT current_time()",
+    ),
+    SparkFunction(
+        "current_date",
+        FAMILY,
+        "",
+        "date",
+        PINNED,
+        aliases=("today",),
+        arity=(0, 0),
+        build=lambda args: exp.CurrentDate(),
+        example="SELECT today()",
+    ),
+]
+ARROW_FUNCTIONS: list[type[ArrowFunction]] = []
