@@ -30,8 +30,8 @@ from streamling.dynamic_tables.memory import MemorySet
 from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, PostgresWriter
 from streamling.errors import StreamlingError, first_line
 from streamling.plugin import Epoch, ExternalObject, RunContext, Transform
-from streamling.postgres.objects import table_object
 from streamling.plugins import functions as plugin_functions
+from streamling.postgres.objects import table_object
 from streamling.sql.rewrite import SqlProgram, spark_name
 from streamling.sql.stateless import forbidden_operations
 from streamling.topology.spec import TransformSpec, ignored_field, split_columns

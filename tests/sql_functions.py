@@ -1,0 +1,38 @@
+"""Evaluate catalogue SQL functions the way a ``sql`` transform does: parsed with the transform's dialects,
+rewritten, the Arrow functions registered, run by Spark on real rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from streamling.plugins import functions as plugin_functions
+from streamling.sql.rewrite import SqlProgram
+
+
+def frame(spark: SparkSession, rows: list[tuple] | None = None, schema: str | None = None) -> DataFrame:
+    """The input node ``t`` (one row with ``x = 1`` unless given); `schema` is a Spark DDL string."""
+    if rows is None:
+        return spark.createDataFrame([(1,)], "x bigint")
+    return spark.createDataFrame(rows, schema)
+
+
+def query(spark: SparkSession, sql: str, source: DataFrame | None = None, epoch_ms: int | None = None) -> DataFrame:
+    """`sql` (reading node ``t``) as the DataFrame a transform would produce (``_gs_op`` dropped)."""
+    program = SqlProgram(sql, "SQL transform 'test'")
+    (source if source is not None else frame(spark)).createOrReplaceTempView("__sl_test_t")
+    rendered = program.render({"t": "__sl_test_t"}, epoch_ms, {})
+    plugin_functions.register_all(spark, program.called)
+    return spark.sql(rendered).drop("_gs_op")
+
+
+def values(spark: SparkSession, expression: str, source: DataFrame | None = None) -> list[Any]:
+    """`expression` evaluated for every row of ``t``, in order."""
+    return [row[0] for row in query(spark, f"SELECT {expression} AS v FROM t", source).collect()]
+
+
+def value(spark: SparkSession, expression: str, source: DataFrame | None = None) -> Any:
+    """`expression` evaluated once (``t`` has one row unless `source` says otherwise)."""
+    (result,) = values(spark, expression, source)
+    return result
