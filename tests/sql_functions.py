@@ -8,6 +8,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from streamling.plugins import functions as plugin_functions
+from streamling.sql.functions import numeric_rewrite
 from streamling.sql.rewrite import SqlProgram
 
 
@@ -21,10 +22,11 @@ def frame(spark: SparkSession, rows: list[tuple] | None = None, schema: str | No
 def query(spark: SparkSession, sql: str, source: DataFrame | None = None, epoch_ms: int | None = None) -> DataFrame:
     """`sql` (reading node ``t``) as the DataFrame a transform would produce (``_gs_op`` dropped)."""
     program = SqlProgram(sql, "SQL transform 'test'")
-    (source if source is not None else frame(spark)).createOrReplaceTempView("__sl_test_t")
-    rendered = program.render({"t": "__sl_test_t"}, epoch_ms, {})
+    source = source if source is not None else frame(spark)
+    source.createOrReplaceTempView("__sl_test_t")
+    rendered = program.render({"t": "__sl_test_t"}, epoch_ms, {}, {"t": source.schema})
     plugin_functions.register_all(spark, program.called)
-    return spark.sql(rendered).drop("_gs_op")
+    return numeric_rewrite.mark(spark.sql(rendered), program.output_types).drop("_gs_op")
 
 
 def values(spark: SparkSession, expression: str, source: DataFrame | None = None) -> list[Any]:

@@ -10,7 +10,7 @@ from typing import Any
 from pyspark.sql import types as T
 
 from streamling.clickhouse.client import quote
-from streamling.core.markers import WIDE_DECIMAL_KEY
+from streamling.core.markers import I256, U256, WIDE_DECIMAL_KEY
 from streamling.errors import StreamlingError
 
 _DECIMAL = re.compile(r"^Decimal(?:32|64|128|256)?\((\d+),\s*(\d+)\)$")
@@ -24,7 +24,9 @@ _INTS = {
     "UInt16": T.IntegerType(),
     "UInt32": T.LongType(),
 }
-_WIDE = {"Int128": 39, "UInt128": 39, "Int256": 78, "UInt256": 78}
+_WIDE = {"Int128": "decimal(39,0)", "UInt128": "decimal(39,0)", "Int256": I256, "UInt256": U256}
+"""Integers past Spark's 38 digits, read as exact decimal text with this marker (so a ``UInt256`` column
+written back by a ClickHouse sink is a ``UInt256`` again)."""
 _TEXT = ("String", "FixedString", "UUID", "Enum8", "Enum16", "IPv4", "IPv6")
 
 
@@ -54,7 +56,7 @@ def spark_field(column: ColumnInfo) -> T.StructField:
         data = T.DecimalType(20, 0)
     elif kind in _WIDE:
         data = T.StringType()
-        metadata[WIDE_DECIMAL_KEY] = f"decimal({_WIDE[kind]},0)"
+        metadata[WIDE_DECIMAL_KEY] = _WIDE[kind]
     elif kind in ("Float32",):
         data = T.FloatType()
     elif kind == "Float64":
@@ -98,7 +100,8 @@ def select_expression(column: ColumnInfo) -> str:
     elif kind.startswith("DateTime"):
         expr = f"toDateTime64({name}, 6, 'UTC')"
     elif (match := _DECIMAL.match(kind)) and int(match.group(1)) > 38:
-        expr = f"toString({name})"
+        # every fractional digit, as the marker's decimal(p,s) promises (toString drops trailing zeros)
+        expr = f"toDecimalString({name}, {int(match.group(2))})"
     else:
         return name
     return f"{expr} AS {name}"

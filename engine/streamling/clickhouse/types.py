@@ -7,11 +7,11 @@ converted first, carrying the wide-decimal marker. Choices:
 - timestamps (``TIMESTAMP`` and ``TIMESTAMP_NTZ``) → ``DateTime64(6, 'UTC')``: ClickHouse has no naive
   date-time type (``DateTime64(6)`` is an instant shown in the server's zone), so a wall-clock value
   written as UTC reads back unchanged on every server;
-- decimals wider than Spark's 38 digits (Avro ``decimal(p,s)``, ``U256``/``I256``) arrive as exact
-  decimal strings: ``Decimal(p,s)`` up to ClickHouse's 76 digits, else ``String`` — ``decimal(78,0)``
-  holds both the ``UInt256`` and the ``Int256`` range, which no single ClickHouse number type does, and
-  ClickHouse wraps an out-of-range value silently instead of failing; ``schema_override: {c: UInt256}``
-  stores the number when its sign is known;
+- numbers wider than Spark's 38 digits arrive as exact decimal strings marked with their type: ``u256``
+  (``to_u256``, a ``UInt256`` source column) → ``UInt256``, ``i256`` → ``Int256``, ``decimal(p,s)`` (Avro,
+  ``to_decimal_arb``) → ``Decimal(p,s)`` up to ClickHouse's 76 digits, else ``String`` (Avro's
+  ``decimal(78,0)`` holds both the ``UInt256`` and the ``Int256`` range, which no single ClickHouse number
+  type does, and ClickHouse wraps an out-of-range value silently instead of failing);
 - struct/list/map → ``Tuple(name T, …)``/``Array(T)``/``Map(K, V)`` (sent natively by Arrow, queryable
   without JSON functions); such a column itself cannot be Nullable in ClickHouse, so a NULL becomes the
   empty value, while NULL members keep Nullable types inside;
@@ -28,10 +28,9 @@ import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_type
 
-from streamling.core.markers import WIDE_DECIMAL_KEY
+from streamling.core.markers import WIDE_DECIMAL_KEY, wide_type
 
 MAX_DECIMAL_DIGITS = 76
-_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$", re.IGNORECASE)
 _TYPE_CHARS = re.compile(r"^[A-Za-z][A-Za-z0-9_ ,()'=.+/\-]*$")
 _COMPOSITE = ("Array(", "Map(", "Tuple(", "Nested(", "JSON", "Object(", "Variant(", "Dynamic")
 _INT = re.compile(r"^(U?)Int(8|16|32|64|128|256)$")
@@ -107,9 +106,11 @@ def nullable(ch: str, is_nullable: bool) -> str:
 def ch_type(arrow: pa.DataType, wide_decimal: str | None = None) -> str:
     """The ClickHouse type for values of `arrow` (without the outer Nullable)."""
     if wide_decimal:
-        match = _DECIMAL.match(wide_decimal.replace(" ", ""))
-        if match and int(match.group(1)) <= MAX_DECIMAL_DIGITS:
-            return f"Decimal({match.group(1)}, {match.group(2)})"
+        wide = wide_type(wide_decimal)
+        if wide is not None and wide.integer:
+            return {"u256": "UInt256", "i256": "Int256"}[wide.kind]
+        if wide is not None and wide.precision <= MAX_DECIMAL_DIGITS:
+            return f"Decimal({wide.precision}, {wide.scale})"
         return "String"
     for check, name in (
         (pa.types.is_int8, "Int8"),
@@ -217,6 +218,8 @@ def can_hold(existing: str, required: str) -> bool:
     if need_dec:
         have_dec = _dec(have)
         return bool(have_dec and have_dec[1] >= need_dec[1] and have_dec[0] - have_dec[1] >= need_dec[0] - need_dec[1])
+    if need in ("UInt256", "Int256") and have == "String":
+        return True  # the exact decimal text, as tables made before 256-bit columns were typed hold it
     if need == "String":
         # Strings also go into FixedString/Enum/UUID and, as exact decimal text, into wide numbers;
         # a value that does not fit fails its insert with ClickHouse's message naming the column.

@@ -1,7 +1,9 @@
 """Arrow/Spark column types → Postgres column types, and whether an existing column can hold them.
 
 The mapping is defined once, on Arrow types (what the writer actually sends); Spark schemas are
-converted to Arrow first, carrying the wide-decimal marker that keeps 256-bit integers exact.
+converted to Arrow first, carrying the wide-number marker that keeps 256-bit integers and wide decimals
+exact: ``u256``/``i256`` → ``numeric(78,0)``, ``decimal(p,s)`` → ``numeric(p,s)`` (unconstrained ``numeric``
+past Postgres' 1000 digits).
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_type
 
-from streamling.core.markers import WIDE_DECIMAL_KEY
+from streamling.core.markers import WIDE_DECIMAL_KEY, wide_type
 
 WIDE_NUMERIC = "numeric(78,0)"
+PG_MAX_PRECISION = 1000
+"""Postgres' widest constrained ``numeric``; wider decimals go into an unconstrained ``numeric``."""
 _INT_DIGITS = {"smallint": 5, "integer": 10, "bigint": 19}
 _DECIMAL = re.compile(r"^(?:decimal|numeric)\((\d+),\s*(\d+)\)$")
 
@@ -34,9 +38,12 @@ class Column:
 
 
 def pg_type(arrow: pa.DataType, wide_decimal: str | None = None) -> str:
+    """The Postgres type for values of `arrow`; `wide_decimal` is the column's wide-number marker, if any."""
     if wide_decimal:
-        match = _DECIMAL.match(wide_decimal.replace(" ", ""))
-        return f"numeric({match.group(1)},{match.group(2)})" if match else WIDE_NUMERIC
+        wide = wide_type(wide_decimal)
+        if wide is None or wide.integer:
+            return WIDE_NUMERIC
+        return f"numeric({wide.precision},{wide.scale})" if wide.precision <= PG_MAX_PRECISION else "numeric"
     if pa.types.is_int8(arrow) or pa.types.is_int16(arrow) or pa.types.is_uint8(arrow):
         return "smallint"
     if pa.types.is_int32(arrow) or pa.types.is_uint16(arrow):

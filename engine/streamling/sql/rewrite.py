@@ -4,7 +4,8 @@ fallback), find the nodes it reads, and render Spark SQL for an epoch.
 Rendering maps node names — dotted ones included, as in ``FROM raw.transactions`` — to the epoch's
 temporary views, makes sure every SELECT carries ``_gs_op`` exactly once, pins ``now()`` to the
 epoch's timestamp so every sink of an epoch sees the same value, and turns
-``dynamic_table_check('t', value)`` into a call of the Spark UDF registered for dynamic table ``t``.
+``dynamic_table_check('t', value)`` into a call of the Spark UDF registered for dynamic table ``t``;
+operators on 256-bit integers and wide decimals become exact function calls (`numeric_rewrite`).
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import sqlglot
+from pyspark.sql import types as T
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from streamling.errors import StreamlingError
 from streamling.sql.dialects import DIALECTS
+from streamling.sql.functions import numeric_rewrite
 from streamling.sql.functions.calls import rewrite_calls
-from streamling.sql.functions.wide_integers import WIDE_FUNCTIONS
 from streamling.types import GS_OP
 
 _RENAMED_FUNCTIONS = {"make_array": exp.Array}
@@ -54,6 +56,9 @@ class SqlProgram:
         """Dynamic tables the SQL looks values up in with ``dynamic_table_check``."""
         self._rewritten: exp.Query | None = None
         self._called: list[str] = []
+        self.output_types: dict[str, str | None] = {}
+        """Output columns whose type the last `render` knew: the wide-number marker (``u256``, ``i256``,
+        ``decimal(p,s)``) or None for a plain column; `numeric_rewrite.mark` puts them on the result."""
 
     @property
     def rewritten(self) -> exp.Query:
@@ -67,18 +72,10 @@ class SqlProgram:
 
     @property
     def called(self) -> list[str]:
-        """Functions Spark must have registered: Arrow catalogue functions and plugins' (by Spark name)."""
+        """Functions Spark must have registered: Arrow catalogue functions and plugins' (by Spark name);
+        after a `render`, also those its rewriting of operators on wide numbers calls."""
         _ = self.rewritten
         return self._called
-
-    @property
-    def wide_integer_columns(self) -> list[str]:
-        """Output columns computed as ``to_u256(…) AS name`` / ``to_i256(…) AS name``."""
-        return [
-            p.alias
-            for p in _outermost_select(self.rewritten).expressions
-            if isinstance(p, exp.Alias) and isinstance(p.this, exp.Anonymous) and p.this.name.lower() in WIDE_FUNCTIONS
-        ]
 
     def _parse(self, sql: str) -> exp.Query:
         last: Exception | None = None
@@ -95,6 +92,9 @@ class SqlProgram:
             return statements[0]
         detail = str(last).splitlines()[0] if last else "unparseable"
         raise StreamlingError.user(f"{self.where}: invalid SQL: {detail}")
+
+    def _input_name(self, table: exp.Table) -> str | None:
+        return table_name(table) if self._is_input(table) else None
 
     def _is_input(self, table: exp.Table) -> bool:
         name = table_name(table)
@@ -114,11 +114,21 @@ class SqlProgram:
         return args[0].name
 
     def render(
-        self, views: Mapping[str, str], epoch_ms: int | None = None, checks: Mapping[str, str] | None = None
+        self,
+        views: Mapping[str, str],
+        epoch_ms: int | None = None,
+        checks: Mapping[str, str] | None = None,
+        schemas: Mapping[str, T.StructType] | None = None,
     ) -> str:
         """Spark SQL reading `views` (node name → view name) with ``now()`` fixed to `epoch_ms`, and each
-        ``dynamic_table_check('t', v)`` calling the UDF `checks` names for ``t`` (as ``udf(v)``)."""
+        ``dynamic_table_check('t', v)`` calling the UDF `checks` names for ``t`` (as ``udf(v)``). `schemas`
+        (node name → schema) tell which input columns hold wide numbers, whose operators become exact
+        functions (`numeric_rewrite`); the output columns' types are left in `output_types`."""
         tree = self.rewritten.copy()
+        numbers = numeric_rewrite.rewrite(tree, schemas or {}, self._input_name, self.where)
+        self.output_types = numbers.markers
+        if numbers.called - set(self._called):
+            self._called = sorted(set(self._called) | numbers.called)
         for call in self._checks(tree):
             table = self._checked_table(call)
             if checks is None:
@@ -156,13 +166,6 @@ class SqlProgram:
                 )
         _ensure_gs_op(tree)
         return tree.sql(dialect="spark")
-
-
-def _outermost_select(query: exp.Expression) -> exp.Expression:
-    """The SELECT whose projections name the output columns (a set operation's leftmost branch)."""
-    while isinstance(query, exp.SetOperation | exp.Subquery | exp.Paren):
-        query = query.this
-    return query
 
 
 def _stateful(select: exp.Select) -> bool:

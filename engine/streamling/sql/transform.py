@@ -14,7 +14,7 @@ from streamling.dynamic_tables.transform import DynamicTable, DynamicTableSpec
 from streamling.errors import StreamlingError, first_line
 from streamling.plugin import Epoch, Operator, Transform
 from streamling.plugins import functions as plugin_functions
-from streamling.sql.functions import wide_integers
+from streamling.sql.functions import numeric_rewrite
 from streamling.sql.rewrite import SqlProgram, spark_name, undefined_dynamic_table
 from streamling.sql.stateless import forbidden_operations
 from streamling.topology.spec import NodeSpec, TransformSpec
@@ -87,13 +87,14 @@ class SqlTransform(Transform[SqlTransformSpec]):
             view = f"__sl_{spark_name(self.name)}_{index}"
             frame.createOrReplaceTempView(view)
             views[node] = view
-        sql = self.program.render(views, epoch.timestamp_ms if epoch else None, checks)
+        schemas = {node: frame.schema for node, frame in inputs.items()}
+        sql = self.program.render(views, epoch.timestamp_ms if epoch else None, checks, schemas)
         functions = plugin_functions.register_all(spark, self.program.called)
         try:
             df = spark.sql(sql)
         except Exception as exc:  # AnalysisException, ParseException: the user's SQL is wrong
             raise StreamlingError.user(f"{self.label}: {first_line(exc)}") from None
-        df = wide_integers.mark(df, self.program.wide_integer_columns)
+        df = numeric_rewrite.mark(df, self.program.output_types)
         if epoch is None:
             bad = forbidden_operations(df)
             if bad:

@@ -1,8 +1,432 @@
-"""(filled in by the family's implementation)"""
+"""Arbitrary-precision decimals in SQL (the original's ``decimal_arb``): up to 65535 digits, exact.
+
+A value travels as decimal text in a string column marked ``decimal(p,s)``, always with exactly `s`
+fractional digits (so equal values have equal text, and each function reads a value's scale from its
+text). Results widen like SQL decimals — add/sub: scale max(s1, s2), one more integer digit; mul: scale
+s1 + s2, precision p1 + p2 + 1; div: scale max(s1, 18), rounded half-even once; mod: scale max(s1, s2) —
+with the precision capped at 65535; `numeric_rewrite` computes the marker of each result and rewrites
+``+ - * / %`` and comparisons on marked values into these functions. Values are Python integers scaled by
+10^s: nothing is ever rounded except a division's last digit, and a value that does not fit stops the
+epoch naming the function and the value.
+"""
 
 from __future__ import annotations
 
+import operator
+import re
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from streamling.core.markers import MAX_PRECISION
+from streamling.errors import StreamlingError
 from streamling.sql.functions.base import ArrowFunction, SparkFunction
+from streamling.sql.functions.wide_integers import RANGES
+
+FAMILY = "Arbitrary-precision decimals"
+DIVISION_SCALE = 18
+_TEXT = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
+_DECLARATION = "precision and scale are integer literals, 1 ≤ precision ≤ 65535 and 0 ≤ scale ≤ precision"
+
+Scaled = tuple[int, int]
+"""(unscaled integer, scale): the value unscaled * 10^-scale."""
+
+
+def _fail(function: str, detail: str) -> StreamlingError:
+    return StreamlingError.user(f"SQL function {function}: {detail}")
+
+
+def parse(text: str, function: str) -> Scaled:
+    """Decimal text (as the functions write it; exponents are read too) as (unscaled, scale)."""
+    head, dot, tail = text.partition(".")
+    try:
+        return (int(head + tail), len(tail)) if dot else (int(head), 0)
+    except ValueError:
+        pass
+    try:
+        number = Decimal(text.strip())
+    except InvalidOperation:
+        number = Decimal("NaN")
+    if not number.is_finite() or not _TEXT.match(text):
+        raise _fail(function, f"{text!r} is not a decimal number")
+    sign, digits, exponent = number.as_tuple()
+    unscaled = int(Decimal((sign, digits, 0)))
+    return (unscaled * 10**exponent, 0) if exponent >= 0 else (unscaled, -exponent)
+
+
+def render(unscaled: int, scale: int) -> str:
+    """Exact decimal text with `scale` fractional digits (never exponent notation, never ``-0``)."""
+    try:
+        digits = str(abs(unscaled))
+    except ValueError:  # past Python's 4300-digit int-to-text limit
+        digits = str(Decimal(abs(unscaled)))
+    if scale > 0:
+        digits = digits.rjust(scale + 1, "0")
+        digits = f"{digits[:-scale]}.{digits[-scale:]}"
+    return f"-{digits}" if unscaled < 0 else digits
+
+
+def digit_count(unscaled: int) -> int:
+    """Significant digits of an unscaled value (at least 1)."""
+    n = abs(unscaled)
+    if n < 10**18:
+        return len(str(n))
+    return len(str(Decimal(n)))
+
+
+def rescale(value: Scaled, scale: int, function: str, text: str) -> int:
+    """The unscaled value at `scale`; fractional digits that would be lost are an error, never rounded."""
+    unscaled, have = value
+    if have <= scale:
+        return unscaled * 10 ** (scale - have)
+    drop = 10 ** (have - scale)
+    if unscaled % drop:
+        raise _fail(function, f"{text} has more than {scale} fractional digits")
+    return unscaled // drop
+
+
+def fit(value: Scaled, precision: int, scale: int, function: str, text: str) -> str:
+    """`value` as text of a ``decimal(precision,scale)``, or an error naming it."""
+    unscaled = rescale(value, scale, function, text)
+    if digit_count(unscaled) > precision:
+        raise _fail(function, f"{text} does not fit decimal({precision},{scale})")
+    return render(unscaled, scale)
+
+
+def align(left: Scaled, right: Scaled) -> tuple[int, int, int]:
+    """Both values' unscaled integers at their common (larger) scale, and that scale."""
+    scale = max(left[1], right[1])
+    return left[0] * 10 ** (scale - left[1]), right[0] * 10 ** (scale - right[1]), scale
+
+
+def _checked(function: str, unscaled: int, scale: int) -> str:
+    if abs(unscaled) >= 10**MAX_PRECISION:
+        raise _fail(function, f"the result has more than {MAX_PRECISION} digits")
+    return render(unscaled, scale)
+
+
+def add(a: Scaled, b: Scaled) -> Scaled:
+    x, y, scale = align(a, b)
+    return x + y, scale
+
+
+def sub(a: Scaled, b: Scaled) -> Scaled:
+    x, y, scale = align(a, b)
+    return x - y, scale
+
+
+def mul(a: Scaled, b: Scaled) -> Scaled:
+    return a[0] * b[0], a[1] + b[1]
+
+
+def div(a: Scaled, b: Scaled) -> Scaled:
+    scale = max(a[1], DIVISION_SCALE)
+    numerator, denominator = a[0] * 10 ** (scale - a[1] + b[1]), b[0]
+    quotient, remainder = divmod(abs(numerator), abs(denominator))
+    if 2 * remainder > abs(denominator) or (2 * remainder == abs(denominator) and quotient % 2):
+        quotient += 1
+    return (quotient if (numerator < 0) == (denominator < 0) else -quotient), scale
+
+
+def mod(a: Scaled, b: Scaled) -> Scaled:
+    x, y, scale = align(a, b)
+    remainder = abs(x) % abs(y)
+    return (-remainder if x < 0 else remainder), scale
+
+
+def _declaration(precision: pa.Array, scale: pa.Array, function: str) -> tuple[int, int]:
+    p, s = precision[0].as_py() if len(precision) else 1, scale[0].as_py() if len(scale) else 0
+    if p is None or s is None or not 1 <= p <= MAX_PRECISION or not 0 <= s <= p:
+        raise _fail(function, f"{_DECLARATION}; got precision {p}, scale {s}")
+    return p, s
+
+
+def scaled_of(value: Any, function: str) -> Scaled:
+    """An integer, decimal, float (by its shortest text) or decimal text as (unscaled, scale)."""
+    if isinstance(value, bool):
+        raise _fail(function, f"{value!r} is not a decimal number")
+    if isinstance(value, int):
+        return value, 0
+    if isinstance(value, float | Decimal):
+        value = repr(value) if isinstance(value, float) else str(value)
+    if isinstance(value, str) and _TEXT.match(value):
+        return parse(value.strip(), function)
+    raise _fail(function, f"{value!r} is not a decimal number")
+
+
+class _Base(ArrowFunction):
+    returns = "string"
+    family = FAMILY
+
+
+class _Conversion(_Base):
+    arguments: ClassVar = ("any", "bigint", "bigint")
+    lenient: ClassVar[bool] = False
+
+    def __call__(self, values: pa.Array, precision: pa.Array, scale: pa.Array, *kind: pa.Array) -> pa.Array:
+        p, s = _declaration(precision, scale, self.name)
+        native = str(kind[0][0].as_py()).lower() if kind and len(kind[0]) and s == 0 else None
+        low, high = RANGES.get(native, (None, None))
+        out = []
+        for value in values.to_pylist():
+            if value is None:
+                out.append(None)
+                continue
+            try:
+                text = fit(scaled_of(value, self.name), p, s, self.name, repr(value))
+                if low is not None and not low <= int(text) <= high:
+                    raise _fail(self.name, f"{value!r} is out of range for {native} ({low} to {high})")
+                out.append(text)
+            except StreamlingError:
+                if not self.lenient:
+                    raise
+                out.append(None)
+        return pa.array(out, pa.string())
+
+
+class ToDecimalArb(_Conversion):
+    name = "to_decimal_arb"
+    doc_arguments = "value (integer, decimal or decimal text), precision, scale (integer literals)"
+    doc_returns = "decimal(precision,scale) (exact decimal text; NUMERIC(p,s) in Postgres, Decimal(p,s) in ClickHouse)"
+    nulls = (
+        "NULL → NULL; excess fractional digits, too many integer digits or malformed text → the epoch fails "
+        "naming the value; " + _DECLARATION + " (checked by --validate)"
+    )
+    example = "decimal_arb_to_string(to_decimal_arb('123.45', 100, 4)) → '123.4500'"
+
+
+class ToDecimalArbFromString(_Conversion):
+    name = "to_decimal_arb_from_string"
+    arguments: ClassVar = ("string", "bigint", "bigint", "string")
+    min_arguments: ClassVar = 3
+    doc_arguments = "text, precision, scale[, native_int_kind ('u256' or 'i256': with scale 0, the result is one)]"
+    doc_returns = "decimal(precision,scale), or u256/i256 when native_int_kind is given and scale is 0"
+    nulls = ToDecimalArb.nulls
+    example = "to_decimal_arb_from_string('123.45', 100, 2) → 123.45"
+
+
+class TryToDecimalArbFromString(ToDecimalArbFromString):
+    name = "try_to_decimal_arb_from_string"
+    lenient = True
+    nulls = "NULL, malformed text or a value that does not fit → NULL; " + _DECLARATION + " (checked by --validate)"
+    example = "try_to_decimal_arb_from_string('bad', 100, 2) → NULL"
+
+
+class ToDecimalArbFromInt(_Conversion):
+    name = "to_decimal_arb_from_int"
+    arguments: ClassVar = ("bigint", "bigint", "bigint")
+    doc_arguments = "value (integer), precision, scale (integer literals)"
+    doc_returns = "decimal(precision,scale)"
+    nulls = "NULL → NULL; too many digits → the epoch fails naming the value; " + _DECLARATION
+    example = "to_decimal_arb_from_int(123, 100, 2) → 123.00"
+
+
+class DecimalArbRescale(_Conversion):
+    name = "decimal_arb_rescale"
+    arguments: ClassVar = ("string", "bigint", "bigint")
+    doc_arguments = "value (decimal_arb), precision, scale (integer literals)"
+    doc_returns = "decimal(precision,scale): the same number"
+    nulls = "NULL → NULL; fractional digits that would be lost or too many digits → the epoch fails naming the value"
+    example = "decimal_arb_to_string(decimal_arb_rescale(to_decimal_arb('1.5', 10, 1), 100, 4)) → '1.5000'"
+
+
+class DecimalArbToString(_Base):
+    name = "decimal_arb_to_string"
+    arguments: ClassVar = ("string",)
+    doc_arguments = "value (decimal_arb)"
+    doc_returns = "string (every fractional digit of its scale, no marker: a text column in sinks)"
+    nulls = "NULL → NULL"
+    example = "decimal_arb_to_string(to_decimal_arb('1.5', 10, 3)) → '1.500'"
+
+    def __call__(self, values: pa.Array) -> pa.Array:
+        return pa.array([None if v is None else render(*parse(v, self.name)) for v in values.to_pylist()], pa.string())
+
+
+class _Binary(_Base):
+    arguments: ClassVar = ("string", "string")
+    doc_arguments = "left, right (decimal_arb; integers and decimals are converted)"
+    symbol: ClassVar[str]
+    operation: ClassVar[Callable[[Scaled, Scaled], Scaled]]
+
+    def __call__(self, left: pa.Array, right: pa.Array) -> pa.Array:
+        out: list[str | None] = []
+        for x, y in zip(left.to_pylist(), right.to_pylist(), strict=True):
+            if x is None or y is None:
+                out.append(None)
+                continue
+            b = parse(y, self.name)
+            if self.symbol in "/%" and b[0] == 0:
+                raise _fail(self.name, f"division by zero ({x} {self.symbol} {y})")
+            out.append(_checked(self.name, *self.operation(parse(x, self.name), b)))
+        return pa.array(out, pa.string())
+
+
+class DecimalArbAdd(_Binary):
+    name, symbol, operation = "decimal_arb_add", "+", staticmethod(add)
+    doc_returns = "decimal_arb: left + right (scale max(s1, s2))"
+    nulls = "NULL operand → NULL"
+    example = "decimal_arb_add(to_decimal_arb('1.5', 10, 1), to_decimal_arb('2.25', 10, 2)) → 3.75"
+
+
+class DecimalArbSub(_Binary):
+    name, symbol, operation = "decimal_arb_sub", "-", staticmethod(sub)
+    doc_returns = "decimal_arb: left - right (scale max(s1, s2))"
+    nulls = "NULL operand → NULL"
+    example = "decimal_arb_sub(to_decimal_arb('1.5', 10, 1), to_decimal_arb('2.25', 10, 2)) → -0.75"
+
+
+class DecimalArbMul(_Binary):
+    name, symbol, operation = "decimal_arb_mul", "*", staticmethod(mul)
+    doc_returns = "decimal_arb: left * right (scale s1 + s2)"
+    nulls = "NULL operand → NULL"
+    example = "decimal_arb_mul(to_decimal_arb('1.5', 10, 1), to_decimal_arb('2.25', 10, 2)) → 3.375"
+
+
+class DecimalArbDiv(_Binary):
+    name, symbol, operation = "decimal_arb_div", "/", staticmethod(div)
+    doc_returns = "decimal_arb: left / right (scale max(s1, 18), rounded half-even once)"
+    nulls = "NULL operand → NULL; a zero divisor → the epoch fails naming the values"
+    example = "decimal_arb_div(to_decimal_arb(2, 10, 0), to_decimal_arb(3, 10, 0)) → 0.666666666666666667"
+
+
+class DecimalArbMod(_Binary):
+    name, symbol, operation = "decimal_arb_mod", "%", staticmethod(mod)
+    doc_returns = "decimal_arb: the remainder of left / right (sign of left, scale max(s1, s2))"
+    nulls = "NULL operand → NULL; a zero divisor → the epoch fails naming the values"
+    example = "decimal_arb_mod(to_decimal_arb('7.5', 10, 1), to_decimal_arb(2, 10, 0)) → 1.5"
+
+
+class _Unary(_Base):
+    arguments: ClassVar = ("string",)
+    doc_arguments = "value (decimal_arb)"
+    nulls = "NULL → NULL"
+    operation: ClassVar[Callable[[int], int]]
+
+    def __call__(self, values: pa.Array) -> pa.Array:
+        out = []
+        for value in values.to_pylist():
+            if value is None:
+                out.append(None)
+                continue
+            unscaled, scale = parse(value, self.name)
+            out.append(render(self.operation(unscaled), scale))
+        return pa.array(out, pa.string())
+
+
+class DecimalArbNeg(_Unary):
+    name, operation = "decimal_arb_neg", staticmethod(operator.neg)
+    doc_returns = "decimal_arb: -value (same precision and scale)"
+    example = "decimal_arb_neg(to_decimal_arb('1.50', 10, 2)) → -1.50"
+
+
+class DecimalArbAbs(_Unary):
+    name, operation = "decimal_arb_abs", staticmethod(abs)
+    doc_returns = "decimal_arb: |value| (same precision and scale)"
+    example = "decimal_arb_abs(to_decimal_arb('-1.50', 10, 2)) → 1.50"
+
+
+class _Comparison(ArrowFunction):
+    arguments: ClassVar = ("string", "string")
+    returns = "boolean"
+    family = FAMILY
+    doc_arguments = "left, right (decimal_arb; integers and decimals are converted)"
+    nulls = "NULL operand → NULL"
+    symbol: ClassVar[str]
+    operation: ClassVar[Callable[[int, int], bool]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.doc_returns = f"boolean: left {cls.symbol} right, compared as numbers (1.50 = 1.5)"
+        cls.example = f"{cls.name}(to_decimal_arb('1.50', 10, 2), to_decimal_arb('1.5', 10, 1))"
+
+    def __call__(self, left: pa.Array, right: pa.Array) -> pa.Array:
+        out: list[bool | None] = []
+        for x, y in zip(left.to_pylist(), right.to_pylist(), strict=True):
+            if x is None or y is None:
+                out.append(None)
+                continue
+            a, b, _ = align(parse(x, self.name), parse(y, self.name))
+            out.append(self.operation(a, b))
+        return pa.array(out, pa.bool_())
+
+
+class DecimalArbEq(_Comparison):
+    name, symbol, operation = "decimal_arb_eq", "=", staticmethod(operator.eq)
+
+
+class DecimalArbNeq(_Comparison):
+    name, symbol, operation = "decimal_arb_neq", "<>", staticmethod(operator.ne)
+
+
+class DecimalArbLt(_Comparison):
+    name, symbol, operation = "decimal_arb_lt", "<", staticmethod(operator.lt)
+
+
+class DecimalArbLte(_Comparison):
+    name, symbol, operation = "decimal_arb_lte", "<=", staticmethod(operator.le)
+
+
+class DecimalArbGt(_Comparison):
+    name, symbol, operation = "decimal_arb_gt", ">", staticmethod(operator.gt)
+
+
+class DecimalArbGte(_Comparison):
+    name, symbol, operation = "decimal_arb_gte", ">=", staticmethod(operator.ge)
+
+
+class _Extreme(_Base):
+    arguments: ClassVar = ("string",)
+    variadic: ClassVar = True
+    doc_arguments = "value[, value …] (decimal_arb)"
+    nulls = "NULL arguments are skipped; NULL only when all are NULL"
+    largest: ClassVar[bool]
+
+    def __call__(self, *columns: pa.Array) -> pa.Array:
+        rows = [[None if v is None else parse(v, self.name) for v in c.to_pylist()] for c in columns]
+        scale = max((v[1] for row in rows for v in row if v is not None), default=0)
+        pick = max if self.largest else min
+        out = []
+        for values in zip(*rows, strict=True):
+            present = [v[0] * 10 ** (scale - v[1]) for v in values if v is not None]
+            out.append(render(pick(present), scale) if present else None)
+        return pa.array(out, pa.string())
+
+
+class DecimalArbGreatest(_Extreme):
+    name, largest = "decimal_arb_greatest", True
+    doc_returns = "decimal_arb: the largest (at the arguments' largest scale)"
+    example = "decimal_arb_greatest(to_decimal_arb('1.5', 10, 1), to_decimal_arb(2, 10, 0), NULL) → 2.0"
+
+
+class DecimalArbLeast(_Extreme):
+    name, largest = "decimal_arb_least", False
+    doc_returns = "decimal_arb: the smallest (at the arguments' largest scale)"
+    example = "decimal_arb_least(to_decimal_arb('1.5', 10, 1), to_decimal_arb(2, 10, 0)) → 1.5"
+
 
 SPARK_FUNCTIONS: list[SparkFunction] = []
-ARROW_FUNCTIONS: list[type[ArrowFunction]] = []
+ARROW_FUNCTIONS: list[type[ArrowFunction]] = [
+    ToDecimalArb,
+    ToDecimalArbFromString,
+    TryToDecimalArbFromString,
+    ToDecimalArbFromInt,
+    DecimalArbToString,
+    DecimalArbAdd,
+    DecimalArbSub,
+    DecimalArbMul,
+    DecimalArbDiv,
+    DecimalArbMod,
+    DecimalArbNeg,
+    DecimalArbAbs,
+    DecimalArbEq,
+    DecimalArbNeq,
+    DecimalArbLt,
+    DecimalArbLte,
+    DecimalArbGt,
+    DecimalArbGte,
+    DecimalArbGreatest,
+    DecimalArbLeast,
+    DecimalArbRescale,
+]

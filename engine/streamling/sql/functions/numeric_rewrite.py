@@ -1,0 +1,656 @@
+"""Wide numbers in SQL operators: once a value is a u256, an i256 or a ``decimal(p,s)`` — a call of one of
+their functions, or an input column whose schema marks it so (Avro ``decimal(78,0)``, a ClickHouse
+``UInt256``, an upstream transform's ``to_u256`` column) — ``+ - * / %``, ``-x``, comparisons, ``BETWEEN``
+and ``IN`` on it become the exact functions, as in the original; ``CAST(x AS TEXT)`` gives its digits, and
+the output columns that hold such values get the marker sinks read.
+
+Runs when a transform's SQL is rendered (the input schemas are known then), over each SELECT innermost
+first, resolving columns by name through CTEs and subqueries. The other operand of an operator is converted:
+a literal at render time (so a bad one fails ``--validate``), an integer column with ``to_u256``/a cast, a
+``decimal(p,s)`` column with ``to_decimal_arb``. Equality between values of one scale compares their text
+(equal numbers have equal text), which Spark does without Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, traverse_scope
+
+from streamling.core.markers import DECIMAL, I256, MAX_PRECISION, U256, WIDE_DECIMAL_KEY, WideType, decimal_type
+from streamling.core.markers import wide_type as marker_type
+from streamling.errors import StreamlingError
+from streamling.sql.functions import decimals
+from streamling.sql.functions.wide_integers import to_int
+
+U256_TYPE, I256_TYPE = WideType(U256), WideType(I256)
+_INTEGER_RESULT = {
+    **{name: U256_TYPE for name in ("to_u256", "u256_add", "u256_sub", "u256_mul", "u256_div", "u256_mod")},
+    **{
+        name: I256_TYPE
+        for name in ("to_i256", "i256_add", "i256_sub", "i256_mul", "i256_div", "i256_mod", "i256_neg", "i256_abs")
+    },
+}
+_INTEGER_ARGUMENTS = {name: kind for name, kind in _INTEGER_RESULT.items() if not name.startswith("to_")}
+_INTEGER_ARGUMENTS |= {"u256_to_string": U256_TYPE, "i256_to_string": I256_TYPE}
+_DECLARED = ("to_decimal_arb", "to_decimal_arb_from_string", "try_to_decimal_arb_from_string")
+_DECLARED += ("to_decimal_arb_from_int", "decimal_arb_rescale")
+_DECIMAL_BINARY = {f"decimal_arb_{op}": op for op in ("add", "sub", "mul", "div", "mod")}
+_DECIMAL_UNARY = ("decimal_arb_neg", "decimal_arb_abs")
+_EXTREMES = ("decimal_arb_greatest", "decimal_arb_least")
+_COMPARISONS = {
+    exp.EQ: "eq",
+    exp.NEQ: "neq",
+    exp.LT: "lt",
+    exp.LTE: "lte",
+    exp.GT: "gt",
+    exp.GTE: "gte",
+}
+_DECIMAL_COMPARISONS = tuple(f"decimal_arb_{op}" for op in _COMPARISONS.values())
+_TO_STRING = ("u256_to_string", "i256_to_string", "decimal_arb_to_string")
+_ARITHMETIC = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div", exp.Mod: "mod"}
+_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
+NAMES = frozenset(
+    {*_INTEGER_RESULT, *_INTEGER_ARGUMENTS, *_DECLARED, *_DECIMAL_BINARY, *_DECIMAL_UNARY, *_EXTREMES}
+    | {*_DECIMAL_COMPARISONS, *_TO_STRING, "to_int64"}
+)
+"""Spark names of the functions on wide numbers: a query calling none of them and reading no marked column
+is left alone."""
+_TEXT_TYPES = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR}
+_TEXT_TYPES |= {exp.DataType.Type.NVARCHAR, exp.DataType.Type.NCHAR}
+_INTEGER_TYPES = {
+    exp.DataType.Type.TINYINT: T.ByteType(),
+    exp.DataType.Type.SMALLINT: T.ShortType(),
+    exp.DataType.Type.INT: T.IntegerType(),
+    exp.DataType.Type.BIGINT: T.LongType(),
+}
+_DIGITS = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}
+
+
+@dataclass(frozen=True)
+class Info:
+    """What is known of a column or expression: its wide type and/or its Spark type."""
+
+    wide: WideType | None = None
+    spark: T.DataType | None = None
+
+
+UNKNOWN = Info()
+
+
+@dataclass
+class Result:
+    markers: dict[str, str | None] = field(default_factory=dict)
+    """Output columns whose type is known: the marker for wide ones, None for others."""
+    called: set[str] = field(default_factory=set)
+    """Functions the rewriting called (Spark names)."""
+
+
+def rewrite(
+    tree: exp.Expression,
+    schemas: Mapping[str, T.StructType],
+    input_name: Callable[[exp.Table], str | None],
+    where: str,
+) -> Result:
+    """Rewrite `tree` in place; `schemas` are the input nodes' by name, `input_name` names the input node a
+    table reads (None for a CTE)."""
+    if not _relevant(tree, schemas):
+        return Result()
+    return _Rewriter(schemas, input_name, where).run(tree)
+
+
+def _relevant(tree: exp.Expression, schemas: Mapping[str, T.StructType]) -> bool:
+    if any(call.name.lower() in NAMES for call in tree.find_all(exp.Anonymous)):
+        return True
+    return any(_marked(schema) for schema in schemas.values())
+
+
+def _marked(data: T.DataType) -> bool:
+    if isinstance(data, T.StructType):
+        return any(WIDE_DECIMAL_KEY in (f.metadata or {}) or _marked(f.dataType) for f in data.fields)
+    if isinstance(data, T.ArrayType):
+        return _marked(data.elementType)
+    if isinstance(data, T.MapType):
+        return _marked(data.valueType)
+    return False
+
+
+def field_info(struct_field: T.StructField) -> Info:
+    return Info(marker_type((struct_field.metadata or {}).get(WIDE_DECIMAL_KEY)), struct_field.dataType)
+
+
+def mark(df: DataFrame, markers: Mapping[str, str | None]) -> DataFrame:
+    """Put each output column's marker on `df` (and take a stale one off a column that holds text)."""
+    for column in df.schema.fields:
+        if column.name not in markers:
+            continue
+        marker = markers[column.name]
+        have = (column.metadata or {}).get(WIDE_DECIMAL_KEY)
+        if marker is not None and have != marker:
+            df = df.withMetadata(column.name, {**(column.metadata or {}), WIDE_DECIMAL_KEY: marker})
+        elif marker is None and have is not None:
+            rest = {k: v for k, v in column.metadata.items() if k != WIDE_DECIMAL_KEY}
+            df = df.withMetadata(column.name, rest)
+    return df
+
+
+def call(name: str, *args: exp.Expression) -> exp.Anonymous:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def _text(node: exp.Expression) -> exp.Cast:
+    return exp.Cast(this=node, to=exp.DataType.build("STRING"))
+
+
+def _literal_text(node: exp.Expression) -> str | None:
+    """The text of a number or string literal (``-5`` included), else None."""
+    if isinstance(node, exp.Paren):
+        return _literal_text(node.this)
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+        return "-" + node.this.name
+    if isinstance(node, exp.Literal):
+        return node.name
+    return None
+
+
+def _is_null(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Null) or (isinstance(node, exp.Paren) and _is_null(node.this))
+
+
+def _int_literal(node: exp.Expression) -> int | None:
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return int(node.name)
+        except ValueError:
+            return None
+    return None
+
+
+class _Rewriter:
+    def __init__(
+        self, schemas: Mapping[str, T.StructType], input_name: Callable[[exp.Table], str | None], where: str
+    ) -> None:
+        self.schemas = schemas
+        self.input_name = input_name
+        self.where = where
+        self.outputs: dict[int, dict[str, Info]] = {}
+        self.result = Result()
+
+    def fail(self, detail: str) -> StreamlingError:
+        return StreamlingError.user(f"{self.where}: {detail}")
+
+    def run(self, tree: exp.Expression) -> Result:
+        try:
+            scopes = list(traverse_scope(tree))
+        except Exception:  # SQL sqlglot cannot scope: rewrite operators on calls only, columns unresolved
+            scopes = []
+        if not scopes:
+            for node in reversed(list(tree.walk(bfs=False))):
+                replacement = self._rewritten(node, None)
+                if replacement is not None and replacement is not node:
+                    node.replace(replacement)
+            return self.result
+        for scope in scopes:
+            if isinstance(scope.expression, exp.Select):
+                self._visit(scope.expression, scope, root=scope.expression)
+            self.outputs[id(scope)] = self._outputs(scope)
+        root = scopes[-1]
+        for name, info in self.outputs[id(root)].items():
+            self.result.markers[name] = info.wide.marker if info.wide else None
+        return self.result
+
+    # -- scopes and columns ------------------------------------------------------------------------
+
+    def _outputs(self, scope: Scope) -> dict[str, Info]:
+        node = scope.expression
+        if isinstance(node, exp.SetOperation):
+            first = scope.set_operation_scopes[0] if scope.set_operation_scopes else None
+            return self.outputs.get(id(first), {}) if first is not None else {}
+        if not isinstance(node, exp.Select):
+            return {}
+        out: dict[str, Info] = {}
+        for projection in node.expressions:
+            if isinstance(projection, exp.Star) or (isinstance(projection, exp.Column) and projection.is_star):
+                qualifier = projection.table if isinstance(projection, exp.Column) else ""
+                for alias, source in scope.sources.items():
+                    if not qualifier or alias.lower() == qualifier.lower():
+                        out.update({k: v for k, v in self._source_columns(source).items() if k not in out})
+                continue
+            name = projection.alias_or_name
+            if name:
+                out[name] = self._info(projection, scope)
+        return out
+
+    def _source_columns(self, source: exp.Expression | Scope) -> dict[str, Info]:
+        if isinstance(source, Scope):
+            return self.outputs.get(id(source), {})
+        if isinstance(source, exp.Table):
+            node = self.input_name(source)
+            schema = self.schemas.get(node) if node is not None else None
+            if schema is not None:
+                return {f.name: field_info(f) for f in schema.fields}
+        return {}
+
+    def _column(self, column: exp.Column, scope: Scope | None) -> Info:
+        if scope is None or column.is_star:
+            return UNKNOWN
+        parts = [p.name for p in column.parts]
+        sources = {alias.lower(): source for alias, source in scope.sources.items()}
+        if len(parts) > 1 and parts[0].lower() in sources:
+            candidates = [sources[parts[0].lower()]]
+            parts = parts[1:]
+        else:
+            candidates = list(sources.values())
+        for source in candidates:
+            columns = {k.lower(): v for k, v in self._source_columns(source).items()}
+            info = columns.get(parts[0].lower())
+            if info is not None:
+                return _path(info, parts[1:])
+        return UNKNOWN
+
+    # -- typing ------------------------------------------------------------------------------------
+
+    def _info(self, node: exp.Expression, scope: Scope | None) -> Info:
+        if isinstance(node, exp.Alias | exp.Paren):
+            return self._info(node.this, scope)
+        if isinstance(node, exp.Column):
+            return self._column(node, scope)
+        if isinstance(node, exp.Dot):
+            return _path(self._info(node.this, scope), [node.name]) if node.name else UNKNOWN
+        if isinstance(node, exp.Anonymous):
+            return Info(self._call_type(node, scope), None)
+        if isinstance(node, exp.Literal):
+            return Info(None, _literal_spark_type(node))
+        if isinstance(node, exp.Cast):
+            return Info(None, _spark_type(node.to))
+        if isinstance(node, exp.Case | exp.If | exp.Coalesce):
+            return Info(self._branches_type(node, scope), None)
+        if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Mod | exp.Neg):
+            parts = [self._info(child, scope).spark for child in (node.this, node.args.get("expression")) if child]
+            if parts and all(isinstance(p, T.IntegralType) for p in parts):
+                return Info(None, T.LongType())
+        return UNKNOWN
+
+    def _type(self, node: exp.Expression, scope: Scope | None) -> WideType | None:
+        return self._info(node, scope).wide
+
+    def _branches(self, node: exp.Expression) -> list[exp.Expression]:
+        if isinstance(node, exp.Case):
+            return [w.args["true"] for w in node.args.get("ifs") or []] + [node.args.get("default") or exp.Null()]
+        if isinstance(node, exp.If):
+            return [node.args["true"], node.args.get("false") or exp.Null()]
+        return [node.this, *node.expressions]
+
+    def _branches_type(self, node: exp.Expression, scope: Scope | None) -> WideType | None:
+        """The common wide type of the branches when every one is wide, NULL or a literal (which
+        `_branches_converted` made that type's text)."""
+        types = [self._type(b, scope) for b in self._branches(node) if not _is_null(b) and _literal_text(b) is None]
+        if not types or any(t is None for t in types):
+            return None
+        return _common([t for t in types if t is not None])
+
+    def _call_type(self, node: exp.Anonymous, scope: Scope | None) -> WideType | None:
+        name = node.name.lower()
+        args = node.expressions
+        if name in _INTEGER_RESULT:
+            return _INTEGER_RESULT[name]
+        if name in _DECLARED and len(args) >= 3:
+            precision, scale = _int_literal(args[1]), _int_literal(args[2])
+            if precision is None or scale is None:
+                return None
+            if len(args) > 3 and scale == 0 and (_literal_text(args[3]) or "").lower() in (U256, I256):
+                return WideType((_literal_text(args[3]) or "").lower())
+            return decimal_type(precision, scale)
+        if name in _DECIMAL_BINARY and len(args) == 2:
+            left, right = (self._operand_type(a, scope) for a in args)
+            if left is None or right is None:
+                return None
+            return _widen(_DECIMAL_BINARY[name], left, right)
+        if name in _DECIMAL_UNARY and len(args) == 1:
+            return self._operand_type(args[0], scope)
+        if name in _EXTREMES and args:
+            types = [self._operand_type(a, scope) for a in args if not _is_null(a)]
+            return _common([t for t in types if t is not None]) if types and None not in types else None
+        return None
+
+    def _operand_type(self, node: exp.Expression, scope: Scope | None) -> WideType | None:
+        """The decimal type of a decimal function's operand: a wide value's, or that of what `_to_decimal`
+        converts operands into (a literal's digits, an integer cast to text)."""
+        have = self._type(node, scope)
+        if have is not None:
+            return _as_decimal(have)
+        literal = _literal_text(node)
+        if literal is not None:
+            try:
+                return _literal_decimal(literal)[1]
+            except StreamlingError:
+                return None
+        if isinstance(node, exp.Cast) and node.to.this in _TEXT_TYPES:
+            spark = self._info(node.this, scope).spark
+            if isinstance(spark, T.IntegralType):
+                return decimal_type(_DIGITS.get(type(spark), 19), 0)
+        return None
+
+    # -- rewriting ---------------------------------------------------------------------------------
+
+    def _visit(self, node: exp.Expression, scope: Scope | None, root: exp.Expression) -> None:
+        """Rewrite `node`'s subtree inside its scope, children first (nested scopes were done before)."""
+        for child in list(node.iter_expressions()):
+            if child is not root and isinstance(
+                child, exp.Subquery | exp.Select | exp.SetOperation | exp.With | exp.From | exp.Join | exp.Lateral
+            ):
+                continue
+            self._visit(child, scope, root)
+        replacement = self._rewritten(node, scope)
+        if replacement is not None and replacement is not node:
+            node.replace(replacement)
+
+    def _rewritten(self, node: exp.Expression, scope: Scope | None) -> exp.Expression | None:
+        if isinstance(node, exp.Anonymous) and node.name.lower() in NAMES:
+            return self._function(node, scope)
+        operation = _ARITHMETIC.get(type(node))
+        if operation is not None:
+            return self._arithmetic(operation, node.this, node.expression, node, scope)
+        if isinstance(node, exp.Neg):
+            return self._negation(node, scope)
+        comparison = _COMPARISONS.get(type(node))
+        if comparison is not None:
+            return self._comparison(comparison, node.this, node.expression, node, scope)
+        if isinstance(node, exp.Between):
+            return self._between(node, scope)
+        if isinstance(node, exp.In):
+            return self._in(node, scope)
+        if isinstance(node, exp.Cast | exp.TryCast) and node.to.this in _TEXT_TYPES:
+            if self._type(node.this, scope) is not None:
+                return _text(node.this)
+        if isinstance(node, exp.Case | exp.If | exp.Coalesce):
+            return self._branches_converted(node, scope)
+        return None
+
+    def _called(self, name: str, *args: exp.Expression) -> exp.Anonymous:
+        self.result.called.add(name)
+        return call(name, *args)
+
+    def _function(self, node: exp.Anonymous, scope: Scope | None) -> exp.Expression | None:
+        name = node.name.lower()
+        args = list(node.expressions)
+        if name in _DECLARED:
+            self._check_declaration(node)
+            if name == "decimal_arb_rescale" and args:
+                converted, _ = self._to_decimal(args[0], scope, node)
+                node.set("expressions", [converted, *args[1:]])
+            return None
+        if name in _INTEGER_ARGUMENTS:
+            kind = _INTEGER_ARGUMENTS[name]
+            node.set("expressions", [self._to_integer(kind, a, scope, name) for a in args])
+            if name in _TO_STRING:
+                return _text(node.expressions[0]) if len(node.expressions) == 1 else None
+            return None
+        if name in (*_DECIMAL_BINARY, *_DECIMAL_UNARY, *_EXTREMES, *_DECIMAL_COMPARISONS, "decimal_arb_to_string"):
+            loose = name in _DECIMAL_COMPARISONS or name == "decimal_arb_to_string"
+            node.set("expressions", [a if _is_null(a) else self._to_decimal(a, scope, node, loose)[0] for a in args])
+            if name == "decimal_arb_to_string" and len(args) == 1 and self._type(node.expressions[0], scope):
+                return _text(node.expressions[0])
+            if name in _EXTREMES:
+                self._common_scale(node, scope)
+        return None
+
+    def _common_scale(self, node: exp.Anonymous, scope: Scope | None) -> None:
+        """The arguments of greatest/least at one scale (that of the result), so the result's text has it."""
+        common = self._call_type(node, scope)
+        if common is None:
+            return
+        args = []
+        for arg in node.expressions:
+            kind = self._operand_type(arg, scope)
+            literal = _literal_text(arg)
+            if kind is None or kind.scale == common.scale:
+                pass
+            elif literal is not None:
+                value = decimals.parse(literal, "to_decimal_arb")
+                arg = exp.Literal.string(decimals.fit(value, common.precision, common.scale, "", literal))
+            else:
+                scale = exp.Literal.number(common.scale)
+                arg = self._called("decimal_arb_rescale", arg, exp.Literal.number(common.precision), scale)
+            args.append(arg)
+        node.set("expressions", args)
+
+    def _check_declaration(self, node: exp.Anonymous) -> None:
+        args = node.expressions
+        if len(args) < 3:
+            return  # the arity check names the signature
+        precision, scale = _int_literal(args[1]), _int_literal(args[2])
+        if precision is None or scale is None or not 1 <= precision <= MAX_PRECISION or not 0 <= scale <= precision:
+            raise self.fail(
+                f"function {node.name.lower()}: precision and scale must be integer literals with "
+                f"1 <= precision <= {MAX_PRECISION} and 0 <= scale <= precision, got {_sql(args[1])}, "
+                f"{_sql(args[2])} in {_sql(node)}"
+            )
+        if len(args) > 3 and (_literal_text(args[3]) or "").lower() not in (U256, I256):
+            raise self.fail(
+                f"function {node.name.lower()}: native_int_kind must be the literal 'u256' or 'i256', got "
+                f"{_sql(args[3])} in {_sql(node)}"
+            )
+
+    def _to_integer(self, kind: WideType, node: exp.Expression, scope: Scope | None, function: str) -> exp.Expression:
+        """`node` as text of a `kind` integer: unchanged when it is one, a literal converted now, else a call."""
+        have = self._type(node, scope)
+        if _is_null(node):
+            return node
+        if have == kind:
+            try:
+                folded = _folded(node, kind)
+            except StreamlingError as exc:
+                raise self.fail(f"{exc.message} in {_sql(node)}") from None
+            return node if folded is None else exp.Literal.string(folded)
+        literal = _literal_text(node)
+        if literal is not None and have is None:
+            try:
+                return exp.Literal.string(str(to_int(literal, kind.kind == I256, f"to_{kind.kind}")))
+            except StreamlingError as exc:
+                raise self.fail(f"{exc.message} in {_sql(node.parent or node)}") from None
+        spark = self._info(node, scope).spark
+        if kind.kind == I256 and have is None and isinstance(spark, T.IntegralType):
+            return _text(node)
+        return self._called(f"to_{kind.kind}", node)
+
+    def _to_decimal(
+        self, node: exp.Expression, scope: Scope | None, context: exp.Expression, loose: bool = False
+    ) -> tuple[exp.Expression, WideType | None]:
+        """`node` as decimal text with its type. A value that is not a number, or (unless `loose`, as for
+        comparisons, where the scale does not matter) whose scale is unknown, is an error."""
+        have = self._type(node, scope)
+        if have is not None:
+            return node, _as_decimal(have)
+        literal = _literal_text(node)
+        if literal is not None:
+            try:
+                text, kind = _literal_decimal(literal)
+            except StreamlingError:
+                raise self.fail(f"{literal!r} is not a number, in {_sql(context)}") from None
+            return exp.Literal.string(text), kind
+        spark = self._info(node, scope).spark
+        if isinstance(spark, T.IntegralType):
+            return _text(node), decimal_type(_DIGITS.get(type(spark), 19), 0)
+        if isinstance(spark, T.DecimalType):
+            converted = self._called(
+                "to_decimal_arb", node, exp.Literal.number(spark.precision), exp.Literal.number(spark.scale)
+            )
+            return converted, decimal_type(spark.precision, spark.scale)
+        if loose:
+            return (node if isinstance(spark, T.StringType) else _text(node)), None
+        raise self.fail(
+            f"{_sql(node)} is used with decimal_arb values in {_sql(context)} but is not an integer or decimal of "
+            "known scale; convert it with to_decimal_arb(value, precision, scale)"
+        )
+
+    def _arithmetic(
+        self, operation: str, left: exp.Expression, right: exp.Expression, node: exp.Expression, scope: Scope | None
+    ) -> exp.Expression | None:
+        types = [self._type(left, scope), self._type(right, scope)]
+        present = [t for t in types if t is not None]
+        if not present:
+            return None
+        if any(t.kind == DECIMAL for t in present):
+            (a, _), (b, _) = self._to_decimal(left, scope, node), self._to_decimal(right, scope, node)
+            return self._called(f"decimal_arb_{operation}", a, b)
+        kinds = {t.kind for t in present}
+        if len(kinds) > 1:
+            raise self.fail(f"{_sql(node)} mixes u256 and i256 values; convert one side with to_i256(…) or to_u256(…)")
+        kind = present[0]
+        name = f"{kind.kind}_{operation}"
+        return self._called(name, self._to_integer(kind, left, scope, name), self._to_integer(kind, right, scope, name))
+
+    def _negation(self, node: exp.Neg, scope: Scope | None) -> exp.Expression | None:
+        kind = self._type(node.this, scope)
+        if kind is None:
+            return None
+        if kind.kind == U256:
+            raise self.fail(f"{_sql(node)}: a u256 cannot be negative; convert it with to_i256(…) first")
+        return self._called("i256_neg" if kind.kind == I256 else "decimal_arb_neg", node.this)
+
+    def _comparison(
+        self, operation: str, left: exp.Expression, right: exp.Expression, node: exp.Expression, scope: Scope | None
+    ) -> exp.Expression | None:
+        types = [self._type(left, scope), self._type(right, scope)]
+        if types == [None, None]:
+            return None
+        (a, left_type), (b, right_type) = (
+            self._to_decimal(left, scope, node, loose=True),
+            self._to_decimal(right, scope, node, loose=True),
+        )
+        if operation in ("eq", "neq") and left_type and right_type and left_type.scale == right_type.scale:
+            text = exp.EQ(this=a, expression=b)
+            return text if operation == "eq" else exp.NEQ(this=a, expression=b)
+        return self._called(f"decimal_arb_{operation}", a, b)
+
+    def _between(self, node: exp.Between, scope: Scope | None) -> exp.Expression | None:
+        value, low, high = node.this, node.args["low"], node.args["high"]
+        if all(self._type(n, scope) is None for n in (value, low, high)):
+            return None
+        lower = self._comparison("gte", value, low, node, scope) or exp.GTE(this=value, expression=low)
+        upper = self._comparison("lte", value.copy(), high, node, scope) or exp.LTE(this=value, expression=high)
+        return exp.Paren(this=exp.And(this=lower, expression=upper))
+
+    def _in(self, node: exp.In, scope: Scope | None) -> exp.Expression | None:
+        value, options = node.this, node.expressions
+        if node.args.get("query") or not options:
+            return None
+        if all(self._type(n, scope) is None for n in (value, *options)):
+            return None
+        checks = [self._comparison("eq", value.copy(), option, node, scope) for option in options]
+        combined: exp.Expression = checks[0] or exp.EQ(this=value.copy(), expression=options[0])
+        for check, option in zip(checks[1:], options[1:], strict=True):
+            combined = exp.Or(this=combined, expression=check or exp.EQ(this=value.copy(), expression=option))
+        return exp.Paren(this=combined)
+
+    def _branches_converted(self, node: exp.Expression, scope: Scope | None) -> exp.Expression | None:
+        """CASE/IF/COALESCE mixing wide values with plain literals: the literals become text of the wide
+        type (``coalesce(amount, 0)``), so the result is that type."""
+        common = self._branches_type(node, scope)
+        if common is None:
+            return None
+        for branch in self._branches(node):
+            if _is_null(branch) or _literal_text(branch) is None:
+                continue
+            if common.integer:
+                branch.replace(self._to_integer(common, branch, scope, f"to_{common.kind}"))
+                continue
+            literal = _literal_text(branch) or ""
+            try:
+                value = decimals.parse(literal, "to_decimal_arb")
+                text = decimals.fit(value, common.precision, common.scale, "to_decimal_arb", literal)
+            except StreamlingError as exc:
+                raise self.fail(f"{exc.message} in {_sql(node)}") from None
+            branch.replace(exp.Literal.string(text))
+        return None
+
+
+def _literal_decimal(text: str) -> tuple[str, WideType]:
+    """A number literal's decimal text and type (its own digits and scale)."""
+    unscaled, scale = decimals.parse(text, "to_decimal_arb")
+    return decimals.render(unscaled, scale), decimal_type(max(decimals.digit_count(unscaled), scale, 1), scale)
+
+
+def _folded(node: exp.Expression, kind: WideType) -> str | None:
+    """The text of ``to_u256(<literal>)``/``to_i256(<literal>)`` (computed once here, not per row)."""
+    if not (isinstance(node, exp.Anonymous) and node.name.lower() == f"to_{kind.kind}" and len(node.expressions) == 1):
+        return None
+    literal = _literal_text(node.expressions[0])
+    return None if literal is None else str(to_int(literal, kind.kind == I256, f"to_{kind.kind}"))
+
+
+def _sql(node: exp.Expression) -> str:
+    return node.sql(dialect="spark")
+
+
+def _path(info: Info, parts: list[str]) -> Info:
+    """A struct member's info, following `parts` from a column's."""
+    for part in parts:
+        data = info.spark
+        if not isinstance(data, T.StructType):
+            return UNKNOWN
+        match = next((f for f in data.fields if f.name.lower() == part.lower()), None)
+        if match is None:
+            return UNKNOWN
+        info = field_info(match)
+    return info
+
+
+def _literal_spark_type(node: exp.Literal) -> T.DataType | None:
+    if node.is_string:
+        return T.StringType()
+    text = node.name
+    if text.isdigit():
+        return T.IntegerType() if int(text) < 2**31 else T.LongType()
+    return None
+
+
+def _spark_type(data: exp.DataType) -> T.DataType | None:
+    if data.this in _INTEGER_TYPES:
+        return _INTEGER_TYPES[data.this]
+    if data.this in _TEXT_TYPES:
+        return T.StringType()
+    if data.this == exp.DataType.Type.DECIMAL:
+        params = [int(p.name) for p in data.expressions if p.name.isdigit()]
+        return T.DecimalType(*params[:2]) if params else T.DecimalType(10, 0)
+    return None
+
+
+def _as_decimal(kind: WideType | None) -> WideType | None:
+    if kind is None or kind.kind == DECIMAL:
+        return kind
+    return decimal_type(78, 0)
+
+
+def _widen(operation: str, left: WideType, right: WideType) -> WideType:
+    """The type of a decimal operation's result (the usual SQL rules, precision capped at 65535)."""
+    p1, s1, p2, s2 = left.precision, left.scale, right.precision, right.scale
+    if operation in ("add", "sub"):
+        scale = max(s1, s2)
+        return decimal_type(max(p1 - s1, p2 - s2) + scale + 1, scale)
+    if operation == "mul":
+        return decimal_type(p1 + p2 + 1, s1 + s2)
+    if operation == "div":
+        scale = max(s1, decimals.DIVISION_SCALE)
+        return decimal_type(p1 - s1 + s2 + scale, scale)
+    scale = max(s1, s2)
+    return decimal_type(min(p1 - s1, p2 - s2) + scale, scale)
+
+
+def _common(types: list[WideType]) -> WideType | None:
+    """One type holding each of `types`: the type when all are the same integer kind, else a decimal."""
+    if not types:
+        return None
+    if all(t == types[0] for t in types):
+        return types[0]
+    if all(t.integer for t in types):
+        return None  # u256 with i256: no common type
+    as_decimals = [_as_decimal(t) for t in types]
+    scale = max(t.scale for t in as_decimals if t)
+    digits = max(t.precision - t.scale for t in as_decimals if t)
+    return decimal_type(digits + scale, scale)
