@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from streamling.plugins import functions as plugin_functions
 from streamling.sql.rewrite import SqlProgram
@@ -21,7 +22,10 @@ def frame(spark: SparkSession, rows: list[tuple] | None = None, schema: str | No
 def query(spark: SparkSession, sql: str, source: DataFrame | None = None, epoch_ms: int | None = None) -> DataFrame:
     """`sql` (reading node ``t``) as the DataFrame a transform would produce (``_gs_op`` dropped)."""
     program = SqlProgram(sql, "SQL transform 'test'")
-    (source if source is not None else frame(spark)).createOrReplaceTempView("__sl_test_t")
+    source = source if source is not None else frame(spark)
+    if "_gs_op" not in source.columns:  # every node's rows carry their operation
+        source = source.withColumn("_gs_op", F.lit("i"))
+    source.createOrReplaceTempView("__sl_test_t")
     rendered = program.render({"t": "__sl_test_t"}, epoch_ms, {})
     plugin_functions.register_all(spark, program.called)
     return spark.sql(rendered).drop("_gs_op")
