@@ -26,7 +26,6 @@ from streamling.types import GS_OP
 
 _RENAMED_FUNCTIONS = {"make_array": exp.Array}
 DYNAMIC_TABLE_CHECK = "dynamic_table_check"
-_TIME = exp.DataType.build("TIME", dialect="spark")
 
 
 def spark_name(node: str) -> str:
@@ -149,11 +148,8 @@ class SqlProgram:
             for node in list(tree.find_all(exp.CurrentDate)):
                 node.replace(exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d")), "DATE"))
             for node in list(tree.find_all(exp.CurrentTime)):
-                node.replace(
-                    exp.cast(
-                        exp.Literal.string(moment.strftime("%H:%M:%S.%f")), exp.DataType.build("TIME", dialect="spark")
-                    )
-                )
+                pinned = exp.Literal.string(moment.strftime("%H:%M:%S.%f"))
+                node.replace(exp.Anonymous(this="to_time", expressions=[pinned]))
         _ensure_gs_op(tree)
         return tree.sql(dialect="spark")
 

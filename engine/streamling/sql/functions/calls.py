@@ -35,7 +35,7 @@ def rewrite_calls(tree: exp.Expression, where: str) -> list[str]:
                 raise _arity_error(where, call, name, arity_text(least, most), f"{entry.name}({entry.arguments})")
             problem = entry.check(args) if entry.check else None
             if problem:
-                raise StreamlingError.user(f"{where}: function {name}: {problem} in {call.sql(dialect='spark')}")
+                raise StreamlingError.user(f"{where}: function {name}: {problem} in {written(call)}")
             call.replace(entry.rewrite(args))
             continue
         least, most = entry.arity()
@@ -49,6 +49,9 @@ def rewrite_calls(tree: exp.Expression, where: str) -> list[str]:
 
 def _arity_error(where: str, call: exp.Anonymous, name: str, takes: str, signature: str) -> StreamlingError:
     got = len(call.expressions)
-    return StreamlingError.user(
-        f"{where}: function {name} takes {takes} — {signature} — got {got}: {call.sql(dialect='spark')}"
-    )
+    return StreamlingError.user(f"{where}: function {name} takes {takes} — {signature} — got {got}: {written(call)}")
+
+
+def written(call: exp.Expression) -> str:
+    """A call as the user wrote it (sqlglot would upper-case the function name)."""
+    return call.sql(dialect="spark", normalize_functions=False)
