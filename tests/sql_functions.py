@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from streamling.plugins import functions as plugin_functions
 from streamling.sql.functions import numeric_rewrite
@@ -23,8 +24,10 @@ def query(spark: SparkSession, sql: str, source: DataFrame | None = None, epoch_
     """`sql` (reading node ``t``) as the DataFrame a transform would produce (``_gs_op`` dropped)."""
     program = SqlProgram(sql, "SQL transform 'test'")
     source = source if source is not None else frame(spark)
+    if "_gs_op" not in source.columns:  # every node's rows carry their operation
+        source = source.withColumn("_gs_op", F.lit("i"))
     source.createOrReplaceTempView("__sl_test_t")
-    rendered = program.render({"t": "__sl_test_t"}, epoch_ms, {}, {"t": source.schema})
+    rendered = program.render({"t": "__sl_test_t"}, epoch_ms, {}, schemas={"t": source.schema})
     plugin_functions.register_all(spark, program.called)
     return numeric_rewrite.mark(spark.sql(rendered), program.output_types).drop("_gs_op")
 

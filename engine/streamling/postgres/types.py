@@ -66,6 +66,8 @@ def pg_type(arrow: pa.DataType, wide_decimal: str | None = None) -> str:
         return "date"
     if pa.types.is_timestamp(arrow):
         return "timestamp with time zone" if arrow.tz else "timestamp without time zone"
+    if pa.types.is_time(arrow):
+        return "time without time zone"
     if pa.types.is_decimal(arrow):
         return f"numeric({arrow.precision},{arrow.scale})"
     if pa.types.is_struct(arrow) or pa.types.is_list(arrow) or pa.types.is_large_list(arrow) or pa.types.is_map(arrow):

@@ -25,6 +25,7 @@ DEFAULT_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    "spark.sql.timeType.enabled": "true",  # current_time() (the original's Time64) is a TIME
 }
 
 

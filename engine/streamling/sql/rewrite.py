@@ -23,12 +23,11 @@ from sqlglot.errors import SqlglotError
 from streamling.errors import StreamlingError
 from streamling.sql.dialects import DIALECTS
 from streamling.sql.functions import numeric_rewrite
-from streamling.sql.functions.calls import rewrite_calls
+from streamling.sql.functions.calls import Rewritten, rewrite_calls
 from streamling.types import GS_OP
 
 _RENAMED_FUNCTIONS = {"make_array": exp.Array}
 DYNAMIC_TABLE_CHECK = "dynamic_table_check"
-_TIME = exp.DataType.build("TIME", dialect="spark")
 
 
 def spark_name(node: str) -> str:
@@ -55,7 +54,8 @@ class SqlProgram:
         self.dynamic_tables = sorted({self._checked_table(call) for call in self._checks(self.tree)})
         """Dynamic tables the SQL looks values up in with ``dynamic_table_check``."""
         self._rewritten: exp.Query | None = None
-        self._called: list[str] = []
+        self._calls = Rewritten([], [])
+        self._numeric_calls: set[str] = set()
         self.output_types: dict[str, str | None] = {}
         """Output columns whose type the last `render` knew: the wide-number marker (``u256``, ``i256``,
         ``decimal(p,s)``) or None for a plain column; `numeric_rewrite.mark` puts them on the result."""
@@ -66,16 +66,20 @@ class SqlProgram:
         for its inputs never fails on a function call: ``--validate`` reports those naming the node)."""
         if self._rewritten is None:
             tree = self.tree.copy()
-            self._called = rewrite_calls(tree, self.where)
+            self._calls = rewrite_calls(tree, self.where)
             self._rewritten = tree
         return self._rewritten
+
+    @property
+    def calls(self) -> Rewritten:
+        _ = self.rewritten
+        return self._calls
 
     @property
     def called(self) -> list[str]:
         """Functions Spark must have registered: Arrow catalogue functions and plugins' (by Spark name);
         after a `render`, also those its rewriting of operators on wide numbers calls."""
-        _ = self.rewritten
-        return self._called
+        return sorted(set(self.calls.called) | self._numeric_calls)
 
     def _parse(self, sql: str) -> exp.Query:
         last: Exception | None = None
@@ -118,17 +122,18 @@ class SqlProgram:
         views: Mapping[str, str],
         epoch_ms: int | None = None,
         checks: Mapping[str, str] | None = None,
+        tree: exp.Query | None = None,
         schemas: Mapping[str, T.StructType] | None = None,
     ) -> str:
         """Spark SQL reading `views` (node name → view name) with ``now()`` fixed to `epoch_ms`, and each
-        ``dynamic_table_check('t', v)`` calling the UDF `checks` names for ``t`` (as ``udf(v)``). `schemas`
-        (node name → schema) tell which input columns hold wide numbers, whose operators become exact
-        functions (`numeric_rewrite`); the output columns' types are left in `output_types`."""
-        tree = self.rewritten.copy()
+        ``dynamic_table_check('t', v)`` calling the UDF `checks` names for ``t`` (as ``udf(v)``). `tree` is a
+        variant of `rewritten` to render instead (a diagnostic probe). `schemas` (node name → schema) tell
+        which input columns hold wide numbers, whose operators become exact functions (`numeric_rewrite`);
+        the output columns' types are left in `output_types`."""
+        tree = (tree or self.rewritten).copy()
         numbers = numeric_rewrite.rewrite(tree, schemas or {}, self._input_name, self.where)
         self.output_types = numbers.markers
-        if numbers.called - set(self._called):
-            self._called = sorted(set(self._called) | numbers.called)
+        self._numeric_calls |= numbers.called
         for call in self._checks(tree):
             table = self._checked_table(call)
             if checks is None:
@@ -159,11 +164,8 @@ class SqlProgram:
             for node in list(tree.find_all(exp.CurrentDate)):
                 node.replace(exp.cast(exp.Literal.string(moment.strftime("%Y-%m-%d")), "DATE"))
             for node in list(tree.find_all(exp.CurrentTime)):
-                node.replace(
-                    exp.cast(
-                        exp.Literal.string(moment.strftime("%H:%M:%S.%f")), exp.DataType.build("TIME", dialect="spark")
-                    )
-                )
+                pinned = exp.Literal.string(moment.strftime("%H:%M:%S.%f"))
+                node.replace(exp.Anonymous(this="to_time", expressions=[pinned]))
         _ensure_gs_op(tree)
         return tree.sql(dialect="spark")
 

@@ -44,4 +44,21 @@ SPARK_FUNCTIONS: list[SparkFunction] = [
         example="SELECT today()",
     ),
 ]
+for _unit, _template in (
+    ("seconds", "timestamp_seconds({0})"),
+    ("millis", "timestamp_millis({0})"),
+    ("micros", "timestamp_micros({0})"),
+    ("nanos", "timestamp_micros(div({0}, 1000))"),
+):
+    SPARK_FUNCTIONS.append(
+        SparkFunction(
+            f"to_timestamp_{_unit}",
+            FAMILY,
+            f"{_unit} since 1970-01-01 UTC (integer)",
+            "timestamp",
+            "NULL → NULL" + ("; finer than microseconds is truncated" if _unit == "nanos" else ""),
+            templates={1: _template},
+            example=f"SELECT to_timestamp_{_unit}(block_timestamp)",
+        )
+    )
 ARROW_FUNCTIONS: list[type[ArrowFunction]] = []
