@@ -33,11 +33,13 @@ def test_accepted_inputs(value, signed: bool, expected: int) -> None:
 @pytest.mark.parametrize(
     ("value", "signed", "message"),
     [
-        ("-1", False, "SQL function U256: '-1' is out of range for a U256 (0 to 2**256-1)"),
-        (str(2**255), True, "SQL function I256: '" + str(2**255) + "' is out of range for a I256"),
-        ("1.5", False, "SQL function U256: '1.5' is not an integer"),
-        ("abc", True, "SQL function I256: 'abc' is not an integer"),
-        (True, False, "SQL function U256: True is not an integer"),
+        ("-1", False, "SQL function to_u256: '-1' is out of range for u256 (0 to 2**256-1)"),
+        (str(2**255), True, "SQL function to_i256: '" + str(2**255) + "' is out of range for i256"),
+        ("1.5", False, "SQL function to_u256: '1.5' is not an integer"),
+        ("abc", True, "SQL function to_i256: 'abc' is not an integer"),
+        ("NaN", False, "SQL function to_u256: 'NaN' is not an integer"),
+        (float("inf"), True, "SQL function to_i256: inf is not an integer"),
+        (True, False, "SQL function to_u256: True is not an integer"),
     ],
 )
 def test_rejected_inputs_name_the_value(value, signed: bool, message: str) -> None:
@@ -50,5 +52,6 @@ def test_rejected_inputs_name_the_value(value, signed: bool, message: str) -> No
 def test_aliased_calls_mark_output_columns() -> None:
     program = SqlProgram("SELECT id, U256(raw) AS wei, i256(delta) AS change, U256(raw) FROM t", "sql")
     assert program.called == ["to_i256", "to_u256"]
-    assert program.wide_integer_columns == ["wei", "change"]
+    program.render({"t": "v"})
+    assert program.output_types == {"id": None, "wei": "u256", "change": "i256"}
     assert SqlProgram("SELECT id FROM t", "sql").called == []

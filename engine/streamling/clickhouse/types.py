@@ -201,6 +201,8 @@ def can_hold(existing: str, required: str) -> bool:
     need, _ = unwrap_nullable(required)
     if have == need:
         return True
+    if need in ("UInt256", "Int256") and have == "String":
+        return True  # the exact decimal text, as tables made before 256-bit columns were typed hold it
     need_int, have_int = _int(need), _int(have)
     if need_int:
         signed, bits = need_int
@@ -218,8 +220,6 @@ def can_hold(existing: str, required: str) -> bool:
     if need_dec:
         have_dec = _dec(have)
         return bool(have_dec and have_dec[1] >= need_dec[1] and have_dec[0] - have_dec[1] >= need_dec[0] - need_dec[1])
-    if need in ("UInt256", "Int256") and have == "String":
-        return True  # the exact decimal text, as tables made before 256-bit columns were typed hold it
     if need == "String":
         # Strings also go into FixedString/Enum/UUID and, as exact decimal text, into wide numbers;
         # a value that does not fit fails its insert with ClickHouse's message naming the column.

@@ -80,6 +80,8 @@ class Info:
 
 
 UNKNOWN = Info()
+WIDE = "streamling_wide"
+"""Meta key on a literal the rewriting computed: the marker of its type."""
 
 
 @dataclass
@@ -136,6 +138,13 @@ def mark(df: DataFrame, markers: Mapping[str, str | None]) -> DataFrame:
             rest = {k: v for k, v in column.metadata.items() if k != WIDE_DECIMAL_KEY}
             df = df.withMetadata(column.name, rest)
     return df
+
+
+def typed_literal(text: str, kind: WideType) -> exp.Literal:
+    """A wide value computed at render time: its text, remembering its type (``to_u256('5')`` → ``'5'``)."""
+    literal = exp.Literal.string(text)
+    literal.meta[WIDE] = kind.marker
+    return literal
 
 
 def call(name: str, *args: exp.Expression) -> exp.Anonymous:
@@ -220,9 +229,9 @@ class _Rewriter:
                     if not qualifier or alias.lower() == qualifier.lower():
                         out.update({k: v for k, v in self._source_columns(source).items() if k not in out})
                 continue
-            name = projection.alias_or_name
-            if name:
-                out[name] = self._info(projection, scope)
+            if isinstance(projection, exp.Alias | exp.Column) and projection.alias_or_name:
+                # an unaliased expression's column is named by Spark, which we do not guess
+                out[projection.alias_or_name] = self._info(projection, scope)
         return out
 
     def _source_columns(self, source: exp.Expression | Scope) -> dict[str, Info]:
@@ -255,6 +264,8 @@ class _Rewriter:
     # -- typing ------------------------------------------------------------------------------------
 
     def _info(self, node: exp.Expression, scope: Scope | None) -> Info:
+        if WIDE in node.meta:
+            return Info(marker_type(node.meta[WIDE]), T.StringType())
         if isinstance(node, exp.Alias | exp.Paren):
             return self._info(node.this, scope)
         if isinstance(node, exp.Column):
@@ -439,14 +450,14 @@ class _Rewriter:
     def _to_integer(self, kind: WideType, node: exp.Expression, scope: Scope | None, function: str) -> exp.Expression:
         """`node` as text of a `kind` integer: unchanged when it is one, a literal converted now, else a call."""
         have = self._type(node, scope)
-        if _is_null(node):
-            return node
+        if _is_null(node) or (have is not None and have.kind == DECIMAL and have.scale == 0):
+            return node  # the function reads an integral decimal's text as it is, checking its range
         if have == kind:
             try:
                 folded = _folded(node, kind)
             except StreamlingError as exc:
                 raise self.fail(f"{exc.message} in {_sql(node)}") from None
-            return node if folded is None else exp.Literal.string(folded)
+            return node if folded is None else typed_literal(folded, kind)
         literal = _literal_text(node)
         if literal is not None and have is None:
             try:
@@ -465,7 +476,8 @@ class _Rewriter:
         comparisons, where the scale does not matter) whose scale is unknown, is an error."""
         have = self._type(node, scope)
         if have is not None:
-            return node, _as_decimal(have)
+            folded = _folded_decimal(node, have)
+            return (node if folded is None else typed_literal(folded, have)), _as_decimal(have)
         literal = _literal_text(node)
         if literal is not None:
             try:
@@ -495,13 +507,13 @@ class _Rewriter:
         present = [t for t in types if t is not None]
         if not present:
             return None
-        if any(t.kind == DECIMAL for t in present):
+        kinds = {t.kind for t in present if t.integer}
+        if not kinds or any(t.kind == DECIMAL and t.scale > 0 for t in present):
             (a, _), (b, _) = self._to_decimal(left, scope, node), self._to_decimal(right, scope, node)
             return self._called(f"decimal_arb_{operation}", a, b)
-        kinds = {t.kind for t in present}
         if len(kinds) > 1:
             raise self.fail(f"{_sql(node)} mixes u256 and i256 values; convert one side with to_i256(…) or to_u256(…)")
-        kind = present[0]
+        kind = WideType(kinds.pop())  # an integral decimal(p,0) (Avro's 256-bit numbers) joins it
         name = f"{kind.kind}_{operation}"
         return self._called(name, self._to_integer(kind, left, scope, name), self._to_integer(kind, right, scope, name))
 
@@ -582,6 +594,17 @@ def _folded(node: exp.Expression, kind: WideType) -> str | None:
         return None
     literal = _literal_text(node.expressions[0])
     return None if literal is None else str(to_int(literal, kind.kind == I256, f"to_{kind.kind}"))
+
+
+def _folded_decimal(node: exp.Expression, kind: WideType) -> str | None:
+    """The text of ``to_decimal_arb('1.5', 10, 1)`` and the like with a literal value (computed once here)."""
+    if not (isinstance(node, exp.Anonymous) and node.name.lower() in _DECLARED[:2] and kind.kind == DECIMAL):
+        return None
+    literal = _literal_text(node.expressions[0]) if node.expressions else None
+    if literal is None or len(node.expressions) != 3:
+        return None
+    value = decimals.scaled_of(literal, node.name.lower())
+    return decimals.fit(value, kind.precision, kind.scale, node.name.lower(), literal)
 
 
 def _sql(node: exp.Expression) -> str:

@@ -72,13 +72,16 @@ def _parse_text(value: str, function: str) -> int:
         raise _fail(function, f"{value!r} is not an integer") from None
 
 
-def parse_ints(values: pa.Array, function: str, kind: str, fill: str = "1") -> list[int]:
-    """The values of a u256/i256 text array as ints (NULLs as `fill`), each checked against the kind's range."""
+def parse_ints(values: pa.Array, function: str, kind: str | None, fill: str = "1") -> list[int]:
+    """The values of a u256/i256 text array as ints (NULLs as `fill`), each checked against the kind's range
+    (`kind` None: any integer)."""
     texts = values.fill_null(fill).to_pylist() if values.null_count else values.to_pylist()
     try:
         numbers = list(map(int, texts))
     except (ValueError, TypeError):
-        numbers = [_parse_text(t, function) if isinstance(t, str) else to_int(t, kind == I256, function) for t in texts]
+        numbers = [_parse_text(t, function) for t in texts]
+    if kind is None:
+        return numbers
     low, high = RANGES[kind]
     if numbers and (min(numbers) < low or max(numbers) > high):
         bad = next(t for t, n in zip(texts, numbers, strict=True) if not low <= n <= high)
@@ -222,7 +225,7 @@ class U256ToString(_ToString):
     kind = U256
     doc_arguments = "value (u256)"
     doc_returns = "string (decimal digits, no marker: a text column in sinks)"
-    example = "u256_to_string(to_u256('0xff')) → '255'"
+    example = "u256_to_string(to_u256(wei) / to_u256('1000000000000000000')) → whole tokens as text"
 
 
 class I256ToString(_ToString):
@@ -250,7 +253,7 @@ class U256Mul(_Binary):
 
 class U256Div(_Binary):
     name, kind, symbol, operation = "u256_div", U256, "/", staticmethod(_trunc_div)
-    example = "u256_to_string(to_u256('2500000000000000000') / to_u256('1000000000000000000')) → '2'"
+    example = "u256_div(to_u256('2500000000000000000'), to_u256('1000000000000000000')) → 2"
 
 
 class U256Mod(_Binary):
@@ -315,7 +318,7 @@ class ToInt64(ArrowFunction):
         if pa.types.is_integer(values.type):
             return values.cast(pa.int64())
         if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
-            numbers = parse_ints(values, self.name, I256, fill="0")
+            numbers = parse_ints(values, self.name, None, fill="0")
         else:
             numbers = [0 if v is None else to_int(v, True, self.name) for v in values.to_pylist()]
         if numbers and (min(numbers) < INT64_MIN or max(numbers) > INT64_MAX):
