@@ -170,7 +170,7 @@ def test_types_and_schema_override_in_system_columns(spark, ch_settings, write_p
         "doc": "Tuple(n Nullable(String), ids Array(Int64))",
         "tags": "Array(Nullable(String))",
         "attrs": "Map(String, Int64)",
-        "wei": "Nullable(String)",
+        "wei": "Nullable(UInt256)",
         "top": "UInt256",
         "price": "Decimal(18, 4)",
         "label": "LowCardinality(String)",
@@ -180,7 +180,7 @@ def test_types_and_schema_override_in_system_columns(spark, ch_settings, write_p
     (row,) = rows_of(
         client,
         f"SELECT id, name, raw, toString(precise), doc, tags, attrs, toString(created_at), toString(local_time), "
-        f"wei, toString(top), toString(price) FROM {db}.typed FINAL WHERE id = 3",
+        f"toString(wei), toString(top), toString(price) FROM {db}.typed FINAL WHERE id = 3",
     )
     assert row[0] == 3 and row[2] == row[1]
     assert row[3] == "12345678901234567890.123456789012345678"

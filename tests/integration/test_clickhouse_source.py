@@ -267,6 +267,74 @@ def test_round_trip_through_the_clickhouse_sink_reads_the_final_state(
     assert 0 < len(got) < 200
 
 
+def test_256_bit_and_wide_decimal_columns_round_trip_and_stay_exact_in_sql(
+    spark, make_settings, write_pipeline, clickhouse, clickhouse_env
+) -> None:
+    """UInt256/Int256/Decimal(60,10) read by the source are marked u256/i256/decimal(60,10): SQL operators on them
+    are exact, and the sink creates the same ClickHouse types again (and the widened ones for results)."""
+    client, database = clickhouse
+    client.command(
+        f"CREATE TABLE {database}.balances (id UInt32, wei UInt256, delta Nullable(Int256), price Decimal(60, 10)) "
+        "ENGINE = MergeTree ORDER BY id"
+    )
+    top = 2**256 - 1
+    client.command(
+        f"INSERT INTO {database}.balances VALUES (1, '{top}', '-{2**255}', '12345678901234567890.5'), "
+        "(2, '7', NULL, '0.0000000001')"
+    )
+    settings = make_settings(
+        environ={**clickhouse_env, "STREAMLING__CLICKHOUSE_SINK__DATABASE": database}, job_mode=True
+    )
+    path = write_pipeline(
+        f"""
+        sources:
+          ch: {{type: clickhouse, table_name: {database}.balances, primary_key: id}}
+        transforms:
+          math:
+            type: sql
+            primary_key: id
+            sql: >
+              SELECT CAST(id AS BIGINT) AS id, wei, wei / 2 AS half, delta, delta + 1 AS next, price,
+                     price * 2 AS twice, CAST(wei AS TEXT) AS wei_text
+              FROM ch WHERE wei > 1
+        sinks:
+          out: {{type: clickhouse, from: math, table: copied, primary_key: id}}
+        """
+    )
+    run_pipeline(path, settings, spark)
+    types = dict(
+        client.query(
+            f"SELECT name, type FROM system.columns WHERE database = '{database}' AND table = 'copied'"
+        ).result_rows
+    )
+    assert {k: types[k] for k in ("wei", "half", "delta", "next", "price", "twice", "wei_text")} == {
+        "wei": "Nullable(UInt256)",
+        "half": "Nullable(UInt256)",
+        "delta": "Nullable(Int256)",
+        "next": "Nullable(Int256)",
+        "price": "Nullable(Decimal(60, 10))",
+        "twice": "Nullable(Decimal(62, 10))",
+        "wei_text": "Nullable(String)",
+    }
+    rows = client.query(
+        f"SELECT id, toString(wei), toString(half), toString(delta), toString(next), toString(price), "
+        f"toString(twice), wei_text FROM {database}.copied FINAL ORDER BY id"
+    ).result_rows
+    assert rows == [
+        (
+            1,
+            str(top),
+            str(top // 2),
+            str(-(2**255)),
+            str(1 - 2**255),
+            "12345678901234567890.5",
+            "24691357802469135781",
+            str(top),
+        ),
+        (2, "7", "3", None, None, "0.0000000001", "0.0000000002", "7"),
+    ]
+
+
 # ---- settings and fields of the original Streamling ----
 
 

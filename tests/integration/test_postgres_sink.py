@@ -496,7 +496,7 @@ def test_out_of_range_u256_stops_the_pipeline_naming_the_value(
         """)
     with pytest.raises(StreamlingError) as caught:
         run_pipeline(path, pg_settings(), spark)
-    assert "SQL function U256: '-1' is out of range for a U256" in str(caught.value)
+    assert "SQL function to_u256: '-1' is out of range for u256" in str(caught.value)
     assert fetch(pg_connect, f'SELECT count(*) FROM "{schema}".amounts') == [(0,)]
 
 
