@@ -101,8 +101,11 @@ def align(left: Scaled, right: Scaled) -> tuple[int, int, int]:
     return left[0] * 10 ** (scale - left[1]), right[0] * 10 ** (scale - right[1]), scale
 
 
+_LIMIT = 10**MAX_PRECISION
+
+
 def _checked(function: str, unscaled: int, scale: int) -> str:
-    if abs(unscaled) >= 10**MAX_PRECISION:
+    if abs(unscaled) >= _LIMIT:
         raise _fail(function, f"the result has more than {MAX_PRECISION} digits")
     return render(unscaled, scale)
 
