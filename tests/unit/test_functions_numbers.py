@@ -403,6 +403,18 @@ def test_rendered_sql_does_literal_work_once_and_compares_equal_text_in_spark() 
     assert program.called == ["to_u256", "u256_div"]
 
 
+def test_case_and_coalesce_are_wide_only_when_every_branch_is() -> None:
+    schema = T.StructType([T.StructField("wei", T.StringType(), True, {WIDE_DECIMAL_KEY: "u256"})])
+    program = SqlProgram(
+        "SELECT coalesce(wei, 0) AS zeroed, CASE WHEN wei IS NULL THEN 'n/a' ELSE wei END AS label, "
+        "IF(wei > 5, wei, -1) AS signed FROM t",
+        WHERE,
+    )
+    rendered = program.render({"t": "v"}, schemas={"t": schema})
+    assert program.output_types == {"zeroed": "u256", "label": None, "signed": None}
+    assert "COALESCE(wei, '0') AS zeroed" in rendered and "ELSE wei END AS label" in rendered
+
+
 @pytest.mark.parametrize(
     ("sql", "message"),
     [

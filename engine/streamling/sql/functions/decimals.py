@@ -192,7 +192,10 @@ class _Conversion(_Base):
 class ToDecimalArb(_Conversion):
     name = "to_decimal_arb"
     doc_arguments = "value (integer, decimal or decimal text), precision, scale (integer literals)"
-    doc_returns = "decimal(precision,scale) (exact decimal text; NUMERIC(p,s) in Postgres, Decimal(p,s) in ClickHouse)"
+    doc_returns = (
+        "decimal(precision,scale) (exact decimal text; NUMERIC(p,s) in Postgres, Decimal(p,s) in ClickHouse up to "
+        "76 digits, else String)"
+    )
     nulls = (
         "NULL → NULL; excess fractional digits, too many integer digits or malformed text → the epoch fails "
         "naming the value; " + _DECLARATION + " (checked by --validate)"

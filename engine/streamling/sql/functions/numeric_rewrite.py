@@ -297,12 +297,17 @@ class _Rewriter:
         return [node.this, *node.expressions]
 
     def _branches_type(self, node: exp.Expression, scope: Scope | None) -> WideType | None:
-        """The common wide type of the branches when every one is wide, NULL or a literal (which
-        `_branches_converted` made that type's text)."""
-        types = [self._type(b, scope) for b in self._branches(node) if not _is_null(b) and _literal_text(b) is None]
+        """The common wide type of the branches when every one is wide, NULL or a literal of that type (which
+        `_branches_converted` makes that type's text); None when one is text such as ``'n/a'``."""
+        branches = [b for b in self._branches(node) if not _is_null(b)]
+        literals = [text for b in branches if (text := _literal_text(b)) is not None and WIDE not in b.meta]
+        types = [self._type(b, scope) for b in branches if _literal_text(b) is None or WIDE in b.meta]
         if not types or any(t is None for t in types):
             return None
-        return _common([t for t in types if t is not None])
+        common = _common([t for t in types if t is not None])
+        if common is None or not all(_converts(text, common) for text in literals):
+            return None
+        return common
 
     def _call_type(self, node: exp.Anonymous, scope: Scope | None) -> WideType | None:
         name = node.name.lower()
@@ -567,19 +572,27 @@ class _Rewriter:
         if common is None:
             return None
         for branch in self._branches(node):
-            if _is_null(branch) or _literal_text(branch) is None:
+            literal = _literal_text(branch)
+            if _is_null(branch) or literal is None or WIDE in branch.meta:
                 continue
             if common.integer:
-                branch.replace(self._to_integer(common, branch, scope, f"to_{common.kind}"))
-                continue
-            literal = _literal_text(branch) or ""
-            try:
-                value = decimals.parse(literal, "to_decimal_arb")
-                text = decimals.fit(value, common.precision, common.scale, "to_decimal_arb", literal)
-            except StreamlingError as exc:
-                raise self.fail(f"{exc.message} in {_sql(node)}") from None
-            branch.replace(exp.Literal.string(text))
+                text = str(to_int(literal, common.kind == I256))
+            else:
+                text = decimals.fit(decimals.parse(literal, ""), common.precision, common.scale, "", literal)
+            branch.replace(typed_literal(text, common))
         return None
+
+
+def _converts(text: str, kind: WideType) -> bool:
+    """Whether a literal is a value of `kind`."""
+    try:
+        if kind.integer:
+            to_int(text, kind.kind == I256)
+        else:
+            decimals.fit(decimals.parse(text, ""), kind.precision, kind.scale, "", text)
+    except StreamlingError:
+        return False
+    return True
 
 
 def _literal_decimal(text: str) -> tuple[str, WideType]:
