@@ -389,6 +389,26 @@ def test_columns_resolve_through_ctes_and_subqueries(spark) -> None:
     assert markers(df) == {"doubled": "u256", "kept": "u256", "s": None}
 
 
+def test_a_branch_not_taken_does_not_fail(spark) -> None:
+    """Spark runs Python functions for every row, also in CASE/IF branches a row does not take; the original
+    evaluates only the branch taken, so ``b - a`` must not underflow where ``b > a`` is false."""
+    source = marked(
+        spark, [("5", "3"), ("3", "5"), ("7", None)], [("a", T.StringType(), "u256"), ("b", T.StringType(), "u256")]
+    )
+    got = query(
+        spark,
+        "SELECT CASE WHEN b > a THEN b - a WHEN b IS NULL THEN a * 2 ELSE to_u256(0) END AS gain, "
+        "IF(a > b, a - b, NULL) AS loss, CASE a WHEN '3' THEN u256_sub(b, a) END AS odd FROM t",
+        source,
+    )
+    assert [r.asDict() for r in got.collect()] == [
+        {"gain": "0", "loss": "2", "odd": None},
+        {"gain": "2", "loss": None, "odd": "2"},
+        {"gain": "14", "loss": None, "odd": None},
+    ]
+    assert markers(got) == {"gain": "u256", "loss": "u256", "odd": "u256"}
+
+
 def test_rendered_sql_does_literal_work_once_and_compares_equal_text_in_spark() -> None:
     schema = T.StructType([T.StructField("wei", T.StringType(), True, {WIDE_DECIMAL_KEY: "u256"})])
     program = SqlProgram(

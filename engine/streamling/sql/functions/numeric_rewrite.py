@@ -82,6 +82,8 @@ class Info:
 UNKNOWN = Info()
 WIDE = "streamling_wide"
 """Meta key on a literal the rewriting computed: the marker of its type."""
+GUARD = "streamling_guard"
+"""Meta key on an ``IF(<branch taken>, arg, NULL)`` the rewriting put around an argument (`guard_branches`)."""
 
 
 @dataclass
@@ -202,6 +204,7 @@ class _Rewriter:
                 replacement = self._rewritten(node, None)
                 if replacement is not None and replacement is not node:
                     node.replace(replacement)
+                guard_branches(replacement or node)
             return self.result
         for scope in scopes:
             if isinstance(scope.expression, exp.Select):
@@ -264,6 +267,7 @@ class _Rewriter:
     # -- typing ------------------------------------------------------------------------------------
 
     def _info(self, node: exp.Expression, scope: Scope | None) -> Info:
+        node = _unguarded(node)
         if WIDE in node.meta:
             return Info(marker_type(node.meta[WIDE]), T.StringType())
         if isinstance(node, exp.Alias | exp.Paren):
@@ -336,6 +340,7 @@ class _Rewriter:
     def _operand_type(self, node: exp.Expression, scope: Scope | None) -> WideType | None:
         """The decimal type of a decimal function's operand: a wide value's, or that of what `_to_decimal`
         converts operands into (a literal's digits, an integer cast to text)."""
+        node = _unguarded(node)
         have = self._type(node, scope)
         if have is not None:
             return _as_decimal(have)
@@ -364,6 +369,7 @@ class _Rewriter:
         replacement = self._rewritten(node, scope)
         if replacement is not None and replacement is not node:
             node.replace(replacement)
+        guard_branches(replacement or node)
 
     def _rewritten(self, node: exp.Expression, scope: Scope | None) -> exp.Expression | None:
         if isinstance(node, exp.Anonymous) and node.name.lower() in NAMES:
@@ -581,6 +587,67 @@ class _Rewriter:
                 text = decimals.fit(decimals.parse(literal, ""), common.precision, common.scale, "", literal)
             branch.replace(typed_literal(text, common))
         return None
+
+
+def guard_branches(node: exp.Expression) -> None:
+    """Spark evaluates a Python function for every row, also in a CASE/IF branch the row does not take, so
+    ``CASE WHEN b > a THEN b - a ELSE 0 END`` would fail on the rows where ``b - a`` underflows. Each call of
+    these functions in a branch gets its arguments as ``IF(<the branch is taken>, arg, NULL)``: NULL, so no
+    error, where the branch is not taken (as the original, which evaluates only the branch taken)."""
+    if isinstance(node, exp.If) and isinstance(node.parent, exp.Case):
+        return  # a WHEN of a CASE: the CASE guards it
+    for branch, guard in _branch_guards(node):
+        calls = [c for c in branch.find_all(exp.Anonymous) if c.name.lower() in NAMES]
+        for call in calls:
+            declared = call.name.lower() in _DECLARED
+            call.set(
+                "expressions",
+                [
+                    arg
+                    if _is_null(arg)
+                    or (declared and index > 0)  # precision, scale, kind: literals the function reads once
+                    or (isinstance(arg, exp.Anonymous) and arg.name.lower() in NAMES)  # guarded itself
+                    else _guarded(arg, guard)
+                    for index, arg in enumerate(call.expressions)
+                ],
+            )
+
+
+def _guarded(arg: exp.Expression, guard: exp.Expression) -> exp.If:
+    node = exp.If(this=guard.copy(), true=arg, false=exp.Null())
+    node.meta[GUARD] = True
+    return node
+
+
+def _unguarded(node: exp.Expression) -> exp.Expression:
+    while GUARD in node.meta:
+        node = node.args["true"]
+    return node
+
+
+def _branch_guards(node: exp.Expression) -> list[tuple[exp.Expression, exp.Expression]]:
+    """Each branch of a CASE/IF with the condition under which it is the one taken."""
+    if isinstance(node, exp.If) and node.args.get("true") is not None:
+        out = [(node.args["true"], node.this)]
+        if node.args.get("false") is not None:
+            out.append((node.args["false"], _not_taken(node.this)))
+        return out
+    if not isinstance(node, exp.Case):
+        return []
+    subject = node.this
+    out, earlier = [], []
+    for when in node.args.get("ifs") or []:
+        condition = when.this if subject is None else exp.EQ(this=subject.copy(), expression=when.this.copy())
+        guard = exp.and_(condition.copy(), *[_not_taken(c) for c in earlier], copy=False)
+        out.append((when.args["true"], guard))
+        earlier.append(condition)
+    if node.args.get("default") is not None and earlier:
+        out.append((node.args["default"], exp.and_(*[_not_taken(c) for c in earlier], copy=False)))
+    return out
+
+
+def _not_taken(condition: exp.Expression) -> exp.Expression:
+    return exp.not_(exp.Coalesce(this=exp.paren(condition.copy()), expressions=[exp.false()]))
 
 
 def _converts(text: str, kind: WideType) -> bool:
