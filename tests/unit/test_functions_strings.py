@@ -145,6 +145,9 @@ CASES: list[tuple[str, Any]] = [
     ("Url_Decode('a%2Fb%C3%A9')", "a/bé"),
     ("url_decode('%zz')", None),
     ("url_decode('a%4')", None),
+    ("url_decode('a%FFb')", None),
+    ("url_decode('%EF%BF%BD')", "\ufffd"),
+    ("url_decode('\ufffd%41')", "\ufffdA"),
     ("url_decode(CAST(NULL AS STRING))", None),
     # string_to_array(text, delimiter[, null_text])
     ("string_to_array('a,b,,c', ',')", ["a", "b", "", "c"]),

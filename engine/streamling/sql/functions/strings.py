@@ -151,6 +151,12 @@ def _parse_url(args: list[exp.Expression]) -> exp.Expression:
     return fill(_PARSE_URL_KEY, [*args, quoted(args[2])])
 
 
+_URL_DECODE = (
+    # Java decodes bytes that are not UTF-8 as U+FFFD: one the text did not spell is such bytes
+    "CASE WHEN contains(try_url_decode({0}), '\ufffd') AND NOT contains({0}, '\ufffd') "
+    "AND NOT contains(upper({0}), '%EF%BF%BD') THEN NULL ELSE try_url_decode({0}) END"
+)
+
 SPARK_FUNCTIONS: list[SparkFunction] = [
     SparkFunction(
         "startswith",
@@ -327,8 +333,8 @@ SPARK_FUNCTIONS: list[SparkFunction] = [
         FAMILY,
         "text",
         "string: `+` → space and `%XX` escapes decoded as UTF-8",
-        NULL_NULL + "; a malformed `%` escape → NULL; bytes that are not UTF-8 become U+FFFD",
-        templates={1: "try_url_decode({0})"},
+        NULL_NULL + "; a malformed `%` escape or bytes that are not UTF-8 → NULL",
+        templates={1: _URL_DECODE},
         example="SELECT url_decode('foo+bar') -- 'foo bar'",
     ),
     SparkFunction(
