@@ -271,7 +271,8 @@ SPARK_FUNCTIONS: list[SparkFunction] = [
         FAMILY,
         "url, part[, key]",
         "string: the `part` of `url` — `HOST`, `PATH`, `QUERY` (with `key`: that parameter's decoded value), "
-        "`REF`, `PROTOCOL`, `FILE`, `AUTHORITY` or `USERINFO` (any case)",
+        "`REF`, `PROTOCOL`, `FILE`, `AUTHORITY` or `USERINFO` (any case); as written (Java's URI: host case kept, "
+        "no `/` added to an empty path)",
         "NULL → NULL (a NULL `key`: the whole query); an unparseable URL, unknown part or absent component → NULL",
         build=_parse_url,
         arity=(2, 3),
