@@ -8,7 +8,6 @@ field fails at ``--validate``. Spark has one list type, so ``to_large_list`` giv
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 import orjson
@@ -76,6 +75,17 @@ def _zip(args: list[exp.Expression]) -> exp.Expression:
         f"ELSE transform({{0}}, (__x, __i) -> named_struct({fields})) END"
     )
     return fill(template, args)
+
+
+KEEPS_FIRST_METADATA = "streamling_keeps_first_metadata"
+"""Set in the `meta` of the expression ``coalesce_meta`` becomes: Spark's coalesce drops column metadata (a
+wide-integer marker, say), so whoever marks output columns must copy the first argument's onto it."""
+
+
+def _coalesce_meta(args: list[exp.Expression]) -> exp.Expression:
+    node = exp.Coalesce(this=args[0], expressions=args[1:])
+    node.meta[KEEPS_FIRST_METADATA] = True
+    return node
 
 
 _MATCH = f"__e IS NOT NULL AND __e.{FIELD} <=> {{2}}"
@@ -193,7 +203,7 @@ SPARK_FUNCTIONS: list[SparkFunction] = [
         "the first argument's type: the first non-NULL value",
         "all NULL → NULL",
         arity=(1, None),
-        build=lambda args: exp.Coalesce(this=args[0], expressions=args[1:]),
+        build=_coalesce_meta,
         example="coalesce_meta(primary_id, fallback_id)",
     ),
 ]
@@ -204,10 +214,7 @@ def _clickhouse_value(value: Any) -> str:
         return "null"
     if isinstance(value, str):
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    try:
-        return orjson.dumps(value).decode()
-    except (TypeError, orjson.JSONEncodeError):  # an integer past 64 bits
-        return json.dumps(value, separators=(",", ":"))
+    return orjson.dumps(value).decode()  # compact, numbers as the original prints them (past 64 bits: a float)
 
 
 def clickhouse_tuples(function: str, text: str | None, keys: list[str | None] | None) -> str:
@@ -216,10 +223,7 @@ def clickhouse_tuples(function: str, text: str | None, keys: list[str | None] | 
     try:
         objects = orjson.loads(text)
     except orjson.JSONDecodeError:
-        try:
-            objects = json.loads(text)  # integers past 64 bits
-        except ValueError:
-            objects = None
+        objects = None
     if not isinstance(objects, list):
         raise StreamlingError.user(f"SQL function {function}: not a JSON array of objects: {text[:200]!r}")
     names = [k for k in keys or () if k is not None]
