@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import binascii
 import re
+from functools import cache, lru_cache
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -126,10 +127,10 @@ class ReverseBytes32(ArrowFunction):
 
 
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
-_NUMBER = re.compile(r"[+-]?[0-9A-Za-z][0-9A-Za-z_]*")
 _BASE = re.compile(r"[+-]?[0-9]+")
 
 
+@lru_cache(maxsize=256)
 def _base_of(value: Any) -> int | None:
     """A base given as an integer or as decimal text; None when it is neither or outside 2 to 36."""
     if isinstance(value, str):
@@ -137,6 +138,14 @@ def _base_of(value: Any) -> int | None:
     elif isinstance(value, bool) or not isinstance(value, int):
         value = None
     return value if value is not None and 2 <= value <= 36 else None
+
+
+@cache
+def _number(base: int) -> re.Pattern[str]:
+    """Digits of `base` in either case after an optional sign, ``_`` allowed between them (as Rust's BigInt
+    reads them); only those digits, so int() never sees a 0x/0o/0b prefix."""
+    digits = "[" + re.escape(_DIGITS[:base] + _DIGITS[10:base].upper()) + "]"
+    return re.compile(f"[+-]?{digits}[{digits[1:-1]}_]*")
 
 
 def _in_base(number: int, base: int) -> str:
@@ -154,15 +163,11 @@ def _in_base(number: int, base: int) -> str:
 
 
 def conv_base(number: str | None, from_base: Any, to_base: Any) -> str | None:
-    """`number` (digits of `from_base`, either case, an optional sign, ``_`` between digits ignored) in
-    `to_base`, lower case; None when any part is NULL or invalid."""
+    """`number` (text in `from_base`) in `to_base`, lower case; None when any part is NULL or invalid."""
     source, target = _base_of(from_base), _base_of(to_base)
-    if number is None or source is None or target is None or not _NUMBER.fullmatch(number):
+    if number is None or source is None or target is None or not _number(source).fullmatch(number):
         return None
-    digits = number.lstrip("+-").replace("_", "").lower()
-    if any(_DIGITS.find(d) >= source for d in digits):  # also keeps int() from reading 0x/0o/0b prefixes
-        return None
-    return _in_base(int(number[0] + digits if number[0] in "+-" else digits, source), target)
+    return _in_base(int(number.replace("_", ""), source), target)
 
 
 class ConvBase(ArrowFunction):
