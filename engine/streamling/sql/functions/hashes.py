@@ -53,7 +53,7 @@ class Keccak256(ArrowFunction):
     family = FAMILY
     doc_arguments = "text (a `0x`-prefixed text is read as hex) or bytes"
     doc_returns = "string: `0x` and 64 lower-case hex digits"
-    nulls = "NULL → NULL; `0x` followed by anything but an even number of hex digits → NULL"
+    nulls = "NULL → NULL; `0x` then anything but an even number of hex digits → NULL; another type fails"
     example = "_gs_keccak256('Transfer(address,address,uint256)') → '0xddf252ad…b3ef'"
 
     def __call__(self, values: pa.Array) -> pa.Array:
@@ -71,7 +71,7 @@ class XxHash(ArrowFunction):
     family = FAMILY
     doc_arguments = "text (hashed as UTF-8) or bytes"
     doc_returns = "string: XXH3-128 as 32 lower-case hex digits (not cryptographic)"
-    nulls = "NULL → NULL"
+    nulls = "NULL → NULL; another type fails"
     example = "xxhash(concat(transaction_hash, '_', log_index::VARCHAR)) AS id"
 
     def __call__(self, values: pa.Array) -> pa.Array:
