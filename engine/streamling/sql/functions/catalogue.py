@@ -1,8 +1,12 @@
 """Every catalogue function by its lower-case SQL name (aliases included), and the README reference table.
 
-``python -m streamling.sql.functions.catalogue`` prints the table; a unit test keeps the README's copy equal."""
+``python -m streamling.sql.functions.catalogue`` prints the table (``--readme`` writes it into README.md between
+its markers); a unit test keeps the README's copy equal."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 from streamling.sql.functions import arrays, clock, decimals, hashes, json_functions, strings, wide_integers
 from streamling.sql.functions.base import ArrowFunction, Doc, SparkFunction
@@ -66,12 +70,22 @@ def markdown() -> str:
     ]
     for doc in docs():
         names = ", ".join(f"`{n}`" for n in (doc.name, *doc.aliases))
-        lines.append(
-            f"| {doc.family} | {names} | {_cell(doc.arguments)} | {_cell(doc.returns)} | {_cell(doc.nulls)} "
-            f"| {doc.engine} |"
-        )
+        cells = [doc.family, names, _cell(doc.arguments) or "(none)", _cell(doc.returns), _cell(doc.nulls), doc.engine]
+        lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
 
+BEGIN, END = "<!-- sql-functions:begin -->", "<!-- sql-functions:end -->"
+
+
+def write_readme(path: Path) -> None:
+    text = path.read_text()
+    start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
+    path.write_text(f"{text[:start]}\n{markdown()}{text[stop:]}")
+
+
 if __name__ == "__main__":
-    print(markdown(), end="")
+    if "--readme" in sys.argv:
+        write_readme(Path(__file__).resolve().parents[4] / "README.md")
+    else:
+        print(markdown(), end="")
