@@ -51,6 +51,14 @@ CASES = [
     Case("Bytes and hashes", "reverse_bytes32(bytes32)", "reverse(hex32)", "reverse_bytes32", ("bytes32",)),
     Case("Bytes and hashes", "uuid7()", "uuid()", "uuid7", ()),
     Case(
+        "Bytes and hashes",
+        "_gs_conv_base(substr(hex32, 3, 16), '16', '10')",
+        "conv(substr(hex32, 3, 15), 16, 10)",
+        None,
+    ),
+    Case("Strings", "regexp_extract(text, '#([0-9]+)', 1)", "regexp_extract(text, '#([0-9]+)', 1)", None),
+    Case("Strings", "regexp_replace(text, 'address', 'addr')", "replace(text, 'address', 'addr')", None),
+    Case(
         "Wide integers",
         "u256_add(u1, u2)",
         "CAST(d1 AS DECIMAL(38,0)) + CAST(d2 AS DECIMAL(38,0))",
