@@ -33,18 +33,26 @@ def rewrite_calls(tree: exp.Expression, where: str) -> list[str]:
             least, most = entry.bounds()
             if not entry.accepts(len(args)):
                 raise _arity_error(where, call, name, arity_text(least, most), f"{entry.name}({entry.arguments})")
-            problem = entry.check(args) if entry.check else None
-            if problem:
-                raise StreamlingError.user(f"{where}: function {name}: {problem} in {written(call)}")
+            _check(where, call, name, entry.check(args) if entry.check else None)
             call.replace(entry.rewrite(args))
             continue
         least, most = entry.arity()
         if len(args) < least or (most is not None and len(args) > most):
             raise _arity_error(where, call, name, arity_text(least, most), f"{entry.name}({entry.doc_arguments})")
+        _check(where, call, name, entry.check(args))
+        replacement = entry.rewrite(args)
+        if replacement is not None:
+            call.replace(replacement)
+            continue
         spark_name = registered_name(entry, entry.name)
         call.set("this", spark_name)
         called.append(spark_name)
     return sorted(set(called))
+
+
+def _check(where: str, call: exp.Anonymous, name: str, problem: str | None) -> None:
+    if problem:
+        raise StreamlingError.user(f"{where}: function {name}: {problem} in {written(call)}")
 
 
 def _arity_error(where: str, call: exp.Anonymous, name: str, takes: str, signature: str) -> StreamlingError:
