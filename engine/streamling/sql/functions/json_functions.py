@@ -325,7 +325,7 @@ class JsonUnquote(ArrowFunction):
     doc_arguments = "text"
     doc_returns = "string: a double-quoted JSON string literal unescaped; any other text unchanged"
     nulls = "NULL → NULL; a malformed literal is returned unchanged"
-    example = "SELECT json_unquote('\"a\\\\/b\"') -- 'a/b'"
+    example = "SELECT json_unquote('\"a\\/b\"') -- 'a/b'"
 
     def __call__(self, text: pa.Array) -> pa.Array:
         return _strings([None if t is None else unquote(t) for t in text.to_pylist()])
@@ -372,7 +372,7 @@ class ParseJson(Json):
     min_arguments = 1
     doc_arguments = "text[, allow_duplicate_keys]"
     doc_returns = "string: as `json` (not Spark's VARIANT); `allow_duplicate_keys` is accepted and ignored"
-    example = "SELECT parse_json(metadata) FROM tokens"
+    example = 'SELECT parse_json(\'{"b": 1, "a": 2}\', true) -- \'{"a":2,"b":1}\''
 
     @classmethod
     def check(cls, args: list[exp.Expression]) -> str | None:
@@ -384,7 +384,7 @@ class TryParseJson(ParseJson):
     spark_name = "streamling_try_parse_json"
     nulls = "NULL, blank or invalid JSON → NULL"
     doc_returns = "string: as `parse_json`"
-    example = "SELECT try_parse_json(metadata) FROM tokens"
+    example = "SELECT try_parse_json('{bad') -- NULL"
     strict = False
 
 
@@ -412,7 +412,7 @@ class IsJson(ArrowFunction):
     doc_arguments = "text[, type: 'VALUE' (default), 'OBJECT', 'ARRAY' or 'SCALAR']"
     doc_returns = "boolean: whether `text` is JSON of that type"
     nulls = "NULL → false"
-    example = "SELECT is_json(metadata, 'OBJECT') FROM tokens"
+    example = "SELECT is_json('[1]', 'OBJECT') -- false"
 
     @classmethod
     def check(cls, args: list[exp.Expression]) -> str | None:
@@ -823,13 +823,11 @@ class JsonObject(ArrowFunction):
         columns = _columns(values[1::2], arrow_text=False)
         out = []
         pairs = zip(zip(*keys, strict=True), zip(*columns, strict=True), strict=True)
-        for row, (row_keys, row_values) in enumerate(pairs):
+        for row_keys, row_values in pairs:
             document: dict[str, Any] = {}
             for index, (key, value) in enumerate(zip(row_keys, row_values, strict=True)):
                 if key is None:
-                    raise StreamlingError.user(
-                        f"SQL function {self.name}: key {index + 1} is NULL (row {row + 1} of the batch)"
-                    )
+                    raise StreamlingError.user(f"SQL function {self.name}: key (argument {2 * index + 1}) is NULL")
                 try:
                     text = _key_text(key)
                 except ValueError as exc:
