@@ -17,7 +17,6 @@ Mode arguments (``'ERROR'``, ``'WITH CONDITIONAL ARRAY'``) and literal paths are
 from __future__ import annotations
 
 import base64
-import codecs
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -40,28 +39,23 @@ NULL_NULL = "NULL JSON or path → NULL"
 
 # --- text the way the original writes it ------------------------------------------------------------------
 
-_QUOTE_TABLE = str.maketrans(
-    {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-)
-_QUOTE_ERRORS = "streamling_json_quote"
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_TO_ESCAPE = re.compile('["\\\\/\b\f\n\r\t]|[^\x00-\x7f]')
 
 
-def _escape_code_points(error: UnicodeError) -> tuple[str, int]:
-    # the original writes each non-ASCII character as \u and its code point in (at least) 4 hex digits
-    assert isinstance(error, UnicodeEncodeError)
-    text = error.object[error.start : error.end]
-    return "".join(f"\\u{ord(c):04x}" for c in text), error.end
-
-
-codecs.register_error(_QUOTE_ERRORS, _escape_code_points)
+def _escape(match: re.Match[str]) -> str:
+    # the original writes a non-ASCII character as \u and its code point in (at least) 4 hex digits
+    char = match.group()
+    return _ESCAPES.get(char) or f"\\u{ord(char):04x}"
 
 
 def quote(text: str) -> str:
     """``json_quote``: `"`, `\\`, `/` and \\b \\f \\n \\r \\t escaped, non-ASCII as ``\\uXXXX``."""
-    return '"' + text.translate(_QUOTE_TABLE).encode("ascii", _QUOTE_ERRORS).decode("ascii") + '"'
+    return '"' + _TO_ESCAPE.sub(_escape, text) + '"'
 
 
-_BARE_EXPONENT = re.compile(rb"[0-9]e[0-9]")
+_BARE_EXPONENT = re.compile(rb"[:,\[][-0-9.]+e[0-9]")
+"""A number orjson wrote with a positive exponent (``1e16``), or a string that looks like one."""
 _STRING_OR_EXPONENT = re.compile(rb'"(?:[^"\\]|\\.)*"|(?<=[0-9])e(?=[0-9])')
 
 
@@ -72,7 +66,9 @@ def _plus_exponent(match: re.Match[bytes]) -> bytes:
 def serde_text(value: Any) -> str:
     """`value` as serde_json writes it: compact, keys sorted, doubles with ``e+16`` style exponents."""
     out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    if _BARE_EXPONENT.search(out):
+    if type(value) is float:
+        out = out.replace(b"e", b"e+").replace(b"e+-", b"e-")
+    elif _BARE_EXPONENT.search(out):
         out = _STRING_OR_EXPONENT.sub(_plus_exponent, out)
     return out.decode()
 
