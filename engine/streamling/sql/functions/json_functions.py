@@ -742,8 +742,8 @@ class JsonString(ArrowFunction):
     family = FAMILY
     doc_arguments = "value (any type)"
     doc_returns = (
-        "string: `value` as JSON — strings quoted, structs and maps as objects (keys sorted), arrays, bytes as"
-        " hex, timestamps and dates as ISO text"
+        "string: `value` as JSON — strings quoted, numbers and decimals as numbers, structs and maps as objects"
+        " (keys sorted), arrays, bytes as hex, timestamps and dates as ISO text"
     )
     nulls = "NULL → NULL"
     example = "SELECT json_string(named_struct('b', 1, 'a', 'x')) -- '{\"a\":\"x\",\"b\":1}'"
