@@ -116,3 +116,19 @@ def test_primary_key_on_source_and_sink(spark, make_settings) -> None:
         f"Primary key validation failed for node 'src': columns [\"uid\"] not found in schema. Available columns: {cols}",
         f"Primary key validation failed for node 'p': columns [\"nope\"] not found in schema. Available columns: {cols}",
     ]
+
+
+def test_catalogue_calls_with_wrong_arguments_fail_validation_naming_the_function(spark, make_settings) -> None:
+    """Arity is checked when the SQL is rewritten; a type Spark refuses inside the built-ins a call was rewritten
+    into is reported as the call the user wrote, with what it takes."""
+    _, errors = analyse(spark, make_settings, "SELECT id, to_timestamp_micros(id, 1) AS t FROM raw.tx")
+    assert errors == [
+        "SQL transform 't': function to_timestamp_micros takes 1 argument — to_timestamp_micros(micros since "
+        "1970-01-01 UTC (integer)) — got 2: to_timestamp_micros(id, 1)"
+    ]
+    _, errors = analyse(spark, make_settings, "SELECT id, to_timestamp_micros(array(id)) AS t FROM raw.tx")
+    assert len(errors) == 1
+    assert errors[0].startswith(
+        "SQL transform 't': function to_timestamp_micros cannot take (array<bigint>) in to_timestamp_micros(ARRAY(id)):"
+        " it takes to_timestamp_micros(micros since 1970-01-01 UTC (integer)) ([DATATYPE_MISMATCH"
+    ), errors[0]

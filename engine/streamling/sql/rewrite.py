@@ -20,7 +20,7 @@ from sqlglot.errors import SqlglotError
 
 from streamling.errors import StreamlingError
 from streamling.sql.dialects import DIALECTS
-from streamling.sql.functions.calls import rewrite_calls
+from streamling.sql.functions.calls import Rewritten, rewrite_calls
 from streamling.sql.functions.wide_integers import WIDE_FUNCTIONS
 from streamling.types import GS_OP
 
@@ -52,7 +52,7 @@ class SqlProgram:
         self.dynamic_tables = sorted({self._checked_table(call) for call in self._checks(self.tree)})
         """Dynamic tables the SQL looks values up in with ``dynamic_table_check``."""
         self._rewritten: exp.Query | None = None
-        self._called: list[str] = []
+        self._calls = Rewritten([], [])
 
     @property
     def rewritten(self) -> exp.Query:
@@ -60,15 +60,19 @@ class SqlProgram:
         for its inputs never fails on a function call: ``--validate`` reports those naming the node)."""
         if self._rewritten is None:
             tree = self.tree.copy()
-            self._called = rewrite_calls(tree, self.where)
+            self._calls = rewrite_calls(tree, self.where)
             self._rewritten = tree
         return self._rewritten
 
     @property
+    def calls(self) -> Rewritten:
+        _ = self.rewritten
+        return self._calls
+
+    @property
     def called(self) -> list[str]:
         """Functions Spark must have registered: Arrow catalogue functions and plugins' (by Spark name)."""
-        _ = self.rewritten
-        return self._called
+        return self.calls.called
 
     @property
     def wide_integer_columns(self) -> list[str]:
@@ -113,11 +117,16 @@ class SqlProgram:
         return args[0].name
 
     def render(
-        self, views: Mapping[str, str], epoch_ms: int | None = None, checks: Mapping[str, str] | None = None
+        self,
+        views: Mapping[str, str],
+        epoch_ms: int | None = None,
+        checks: Mapping[str, str] | None = None,
+        tree: exp.Query | None = None,
     ) -> str:
         """Spark SQL reading `views` (node name → view name) with ``now()`` fixed to `epoch_ms`, and each
-        ``dynamic_table_check('t', v)`` calling the UDF `checks` names for ``t`` (as ``udf(v)``)."""
-        tree = self.rewritten.copy()
+        ``dynamic_table_check('t', v)`` calling the UDF `checks` names for ``t`` (as ``udf(v)``). `tree` is a
+        variant of `rewritten` to render instead (a diagnostic probe)."""
+        tree = (tree or self.rewritten).copy()
         for call in self._checks(tree):
             table = self._checked_table(call)
             if checks is None:

@@ -15,6 +15,7 @@ from streamling.errors import StreamlingError, first_line
 from streamling.plugin import Epoch, Operator, Transform
 from streamling.plugins import functions as plugin_functions
 from streamling.sql.functions import wide_integers
+from streamling.sql.functions.diagnose import culprit
 from streamling.sql.rewrite import SqlProgram, spark_name, undefined_dynamic_table
 from streamling.sql.stateless import forbidden_operations
 from streamling.topology.spec import NodeSpec, TransformSpec
@@ -92,7 +93,9 @@ class SqlTransform(Transform[SqlTransformSpec]):
         try:
             df = spark.sql(sql)
         except Exception as exc:  # AnalysisException, ParseException: the user's SQL is wrong
-            raise StreamlingError.user(f"{self.label}: {first_line(exc)}") from None
+            epoch_ms = epoch.timestamp_ms if epoch else None
+            blame = culprit(spark, self.program, lambda tree: self.program.render(views, epoch_ms, checks, tree))
+            raise StreamlingError.user(f"{self.label}: {blame or first_line(exc)}") from None
         df = wide_integers.mark(df, self.program.wide_integer_columns)
         if epoch is None:
             bad = forbidden_operations(df)

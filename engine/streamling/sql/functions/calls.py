@@ -4,6 +4,8 @@ call fails at ``--validate`` naming the function and what it takes."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlglot import exp
 
 from streamling.errors import StreamlingError
@@ -12,14 +14,33 @@ from streamling.sql.functions.base import SparkFunction
 
 SKIP = frozenset({"dynamic_table_check"})
 """Calls rewritten elsewhere (per epoch)."""
+CALL = "streamling_call"
+"""Meta key on a rewritten call's replacement: its index in `Rewritten.spark_calls`."""
 
 
-def rewrite_calls(tree: exp.Expression, where: str) -> list[str]:
+@dataclass(frozen=True)
+class SparkCall:
+    """A call rewritten into Spark built-ins, kept to explain a Spark analysis error in its terms."""
+
+    function: SparkFunction
+    written: str
+    args: list[exp.Expression]
+
+
+@dataclass
+class Rewritten:
+    called: list[str]
+    """Functions Spark must have registered (Arrow catalogue functions and, possibly, plugins')."""
+    spark_calls: list[SparkCall]
+
+
+def rewrite_calls(tree: exp.Expression, where: str) -> Rewritten:
     """Rewrite `tree` in place (innermost calls first); returns the other functions it calls, by the name
-    Spark knows them under (Arrow catalogue functions and, possibly, plugins' functions)."""
+    Spark knows them under, and the calls rewritten into Spark built-ins."""
     from streamling.plugins.functions import arity_text, registered_name
 
     called: list[str] = []
+    spark_calls: list[SparkCall] = []
     for call in reversed(list(tree.find_all(exp.Anonymous, bfs=False))):
         name = call.name.lower()
         if name in SKIP:
@@ -34,9 +55,15 @@ def rewrite_calls(tree: exp.Expression, where: str) -> list[str]:
             if not entry.accepts(len(args)):
                 raise _arity_error(where, call, name, arity_text(least, most), f"{entry.name}({entry.arguments})")
             _check(where, call, name, entry.check(args) if entry.check else None)
-            call.replace(entry.rewrite(args))
+            replacement = entry.rewrite(args)
+            replacement.meta[CALL] = len(spark_calls)
+            spark_calls.append(SparkCall(entry, written(call), [a.copy() for a in args]))
+            call.replace(replacement)
             continue
-        least, most = entry.arity()
+        # Spark tells a vectorised function the batch's length only through an argument: one that takes none
+        # (uuid7()) declares an optional argument and is called with a constant
+        row_argument = getattr(entry, "row_argument", False)
+        least, most = (0, 0) if row_argument else entry.arity()
         if len(args) < least or (most is not None and len(args) > most):
             raise _arity_error(where, call, name, arity_text(least, most), f"{entry.name}({entry.doc_arguments})")
         _check(where, call, name, entry.check(args))
@@ -46,8 +73,10 @@ def rewrite_calls(tree: exp.Expression, where: str) -> list[str]:
             continue
         spark_name = registered_name(entry, entry.name)
         call.set("this", spark_name)
+        if row_argument:
+            call.set("expressions", [exp.Literal.number(0)])
         called.append(spark_name)
-    return sorted(set(called))
+    return Rewritten(sorted(set(called)), spark_calls)
 
 
 def _check(where: str, call: exp.Anonymous, name: str, problem: str | None) -> None:

@@ -70,10 +70,8 @@ def markdown() -> str:
     ]
     for doc in docs():
         names = ", ".join(f"`{n}`" for n in (doc.name, *doc.aliases))
-        lines.append(
-            f"| {doc.family} | {names} | {_cell(doc.arguments) or '(none)'} | {_cell(doc.returns)} | {_cell(doc.nulls)} "
-            f"| {doc.engine} |"
-        )
+        cells = [doc.family, names, _cell(doc.arguments) or "(none)", _cell(doc.returns), _cell(doc.nulls), doc.engine]
+        lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
 
