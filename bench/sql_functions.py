@@ -88,6 +88,7 @@ CASES = [
         "json_object",
         ("text", "small"),
     ),
+    Case("JSON", "json_value(doc, '$.from')", "get_json_object(doc, '$.from')", "json_value", ("doc", "path")),
 ]
 
 
@@ -119,6 +120,13 @@ def data(spark, rows: int):
             "f1": pa.array([f"{v % 10**19}.{v % 10**18:018d}" for v in u]),
             "f2": pa.array([f"{(v >> 5) % 10**19}.{(v >> 7) % 10**18:018d}" for v in u]),
             "small": pa.array([i % 1000 for i in range(rows)], pa.int64()),
+            "doc": pa.array(
+                [
+                    f'{{"from": "0x{w[:20].hex()}", "value": {v % 10**6}.5, "tags": ["a"], "n": {i}}}'
+                    for i, (w, v) in enumerate(zip(words, u, strict=True))
+                ]
+            ),
+            "path": pa.array(["$.from"] * rows),
         }
     )
     df = spark.createDataFrame(table).withColumn("_gs_op", F.lit("i")).cache()
