@@ -130,8 +130,9 @@ def test_a_function_of_every_family_runs_from_kafka_into_postgres_and_clickhouse
     assert len({r[11] for r in rows}) == 1  # now() is one value per epoch, and this run is one epoch
 
     ch_types = dict(
-        client.query(f"SELECT name, type FROM system.columns WHERE database = '{database}' AND table = 'transfers'")
-        .result_rows
+        client.query(
+            f"SELECT name, type FROM system.columns WHERE database = '{database}' AND table = 'transfers'"
+        ).result_rows
     )
     assert ch_types["milli"] in ("UInt256", "Nullable(UInt256)")
     assert ch_types["amount_plus"] in ("UInt256", "Nullable(UInt256)")

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.dialects.spark import Spark
+from sqlglot.parser import Parser
 from sqlglot.tokens import TokenType
 
 from streamling.sql.functions.catalogue import NAMES
@@ -20,6 +22,28 @@ def _plain(table: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in table.items() if name.lower() not in NAMES or name.lower() in KEEP}
 
 
+def _case_insensitive(pattern: exp.Expression) -> exp.Expression:
+    if isinstance(pattern, exp.Literal) and pattern.is_string:
+        return exp.Literal.string("(?i)" + pattern.this)
+    return exp.Concat(expressions=[exp.Literal.string("(?i)"), pattern], safe=False)
+
+
+def _regexp_match(case_insensitive: bool) -> Any:
+    """``text ~* pattern`` and ``text SIMILAR TO pattern`` as ``RLIKE`` (Spark has neither): the original's engine
+    (DataFusion) also reads a SIMILAR TO pattern as a regular expression matched anywhere in the text."""
+
+    def parse(self: Parser, this: exp.Expression | None) -> exp.Expression | None:
+        pattern = self._parse_bitwise()
+        if pattern is not None and case_insensitive:
+            pattern = _case_insensitive(pattern)
+        return self._parse_escape(self.expression(exp.RegexpLike(this=this, expression=pattern)))
+
+    return parse
+
+
+_RANGE = {TokenType.IRLIKE: _regexp_match(True), TokenType.SIMILAR_TO: _regexp_match(False)}
+
+
 class StreamlingPostgres(Postgres):
     class Tokenizer(Postgres.Tokenizer):
         # Postgres reads REGEXP as the `~` operator, which made ``REGEXP(data, '^data')`` a bitwise NOT of a tuple
@@ -30,12 +54,14 @@ class StreamlingPostgres(Postgres):
     class Parser(Postgres.Parser):
         FUNCTIONS = _plain(Postgres.Parser.FUNCTIONS)
         FUNCTION_PARSERS = _plain(Postgres.Parser.FUNCTION_PARSERS)
+        RANGE_PARSERS = {**Postgres.Parser.RANGE_PARSERS, **_RANGE}
 
 
 class StreamlingSpark(Spark):
     class Parser(Spark.Parser):
         FUNCTIONS = _plain(Spark.Parser.FUNCTIONS)
         FUNCTION_PARSERS = _plain(Spark.Parser.FUNCTION_PARSERS)
+        RANGE_PARSERS = {**Spark.Parser.RANGE_PARSERS, **_RANGE}
 
 
 DIALECTS = (StreamlingPostgres, StreamlingSpark)

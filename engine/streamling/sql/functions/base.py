@@ -128,6 +128,17 @@ class ArrowFunction(SqlFunction):
     spark_name: ClassVar[str | None] = None
 
     @classmethod
+    def check(cls, args: list[exp.Expression]) -> str | None:
+        """A problem with the call's literal arguments (an unknown mode word), reported at ``--validate``."""
+        return None
+
+    @classmethod
+    def rewrite(cls, args: list[exp.Expression]) -> exp.Expression | None:
+        """The call as Spark SQL when it needs no Python (Spark cannot run an Arrow UDF without arguments,
+        so ``json_array()`` becomes ``'[]'``); None runs the function."""
+        return None
+
+    @classmethod
     def doc(cls) -> Doc:
         return Doc(
             cls.name,

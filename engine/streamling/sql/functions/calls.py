@@ -54,21 +54,34 @@ def rewrite_calls(tree: exp.Expression, where: str) -> Rewritten:
             least, most = entry.bounds()
             if not entry.accepts(len(args)):
                 raise _arity_error(where, call, name, arity_text(least, most), f"{entry.name}({entry.arguments})")
-            problem = entry.check(args) if entry.check else None
-            if problem:
-                raise StreamlingError.user(f"{where}: function {name}: {problem} in {written(call)}")
+            _check(where, call, name, entry.check(args) if entry.check else None)
             replacement = entry.rewrite(args)
             replacement.meta[CALL] = len(spark_calls)
             spark_calls.append(SparkCall(entry, written(call), [a.copy() for a in args]))
             call.replace(replacement)
             continue
-        least, most = entry.arity()
+        # Spark tells a vectorised function the batch's length only through an argument: one that takes none
+        # (uuid7()) declares an optional argument and is called with a constant
+        row_argument = getattr(entry, "row_argument", False)
+        least, most = (0, 0) if row_argument else entry.arity()
         if len(args) < least or (most is not None and len(args) > most):
             raise _arity_error(where, call, name, arity_text(least, most), f"{entry.name}({entry.doc_arguments})")
+        _check(where, call, name, entry.check(args))
+        replacement = entry.rewrite(args)
+        if replacement is not None:
+            call.replace(replacement)
+            continue
         spark_name = registered_name(entry, entry.name)
         call.set("this", spark_name)
+        if row_argument:
+            call.set("expressions", [exp.Literal.number(0)])
         called.append(spark_name)
     return Rewritten(sorted(set(called)), spark_calls)
+
+
+def _check(where: str, call: exp.Anonymous, name: str, problem: str | None) -> None:
+    if problem:
+        raise StreamlingError.user(f"{where}: function {name}: {problem} in {written(call)}")
 
 
 def _arity_error(where: str, call: exp.Anonymous, name: str, takes: str, signature: str) -> StreamlingError:
