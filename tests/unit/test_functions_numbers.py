@@ -447,7 +447,7 @@ def test_case_and_coalesce_are_wide_only_when_every_branch_is() -> None:
         (
             "SELECT to_decimal_arb(s, n, 2) AS x FROM t",
             "function to_decimal_arb: precision and scale must be integer literals with 1 <= precision <= 65535 "
-            "and 0 <= scale <= precision, got n, 2 in TO_DECIMAL_ARB(s, n, 2)",
+            "and 0 <= scale <= precision, got n, 2 in to_decimal_arb(s, n, 2)",
         ),
         ("SELECT decimal_arb_rescale(to_decimal_arb(s, 5, 2), 3, 4) AS x FROM t", "got 3, 4"),
         ("SELECT to_decimal_arb(s, 0, 0) AS x FROM t", "got 0, 0"),

@@ -19,6 +19,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
 import pyarrow as pa
+from sqlglot import exp
 
 from streamling.core.markers import MAX_PRECISION
 from streamling.errors import StreamlingError
@@ -164,9 +165,29 @@ class _Base(ArrowFunction):
     family = FAMILY
 
 
+def literal_int(node: exp.Expression) -> int | None:
+    """An integer literal's value (None for anything else)."""
+    if isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit():
+        return int(node.name)
+    return None
+
+
 class _Conversion(_Base):
     arguments: ClassVar = ("any", "bigint", "bigint")
     lenient: ClassVar[bool] = False
+
+    @classmethod
+    def check(cls, args: list[exp.Expression]) -> str | None:
+        precision, scale = literal_int(args[1]), literal_int(args[2])
+        if precision is None or scale is None or not 1 <= precision <= MAX_PRECISION or not 0 <= scale <= precision:
+            return (
+                f"precision and scale must be integer literals with 1 <= precision <= {MAX_PRECISION} and "
+                f"0 <= scale <= precision, got {args[1].sql(dialect='spark')}, {args[2].sql(dialect='spark')}"
+            )
+        kind = args[3] if len(args) > 3 else None
+        if kind is not None and not (isinstance(kind, exp.Literal) and kind.is_string and kind.name in RANGES):
+            return f"native_int_kind must be the literal 'u256' or 'i256', got {kind.sql(dialect='spark')}"
+        return None
 
     def __call__(self, values: pa.Array, precision: pa.Array, scale: pa.Array, *kind: pa.Array) -> pa.Array:
         p, s = _declaration(precision, scale, self.name)

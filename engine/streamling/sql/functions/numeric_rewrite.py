@@ -21,7 +21,7 @@ from pyspark.sql import types as T
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from streamling.core.markers import DECIMAL, I256, MAX_PRECISION, U256, WIDE_DECIMAL_KEY, WideType, decimal_type
+from streamling.core.markers import DECIMAL, I256, U256, WIDE_DECIMAL_KEY, WideType, decimal_type
 from streamling.core.markers import wide_type as marker_type
 from streamling.errors import StreamlingError
 from streamling.sql.functions import decimals
@@ -172,15 +172,6 @@ def _is_null(node: exp.Expression) -> bool:
     return isinstance(node, exp.Null) or (isinstance(node, exp.Paren) and _is_null(node.this))
 
 
-def _int_literal(node: exp.Expression) -> int | None:
-    if isinstance(node, exp.Literal) and not node.is_string:
-        try:
-            return int(node.name)
-        except ValueError:
-            return None
-    return None
-
-
 class _Rewriter:
     def __init__(
         self, schemas: Mapping[str, T.StructType], input_name: Callable[[exp.Table], str | None], where: str
@@ -319,7 +310,7 @@ class _Rewriter:
         if name in _INTEGER_RESULT:
             return _INTEGER_RESULT[name]
         if name in _DECLARED and len(args) >= 3:
-            precision, scale = _int_literal(args[1]), _int_literal(args[2])
+            precision, scale = decimals.literal_int(args[1]), decimals.literal_int(args[2])
             if precision is None or scale is None:
                 return None
             if len(args) > 3 and scale == 0 and (_literal_text(args[3]) or "").lower() in (U256, I256):
@@ -400,8 +391,7 @@ class _Rewriter:
     def _function(self, node: exp.Anonymous, scope: Scope | None) -> exp.Expression | None:
         name = node.name.lower()
         args = list(node.expressions)
-        if name in _DECLARED:
-            self._check_declaration(node)
+        if name in _DECLARED:  # its literal precision and scale were checked with the call (`decimals.check`)
             if name == "decimal_arb_rescale" and args:
                 converted, _ = self._to_decimal(args[0], scope, node)
                 node.set("expressions", [converted, *args[1:]])
@@ -440,23 +430,6 @@ class _Rewriter:
                 arg = self._called("decimal_arb_rescale", arg, exp.Literal.number(common.precision), scale)
             args.append(arg)
         node.set("expressions", args)
-
-    def _check_declaration(self, node: exp.Anonymous) -> None:
-        args = node.expressions
-        if len(args) < 3:
-            return  # the arity check names the signature
-        precision, scale = _int_literal(args[1]), _int_literal(args[2])
-        if precision is None or scale is None or not 1 <= precision <= MAX_PRECISION or not 0 <= scale <= precision:
-            raise self.fail(
-                f"function {node.name.lower()}: precision and scale must be integer literals with "
-                f"1 <= precision <= {MAX_PRECISION} and 0 <= scale <= precision, got {_sql(args[1])}, "
-                f"{_sql(args[2])} in {_sql(node)}"
-            )
-        if len(args) > 3 and (_literal_text(args[3]) or "").lower() not in (U256, I256):
-            raise self.fail(
-                f"function {node.name.lower()}: native_int_kind must be the literal 'u256' or 'i256', got "
-                f"{_sql(args[3])} in {_sql(node)}"
-            )
 
     def _to_integer(self, kind: WideType, node: exp.Expression, scope: Scope | None, function: str) -> exp.Expression:
         """`node` as text of a `kind` integer: unchanged when it is one, a literal converted now, else a call."""
