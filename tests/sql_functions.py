@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streamling.errors import first_line
 from streamling.plugins import functions as plugin_functions
 from streamling.sql.functions import numeric_rewrite
 from streamling.sql.rewrite import SqlProgram
@@ -41,3 +43,17 @@ def value(spark: SparkSession, expression: str, source: DataFrame | None = None)
     """`expression` evaluated once (``t`` has one row unless `source` says otherwise)."""
     (result,) = values(spark, expression, source)
     return result
+
+
+def evaluated(spark: SparkSession, cases: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    """Each case's expression with its value, all evaluated in one query (one Spark job, not one per case)."""
+    sql = "SELECT " + ", ".join(f"{expression} AS v{i}" for i, (expression, _) in enumerate(cases)) + " FROM t"
+    (row,) = query(spark, sql).collect()
+    return [(expression, row[i]) for i, (expression, _) in enumerate(cases)]
+
+
+def failure(spark: SparkSession, expression: str, source: DataFrame | None = None) -> str:
+    """The first line of the error evaluating `expression` (what a failed epoch reports)."""
+    with pytest.raises(Exception) as caught:
+        value(spark, expression, source)
+    return first_line(caught.value)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import Row
 
-from streamling.errors import StreamlingError, first_line
+from streamling.errors import StreamlingError
 from streamling.plugins import functions as plugin_functions
 from streamling.sql.functions.arrays import KEEPS_FIRST_METADATA
 from streamling.sql.rewrite import SqlProgram
-from tests.sql_functions import frame, query, value, values
+from tests.sql_functions import evaluated, failure, frame, query, value, values
 
 CHANGES = (
     "ARRAY(named_struct('kind', 'transfer', 'n', 1), named_struct('kind', 'mint', 'n', 2), NULL, "
@@ -20,20 +20,6 @@ CHANGES = (
 
 def transfer(n: int, kind: str | None = "transfer") -> Row:
     return Row(kind=kind, n=n)
-
-
-def evaluated(spark, cases: list[tuple[str, object]]) -> list[tuple[str, object]]:
-    """Each case's expression with its value, all evaluated in one query (one Spark job, not one per case)."""
-    sql = "SELECT " + ", ".join(f"{expression} AS v{i}" for i, (expression, _) in enumerate(cases)) + " FROM t"
-    (row,) = query(spark, sql).collect()
-    return [(expression, row[i]) for i, (expression, _) in enumerate(cases)]
-
-
-def failure(spark, expression: str, source=None) -> str:
-    """The first line of the error evaluating `expression` (what a failed epoch reports)."""
-    with pytest.raises(Exception) as caught:
-        value(spark, expression, source)
-    return first_line(caught.value)
 
 
 SPLIT = [

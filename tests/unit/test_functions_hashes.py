@@ -8,27 +8,13 @@ import re
 import pytest
 import sha3
 
-from streamling.errors import StreamlingError, first_line
+from streamling.errors import StreamlingError
 from streamling.sql.functions.hashes import conv_base
 from streamling.sql.rewrite import SqlProgram
-from tests.sql_functions import frame, query, value, values
+from tests.sql_functions import evaluated, failure, frame, value, values
 
 TRANSFER = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
 DEADBEEF_KECCAK = "0x" + sha3.keccak_256(bytes.fromhex("deadbeef")).hexdigest()
-
-
-def evaluated(spark, cases: list[tuple[str, object]]) -> list[tuple[str, object]]:
-    """Each case's expression with its value, all evaluated in one query (one Spark job, not one per case)."""
-    sql = "SELECT " + ", ".join(f"{expression} AS v{i}" for i, (expression, _) in enumerate(cases)) + " FROM t"
-    (row,) = query(spark, sql).collect()
-    return [(expression, row[i]) for i, (expression, _) in enumerate(cases)]
-
-
-def failure(spark, expression: str, source=None) -> str:
-    """The first line of the error evaluating `expression` (what a failed epoch reports)."""
-    with pytest.raises(Exception) as caught:
-        value(spark, expression, source)
-    return first_line(caught.value)
 
 
 KECCAK256 = [
