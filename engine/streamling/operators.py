@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamling.telemetry.tasks import NodeRecorder
 from streamling.topology.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec, flush_interval
 from streamling.types import GS_OP
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
     from streamling.config import Settings
     from streamling.state import StateBackend
+    from streamling.telemetry.run import RunTelemetry
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,12 @@ class RunContext:
     settings: Settings
     state: StateBackend
     spark: SparkSession
+    telemetry: RunTelemetry | None = None
+    """The run's telemetry (`streamling.telemetry.run`); operators ask it for their `NodeRecorder`."""
+
+    def recorder(self, node: str) -> NodeRecorder:
+        """Where `node` reports latencies, retries and dead-lettered or rejected rows, from the driver or its tasks."""
+        return self.telemetry.recorder(node) if self.telemetry is not None else NodeRecorder(node)
 
 
 S = TypeVar("S", bound=NodeSpec)
@@ -94,6 +102,10 @@ class Operator(Generic[S]):
     def label(self) -> str:
         """How errors and logs name this node: ``print sink 'out'``."""
         return f"{self.spec.type} {self.kind} '{self.name}'"
+
+    def labels(self) -> dict[str, Any]:
+        """The node's ``telemetry.labels``: extra dimensions of every metric it emits."""
+        return self.spec.labels()
 
     def primary_key(self) -> list[str]:
         """The node's own primary key: its ``primary_key`` field (a source may find one in its schema)."""

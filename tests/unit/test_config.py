@@ -141,9 +141,8 @@ def test_the_original_s_settings_are_accepted(tmp_path: Path, monkeypatch) -> No
         "DataFrame, with no channel in between; an epoch's size is record_batch_size",
         "setting drain_policy = 'fast' has no effect here: every stop drains (the in-flight epoch finishes and "
         "commits within 25 s, as drain_policy 'drain' does), and a stopped stream resumes from the committed positions",
-        "setting admin_api_port = 3000 has no effect here: there is no admin API; progress and positions are in the "
-        "logs, the Spark UI and Dagster (source_status)",
     ]
+    assert s.admin_api_port == 3000 and s.telemetry_enabled  # the admin API is real here
     defaults = load_settings(environ={})
     assert defaults.num_records_before_stop is None and defaults.enforce_primary_keys is False
     assert defaults.clickhouse_source.query_timeout_sec == 60.0

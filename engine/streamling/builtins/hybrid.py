@@ -74,6 +74,7 @@ class OffsetTable(BaseModel):
 
 class HybridSourceSpec(SourceSpec):
     type: Literal["hybrid"]
+    identity_labels: ClassVar[tuple[str, ...]] = ("table", "topic")
     bounded_sources: list[BoundedPhase] = Field(min_length=1)
     unbounded_source: UnboundedPhase | None = None
     offset_table: OffsetTable | None = None
@@ -84,6 +85,13 @@ class HybridSourceSpec(SourceSpec):
     def bounded(self) -> bool:
         """Job mode runs only the bounded phases, so a hybrid source always ends there."""
         return True
+
+    def identity_tags(self) -> dict[str, str]:
+        """Both phases' identities: the bounded tables (in reading order) and the stream's topic."""
+        tags = {"table": ",".join(phase.table_name for phase in self.bounded_sources)}
+        if self.unbounded_source is not None:
+            tags["topic"] = self.unbounded_source.topic
+        return tags
 
     def phase_specs(self) -> list[SourceSpec]:
         common = {"primary_key": self.primary_key, "telemetry": self.telemetry, "parallelism": self.parallelism}

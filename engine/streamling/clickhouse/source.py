@@ -35,7 +35,7 @@ STATE_PREFIX = "clickhouse_source:"
 
 class ClickHouseSourceSpec(SourceSpec):
     type: Literal["clickhouse"]
-    identity_labels: ClassVar[tuple[str, ...]] = ("table_name",)
+    identity_labels: ClassVar[tuple[str, ...]] = ("table",)
     table_name: str = Field(min_length=1)
     columns: str | list[str] | None = None
     filter: str | None = None
@@ -56,6 +56,9 @@ class ClickHouseSourceSpec(SourceSpec):
     @property
     def bounded(self) -> bool:
         return True
+
+    def identity_tags(self) -> dict[str, str]:
+        return {"table": self.table_name}
 
 
 class ClickHouseSource(Source[ClickHouseSourceSpec]):

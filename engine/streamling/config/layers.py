@@ -78,6 +78,32 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     return found
 
 
+def otel_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    """The standard OpenTelemetry variables as settings; they override the endpoint and the protocol, as in the
+    original. ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` is the URL as is; the generic ``OTEL_EXPORTER_OTLP_ENDPOINT``
+    is a base URL, to which the HTTP protocols add the metrics path."""
+    found: dict[str, tuple[Any, str]] = {}
+    protocol_var = next(
+        (
+            v
+            for v in ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+            if environ.get(v, "").strip()
+        ),
+        None,
+    )
+    if protocol_var:
+        found["open_telemetry_metrics.endpoint_protocol"] = (environ[protocol_var].strip(), protocol_var)
+    if environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "").strip():
+        url = environ["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"].strip()
+        found["open_telemetry_metrics.ingestion_endpoint"] = (url, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    elif environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
+        base = environ["OTEL_EXPORTER_OTLP_ENDPOINT"].strip()
+        grpc = protocol_var is not None and environ[protocol_var].strip().lower() == "grpc"
+        url = base if grpc else base.rstrip("/") + "/v1/metrics"
+        found["open_telemetry_metrics.ingestion_endpoint"] = (url, "OTEL_EXPORTER_OTLP_ENDPOINT")
+    return found
+
+
 def _merge(
     target: dict[str, Any], overlay: Mapping[str, Any], origin: str, origins: dict[str, str], prefix: str = ""
 ) -> None:
@@ -146,7 +172,7 @@ def load_settings(
         )
     if path is not None:
         _merge(merged, read_config_file(path), str(path), origins)
-    for dotted, (value, origin) in sorted(env_overrides(environ).items()):
+    for dotted, (value, origin) in [*sorted(env_overrides(environ).items()), *otel_overrides(environ).items()]:
         _set_path(merged, dotted, value)
         origins[dotted] = origin
     for dotted, value in (overrides or {}).items():

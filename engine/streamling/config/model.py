@@ -171,6 +171,105 @@ class ScriptTransformSettings(_Section):
         return value
 
 
+OtlpProtocol = Literal["http/protobuf", "http/json", "grpc"]
+
+
+class OpenTelemetryMetricsSettings(_Section):
+    """OTLP export of the per-node metrics (``STREAMLING__OPEN_TELEMETRY_METRICS__…``; the standard
+    ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` and ``OTEL_EXPORTER_OTLP_PROTOCOL`` override the first two)."""
+
+    ingestion_endpoint: str = "none"
+    """The collector's URL (``http://collector:4318/v1/metrics``; for grpc ``http://collector:4317``). Anything
+    that is not an http(s) URL, such as the default ``none``, turns export off."""
+    endpoint_protocol: OtlpProtocol = "http/protobuf"
+    batch_interval_secs: Seconds = 30.0
+    """How often the metrics are exported."""
+    export_timeout_secs: Seconds = 10.0
+    """The longest one export may take (a slow collector delays only the exporter's own thread)."""
+    global_tags: dict[str, str] = Field(default_factory=dict)
+    """Tags on every metric: ``"environment:production,image_tag:v1.0.0"`` (or a mapping)."""
+    metric_deny_list: list[str] = Field(default_factory=list)
+    """Regular expressions (comma-separated, or a list); a metric whose name matches one anywhere is not
+    exported (anchor with ``^…$`` for exact names)."""
+
+    @field_validator("endpoint_protocol", mode="before")
+    @classmethod
+    def _lower_protocol(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("batch_interval_secs", "export_timeout_secs")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+    @field_validator("global_tags", mode="before")
+    @classmethod
+    def _parse_tags(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return {str(k): "" if v is None else str(v) for k, v in value.items()} if isinstance(value, dict) else value
+        tags: dict[str, str] = {}
+        for part in (p.strip() for p in value.split(",")):
+            if not part:
+                continue
+            key, sep, tag = part.partition(":")
+            if not sep or not key.strip():
+                raise ValueError(f'{part!r} is not key:value (write "k1:v1,k2:v2")')
+            tags[key.strip()] = tag.strip()
+        return tags
+
+    @field_validator("global_tags")
+    @classmethod
+    def _valid_tags(cls, value: dict[str, str]) -> dict[str, str]:
+        from streamling.topology.labels import label_errors
+
+        problems = label_errors("open_telemetry_metrics.global_tags", value, (), what="tag", origin="global_tags")
+        if problems:
+            raise ValueError("; ".join(p.split(": ", 1)[1] for p in problems))
+        return value
+
+    @field_validator("metric_deny_list", mode="before")
+    @classmethod
+    def _split_patterns(cls, value: object) -> object:
+        return [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
+
+    @field_validator("metric_deny_list")
+    @classmethod
+    def _compiles(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return value
+
+    @property
+    def endpoint(self) -> str | None:
+        """The export URL, None when export is off. An http(s) endpoint without a path gets the OTLP metrics
+        path (``/v1/metrics``), as the standard base-URL variable does."""
+        url = self.ingestion_endpoint.strip()
+        if not re.match(r"^https?://[^/]", url, re.IGNORECASE):
+            return None
+        if self.endpoint_protocol != "grpc" and re.fullmatch(r"https?://[^/]+/?", url, re.IGNORECASE):
+            return url.rstrip("/") + "/v1/metrics"
+        return url
+
+
+class LiveDataInspectSettings(_Section):
+    records_per_topology_node: PositiveInt = 15
+    """The latest rows kept per node."""
+    refresh_in_secs: Seconds = 30.0
+    """How often the kept rows are replaced by a fresh sample (taken by the Spark tasks of the next epoch)."""
+
+    @field_validator("refresh_in_secs")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+
 BackendType = Literal["InMemory", "Sqlite", "Postgres"]
 _BACKENDS: dict[str, BackendType] = {"inmemory": "InMemory", "sqlite": "Sqlite", "postgres": "Postgres"}
 
@@ -337,7 +436,18 @@ class Settings(_Section):
     drain_policy: Literal["auto", "drain", "fast"] | None = None
     """The original's shutdown policy; every stop here drains (the in-flight epoch commits)."""
     admin_api_port: int | None = Field(default=None, ge=0, le=65535)
-    """The original's admin HTTP port; accepted with a warning (there is no admin API here)."""
+    """The admin HTTP API and page (health, topology, positions, live rows, ``/metrics``); unset or 0: off."""
+    admin_api_host: str = "127.0.0.1"
+    """The address the admin API listens on; ``0.0.0.0`` for Kubernetes probes from outside the pod."""
+    source_stall_timeout_sec: Seconds = 300.0
+    """The admin API's health check fails once a source has had an epoch in flight, or records waiting with
+    nothing committed, for this long."""
+    prometheus_metrics_enabled: bool = True
+    """The admin API also serves the metrics in the Prometheus text format at ``/metrics``."""
+    live_data_inspect_enabled: bool = False
+    """Keep the latest rows seen at every node for the admin API's live inspection (sampled by the Spark tasks)."""
+    live_data_inspect: LiveDataInspectSettings = Field(default_factory=LiveDataInspectSettings)
+    open_telemetry_metrics: OpenTelemetryMetricsSettings = Field(default_factory=OpenTelemetryMetricsSettings)
     state_backend: StateBackendSettings = Field(default_factory=StateBackendSettings)
     print_sink: PrintSinkSettings = Field(default_factory=PrintSinkSettings)
     kafka_source: KafkaSourceSettings = Field(default_factory=KafkaSourceSettings)
@@ -431,9 +541,21 @@ class Settings(_Section):
                 "epoch finishes and commits within 25 s, as drain_policy 'drain' does), and a stopped stream resumes "
                 "from the committed positions"
             )
-        if self.admin_api_port is not None:
+        metrics = self.open_telemetry_metrics
+        endpoint = metrics.ingestion_endpoint.strip()
+        if metrics.endpoint is None and endpoint.lower() not in ("", "none"):
             out.append(
-                f"setting admin_api_port = {self.admin_api_port} has no effect here: there is no admin API; progress "
-                "and positions are in the logs, the Spark UI and Dagster (source_status)"
+                f"open_telemetry_metrics.ingestion_endpoint = {endpoint!r} is not an http(s) URL: metrics are not "
+                "exported (write it as http://host:port/v1/metrics, or grpc's http://host:4317)"
+            )
+        if self.live_data_inspect_enabled and not self.admin_api_port:
+            out.append(
+                "setting live_data_inspect_enabled = true has no effect without admin_api_port: the live rows are "
+                "served by the admin API"
             )
         return out
+
+    @property
+    def telemetry_enabled(self) -> bool:
+        """Whether nodes are counted at all: something (an OTLP collector, the admin API) reads the counts."""
+        return self.open_telemetry_metrics.endpoint is not None or bool(self.admin_api_port)

@@ -36,6 +36,7 @@ OUTPUT_BATCH_ROWS = 10_000
 class HandlerSpec(TransformSpec, HttpRequestOptions):
     type: Literal["handler"]
     identity_labels: ClassVar[tuple[str, ...]] = ("url",)
+    identity_tags = HttpRequestOptions.identity_tags  # before NodeSpec's: the URL redacted
     from_: str = Field(alias="from", min_length=1)
     primary_key: str | list[str]
     schema_override: dict[str, str | None] | None = None

@@ -100,6 +100,10 @@ class HttpRequestOptions(BaseModel):
     def _shown_headers(self, value: dict[str, str]) -> dict[str, str]:
         return shown_headers(value)
 
+    def identity_tags(self) -> dict[str, str]:
+        """The URL as logs show it (no credentials, query values hidden): metric tags are as public as logs."""
+        return {"url": redact_url(self.url)}
+
     def rows_per_request(self, settings: Settings) -> int:
         if self.one_row_per_request:
             return 1

@@ -36,6 +36,7 @@ COUNTS = (
 class WebhookSinkSpec(SinkSpec, HttpRequestOptions):
     type: Literal["webhook"]
     identity_labels: ClassVar[tuple[str, ...]] = ("url",)
+    identity_tags = HttpRequestOptions.identity_tags  # before NodeSpec's: the URL redacted
     skip_on_error: bool = False
     """Log and skip a request that failed for good (a non-retriable status, or retries exhausted) instead of
     failing the pipeline."""

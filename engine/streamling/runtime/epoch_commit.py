@@ -12,20 +12,36 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from streamling.errors import error_context
-from streamling.operators import Epoch, Operator, Source, Written
+from streamling.operators import Epoch, Operator, Source, Written, rows_of
 from streamling.runtime.faults import crash_point
 
 if TYPE_CHECKING:
     from streamling.runtime.queries import Runner
     from streamling.runtime.summary import SourceProgress
+    from streamling.telemetry.observe import EpochFigures
 
 log = logging.getLogger("streamling.runtime")
 
-Staged = tuple[str, str, Callable[[], Written | int]]
-"""A sink's staged write: (sink name, label, the deferred rest of the write)."""
+
+class Staged(NamedTuple):
+    """A sink's staged write."""
+
+    name: str
+    label: str
+    deferred: Callable[[], Written | int]
+    """The rest of the write, run on the committer thread."""
+    staging_sec: float = 0.0
+    """How long `Sink.stage` took (the write's Spark part)."""
+
+
+class EpochTiming(NamedTuple):
+    started: float
+    """`time.monotonic()` when the epoch's Spark work began."""
+    spark_sec: float
+    """Its Spark part: reading, transforms and the sinks' staging (the source's per-batch latency)."""
 
 
 def epoch_key(source: str) -> str:
@@ -42,18 +58,28 @@ class EpochCommit:
         self.downstream = list(downstream)
         self.progress = progress
 
-    def finish(self, epoch: Epoch, staged: list[Staged], started: float) -> None:
-        """On the committer thread: deferred writes, flush, commit, finalize — in epoch order."""
-        for name, label, deferred in staged:
+    def finish(
+        self, epoch: Epoch, staged: list[Staged], timing: EpochTiming, figures: EpochFigures | None = None
+    ) -> None:
+        """On the committer thread: deferred writes, flush, commit, finalize — in epoch order. Then the epoch's
+        figures (`figures`: what Spark counted per node) go to the telemetry, which counts committed epochs only."""
+        sink_rows: dict[str, int] = {}
+        latencies = {self.source.name: timing.spark_sec * 1000}
+        for name, label, deferred, staging_sec in staged:
+            began = time.monotonic()
             with error_context(label):
                 written = deferred()
+            latencies[name] = (staging_sec + time.monotonic() - began) * 1000
+            sink_rows[name] = rows_of(written)
             self.runner.count_sink_rows(name, written)
         for op in self.downstream:
             with error_context(op.label):
                 op.flush_epoch(epoch)
         crash_point("after_write", epoch.id)
-        self._write_state(epoch, started)
+        self._write_state(epoch, timing.started)
         crash_point("after_commit", epoch.id)
+        duration_ms = (time.monotonic() - timing.started) * 1000
+        self.runner.telemetry.epoch_committed(epoch, figures, sink_rows, latencies, duration_ms)
         for op in [self.source, *self.downstream]:
             with error_context(op.label):
                 op.epoch_committed(epoch)

@@ -27,7 +27,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from streamling.config import Settings
-from streamling.errors import StreamlingError, error_context, wrap
+from streamling.errors import StreamlingError, error_context, first_line, wrap
 from streamling.operators import RunContext, Sink, Source, Written, rows_of
 from streamling.runtime.checkpoints import RunFolders, safe_name
 from streamling.runtime.epoch_commit import epoch_key
@@ -36,8 +36,10 @@ from streamling.runtime.plan import Plan
 from streamling.runtime.queries import SHUTDOWN_GRACE_SEC, DriverSourceQuery, PhasedQuery, QueryDriver, SourceQuery
 from streamling.runtime.summary import RunSummary, SourceProgress
 from streamling.state import StateBackend
+from streamling.telemetry.run import RunTelemetry
 
 log = logging.getLogger("streamling.runtime")
+IDLE_CHECK_SEC = 1.0
 
 __all__ = ["PipelineRunner", "RunSummary", "SourceProgress", "epoch_key"]
 
@@ -62,6 +64,8 @@ class PipelineRunner:
         self.folders = RunFolders(self.checkpoint_root, self.run_id)
         self.lease: RunLease | None = None
         self._stop = stop or threading.Event()
+        self.telemetry: RunTelemetry | None = None
+        """The run's telemetry, from `run` on (its admin API lives as long as the run)."""
         self._rows_lock = threading.Lock()
         self._limit_reached = False
         """`num_records_before_stop` was reached: the stop is the run's own, not a signal's."""
@@ -95,14 +99,17 @@ class PipelineRunner:
 
     def run(self) -> RunSummary:
         started = time.monotonic()
-        ctx = RunContext(self.settings, self.state, self.spark)
-        restore = _install_signal_handlers(self.request_stop)
+        self.telemetry = telemetry = RunTelemetry(self.settings, self.plan, self.spark)
+        ctx = RunContext(self.settings, self.state, self.spark, telemetry)
         queries: list[QueryDriver] = []
         initialized = []
         pipeline = self.plan.pipeline
         self.lease = RunLease(
             self.state, pipeline.name, pipeline.path, self.settings.state_backend.lease_ttl_sec, self.run_id
         )
+        telemetry.open()
+        restore = _install_signal_handlers(self.request_stop)
+        failure: str | None = None
         try:
             if not self.lease.acquire(self._stop):  # stopped while waiting for another run's lease
                 self.summary.stopped_by_signal = True
@@ -113,6 +120,7 @@ class PipelineRunner:
                     op.initialize(ctx)
                 initialized.append(op)
             self.folders.sweep([node.name for node in pipeline.sources])
+            positions: dict[str, dict[str, Any]] = {}
             for source_node in self.plan.pipeline.sources:
                 source = self.plan.source(source_node.name)
                 phases = source.phases()
@@ -120,6 +128,7 @@ class PipelineRunner:
                     phased = PhasedQuery(self, source, phases)
                     queries.append(phased)
                     phased.start(self.spark)
+                    positions[source.name] = dict(phased.current.position) if phased.current else {}
                     continue
                 self.register_source(source)
                 start = source.load_position(self.state)
@@ -127,13 +136,18 @@ class PipelineRunner:
                 kind = DriverSourceQuery if source.reads_on_driver else SourceQuery
                 query = kind(self, source, start, int(saved_epoch.get("epoch", 0)))
                 queries.append(query)
+                positions[source.name] = dict(start)
                 if query.exhausted:
                     log.info("%s has nothing after position %s; not started", source.label, start)
                     continue
                 query.start(self.spark, self.replay_end(source, start, query.epoch))
+            telemetry.running(positions)
             self._supervise(queries)
             self.summary.stopped_by_signal = self._stop.is_set() and not self._limit_reached
             return self.summary
+        except BaseException as exc:
+            failure = first_line(exc)
+            raise
         finally:
             try:
                 for query in queries:
@@ -151,12 +165,20 @@ class PipelineRunner:
                 self.folders.release()
                 self.lease.release()
                 restore()
+                telemetry.close(failure)
                 self.summary.duration_sec = time.monotonic() - started
 
     def _supervise(self, queries: list[QueryDriver]) -> None:
+        assert self.telemetry is not None
+        telemetry = self.telemetry
         grace_deadline: float | None = None
+        looked = 0.0
         while True:
             self.check_lease()
+            if time.monotonic() - looked >= IDLE_CHECK_SEC:  # for readiness: which sources found nothing to read
+                looked = time.monotonic()
+                for query in queries:
+                    telemetry.caught_up(query.source.name, query.caught_up())
             for query in queries:
                 query.poll()
                 error = query.failure()

@@ -9,6 +9,7 @@ sources are empty in that epoch, which is exact for the stateless operations SQL
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -17,6 +18,9 @@ from streamling.config import Settings
 from streamling.errors import StreamlingError
 from streamling.operators import Epoch, Operator, Sink, Source, Transform
 from streamling.topology.pipeline import Node, Pipeline
+
+if TYPE_CHECKING:
+    from streamling.telemetry.observe import EpochTap
 
 
 class Plan:
@@ -143,16 +147,24 @@ class Plan:
                 raise StreamlingError.user("; ".join(problems))
         return None
 
-    def evaluate(self, spark: SparkSession, source: str, batch: DataFrame, epoch: Epoch) -> dict[str, DataFrame]:
-        """The DataFrame each sink downstream of `source` receives for `epoch`."""
-        frames: dict[str, DataFrame] = {source: self.source(source).refine(batch)}
+    def evaluate(
+        self, spark: SparkSession, source: str, batch: DataFrame, epoch: Epoch, tap: EpochTap | None = None
+    ) -> dict[str, DataFrame]:
+        """The DataFrame each sink downstream of `source` receives for `epoch`. With a `tap`, each node's
+        DataFrame is observed as it is built (a side output, whose own output no sink reads, counts its input)."""
+        observe = tap.observe if tap is not None else lambda _name, frame: frame
+        frames: dict[str, DataFrame] = {source: observe(source, self.source(source).refine(batch))}
         outputs: dict[str, DataFrame] = {}
         for name in self.downstream[source]:
             op = self.operators[name]
             parents = self.pipeline.inputs[name]
             inputs = {p: frames[p] if p in frames else empty_frame(spark, self.schemas[p]) for p in parents}
             if isinstance(op, Transform):
-                frames[name] = op.apply(spark, inputs, epoch)
+                if op.spec.side_output:
+                    inputs = {p: observe(name, frame) for p, frame in inputs.items()}
+                    frames[name] = op.apply(spark, inputs, epoch)
+                else:
+                    frames[name] = observe(name, op.apply(spark, inputs, epoch))
             else:
                 outputs[name] = inputs[parents[0]]
         return outputs

@@ -17,7 +17,7 @@ import logging
 import shutil
 import threading
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -28,15 +28,21 @@ from streamling.errors import StreamlingError, embedded_error, error_context, fi
 from streamling.operators import Epoch, Sink, Source, Written
 from streamling.runtime.checkpoints import RunFolders
 from streamling.runtime.committer import Committer
-from streamling.runtime.epoch_commit import EpochCommit, Staged, epoch_key
+from streamling.runtime.epoch_commit import EpochCommit, EpochTiming, Staged, epoch_key
 from streamling.runtime.faults import crash_point
 from streamling.runtime.offset_log import read_batch_offsets
 from streamling.runtime.plan import Plan
 from streamling.runtime.summary import RunSummary, SourceProgress
 from streamling.state import StateBackend
+from streamling.telemetry.run import RunTelemetry
+
+if TYPE_CHECKING:
+    from streamling.telemetry.observe import EpochFigures
 
 log = logging.getLogger("streamling.runtime")
 SHUTDOWN_GRACE_SEC = 25.0
+WAITING = ("Waiting for data to arrive", "Waiting for next trigger")
+"""A streaming query's status messages between triggers."""
 
 
 class Runner(Protocol):
@@ -47,6 +53,7 @@ class Runner(Protocol):
     state: StateBackend
     folders: RunFolders
     summary: RunSummary
+    telemetry: RunTelemetry
 
     def count_sink_rows(self, sink: str, written: Written | int) -> None: ...
 
@@ -86,6 +93,10 @@ class QueryDriver(Protocol):
 
     def active(self) -> bool:
         """Still reading or finishing epochs."""
+        ...
+
+    def caught_up(self) -> bool:
+        """Its last look for new data found none, and no epoch is in flight (an idle source, not a stalled one)."""
         ...
 
     def request_stop(self) -> None:
@@ -166,11 +177,24 @@ class SourceQuery:
     def active(self) -> bool:
         return self.query is not None and self.query.isActive
 
+    def caught_up(self) -> bool:
+        if self.query is None or not self.query.isActive:
+            return self.exhausted
+        with self.lock:
+            if self.in_flight:
+                return False
+        try:
+            status = self.query.status
+        except Exception:  # the query is stopping
+            return False
+        return not status["isDataAvailable"] and status["message"] in WAITING
+
     def _run_epoch(self, batch: DataFrame, end: dict[str, Any], timestamp_ms: int) -> None:
         started = time.monotonic()
         spark = batch.sparkSession
         epoch = Epoch(self.source.name, self.planned_epoch + 1, self.planned_end, end, timestamp_ms)
         log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
+        tap = self.runner.telemetry.tap(self.source.name)
         # Persist when the batch is read more than once: by several sinks, or also by side outputs.
         side_outputs = sum(1 for op in self.downstream if op.spec.side_output)
         shared = len(self.sinks) + side_outputs > 1
@@ -178,23 +202,26 @@ class SourceQuery:
             batch = batch.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             with error_context(self.source.label):
-                outputs = self.runner.plan.evaluate(spark, self.source.name, batch, epoch)
+                outputs = self.runner.plan.evaluate(spark, self.source.name, batch, epoch, tap)
             crash_point("before_write", epoch.id)
-            staged = []
+            staged: list[Staged] = []
             for name in self.sinks:
                 sink = self.runner.plan.operators[name]
                 assert isinstance(sink, Sink)
+                began = time.monotonic()
                 with error_context(sink.label):
-                    staged.append((name, sink.label, sink.stage(outputs[name], epoch)))
+                    staged.append(Staged(name, sink.label, sink.stage(outputs[name], epoch), time.monotonic() - began))
+            figures = tap.figures() if tap is not None else None
         finally:
             if shared:
                 batch.unpersist()
         self.planned_epoch, self.planned_end = epoch.id, dict(epoch.end)
-        self.committer.submit(lambda: self._finish(epoch, staged, started))
+        spark_sec = time.monotonic() - started
+        self.committer.submit(lambda: self._finish(epoch, staged, EpochTiming(started, spark_sec), figures))
 
-    def _finish(self, epoch: Epoch, staged: list[Staged], started: float) -> None:
+    def _finish(self, epoch: Epoch, staged: list[Staged], timing: EpochTiming, figures: EpochFigures | None) -> None:
         """On the committer thread, in epoch order (see `EpochCommit`)."""
-        self.commit.finish(epoch, staged, started)
+        self.commit.finish(epoch, staged, timing, figures)
         self.position = dict(epoch.end)
         self.epoch = epoch.id
         if self.source.is_exhausted(epoch.end):
@@ -247,6 +274,7 @@ class DriverSourceQuery(SourceQuery):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._thread: threading.Thread | None = None
+        self._idle = False
 
     def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
         self._thread = threading.Thread(
@@ -268,6 +296,7 @@ class DriverSourceQuery(SourceQuery):
                     if batch is None:
                         return
                     frame, end = batch
+                    self._idle = frame is None
                     if frame is None:  # nothing new yet (the source waited a little): ask again, unless stopping
                         continue
                     replay_end = None
@@ -281,6 +310,9 @@ class DriverSourceQuery(SourceQuery):
     def active(self) -> bool:
         reading = self._thread is not None and self._thread.is_alive()
         return reading or not self.committer.idle()
+
+    def caught_up(self) -> bool:
+        return (self._idle or self.exhausted) and self.idle()
 
     def stop(self) -> None:
         self.request_stop()
@@ -367,6 +399,9 @@ class PhasedQuery:
     def active(self) -> bool:
         """Between phases `poll` has already started the next one, so only the current phase matters."""
         return self.current is not None and self.current.active()
+
+    def caught_up(self) -> bool:
+        return self.current.caught_up() if self.current is not None else self.exhausted
 
     def request_stop(self) -> None:
         self.stopping = True

@@ -171,7 +171,7 @@ def load_pipeline(
         return None, report
     _check_orphans(pipeline, report)
     for node in nodes.values():
-        report.errors += label_errors(node.label, node.spec.labels(), _identity(node))
+        report.errors += label_errors(node.label, node.spec.labels(), identity_keys(node))
     if job_mode:
         unbounded = [n.name for n in pipeline.sources if not getattr(n.spec, "bounded", False)]
         if unbounded:
@@ -422,7 +422,9 @@ def _check_orphans(pipeline: Pipeline, report: ValidationReport) -> None:
         )
 
 
-def _identity(node: Node) -> tuple[str, ...]:
+def identity_keys(node: Node) -> tuple[str, ...]:
+    """The identity tag keys of `node`'s kind (``topic``, ``table``…; ``type`` for a plugin): its labels may not
+    use them."""
     spec_identity = node.spec.identity_labels
     if node.optype.type_name.count(".") or "options" in type(node.spec).model_fields:
         return (*spec_identity, "type")

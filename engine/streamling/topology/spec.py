@@ -48,6 +48,18 @@ class NodeSpec(BaseModel):
     def labels(self) -> dict[str, Any]:
         return dict(self.telemetry.labels) if self.telemetry else {}
 
+    def identity_tags(self) -> dict[str, str]:
+        """The values of `identity_labels` on the node's metrics: by default the spec fields of those names (or
+        aliases), e.g. a Kafka node's ``topic``."""
+        fields = type(self).model_fields
+        out: dict[str, str] = {}
+        for key in self.identity_labels:
+            name = next((n for n, f in fields.items() if key in (n, f.alias)), None)
+            value = getattr(self, name) if name else None
+            if value is not None:
+                out[key] = str(value)
+        return out
+
 
 KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 

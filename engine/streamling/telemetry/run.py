@@ -1,0 +1,176 @@
+"""One run's telemetry: what the runtime tells it, and where that goes.
+
+The runtime calls `tap` when an epoch starts (the observations that count and sample each node's rows),
+`epoch_committed` after the epoch's positions are in the state backend, and `backlog` when a source learns its lag.
+Only committed epochs count: an epoch that fails before its commit adds nothing, and its replay after a restart is
+counted once, when it commits. What arrives goes to the live figures (`RunStats`, which the admin API serves), to the
+metric export (`Metrics`) and, drained at each commit, the figures Spark tasks reported (`TaskChannel`).
+
+Off (no collector, no admin API) nothing is observed and nothing is exported: the Spark plans are untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from streamling.config import Settings
+from streamling.telemetry.nodes import NodeInfo, node_infos
+from streamling.telemetry.stats import RunStats
+from streamling.telemetry.tasks import OFF, NodeRecorder, TaskChannel
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from streamling.operators import Epoch
+    from streamling.runtime.plan import Plan
+    from streamling.telemetry.admin import AdminServer
+    from streamling.telemetry.metrics import Metrics
+    from streamling.telemetry.observe import EpochFigures, EpochTap
+
+log = logging.getLogger("streamling.telemetry")
+EVENT_TIME_COLUMN = "_timestamp"
+"""A source column of this name (a Kafka source's record timestamp) is the source timestamp the commit lag uses."""
+
+
+class RunTelemetry:
+    def __init__(self, settings: Settings, plan: Plan, spark: SparkSession | None = None) -> None:
+        self.settings = settings
+        self.plan = plan
+        self.enabled = settings.telemetry_enabled
+        self.nodes: dict[str, NodeInfo] = node_infos(plan)
+        inspect = settings.live_data_inspect
+        self.stats = RunStats(plan.pipeline.name, self.nodes, inspect.records_per_topology_node)
+        self.sample_every = (
+            inspect.refresh_in_secs if settings.live_data_inspect_enabled and settings.admin_api_port else None
+        )
+        self._sampled: dict[str, float] = {}
+        self._sample_lock = threading.Lock()
+        self.event_time = {
+            name: EVENT_TIME_COLUMN
+            for name, info in self.nodes.items()
+            if info.kind == "source"
+            and any(f.get("name") == EVENT_TIME_COLUMN for f in (info.schema or {}).get("fields", []))
+        }
+        self.metrics: Metrics | None = None
+        self.tasks: TaskChannel | None = None
+        self.admin: AdminServer | None = None
+        if not self.enabled:
+            return
+        prometheus = bool(settings.admin_api_port) and settings.prometheus_metrics_enabled
+        if settings.open_telemetry_metrics.endpoint is not None or prometheus:
+            from streamling.telemetry.metrics import Metrics
+
+            self.metrics = Metrics(settings.open_telemetry_metrics, settings.application_id, self.stats, prometheus)
+        if spark is not None:
+            self.tasks = TaskChannel(spark.sparkContext)
+
+    # -- lifecycle --
+
+    def open(self) -> None:
+        """Start the admin API (before the lease: a second run's health endpoint answers while it waits)."""
+        if self.settings.admin_api_port:
+            from streamling.telemetry.admin import AdminServer
+
+            self.admin = AdminServer(self, self.settings.admin_api_host, self.settings.admin_api_port)
+            self.admin.start()
+
+    def running(self, positions: Mapping[str, Mapping[str, Any]]) -> None:
+        """Every source's query started; `positions` are where each starts."""
+        for source, position in positions.items():
+            self.stats.sources[source].position = dict(position)
+        self.stats.started()
+
+    def close(self, failure: str | None = None) -> None:
+        self.stats.stop(failure)
+        self._drain_tasks()
+        if self.metrics is not None:
+            self.metrics.shutdown()
+        if self.admin is not None:
+            self.admin.stop()
+
+    @property
+    def url(self) -> str | None:
+        """The admin page's address, once it listens."""
+        return self.admin.url if self.admin is not None else None
+
+    # -- what operators and the runtime report --
+
+    def recorder(self, node: str) -> NodeRecorder:
+        return self.tasks.recorder(node) if self.tasks is not None else OFF
+
+    def tap(self, source: str) -> EpochTap | None:
+        """The observations for one epoch of `source`, or None when telemetry is off. Sampling happens for the
+        nodes whose live rows are older than ``live_data_inspect.refresh_in_secs``."""
+        if not self.enabled:
+            return None
+        from streamling.telemetry.observe import EpochTap
+
+        due: set[str] = set()
+        if self.sample_every is not None:
+            now = time.monotonic()
+            with self._sample_lock:
+                for name in [source, *self.plan.downstream[source]]:
+                    if self.nodes[name].kind != "sink" and now - self._sampled.get(name, -1e18) >= self.sample_every:
+                        due.add(name)
+                        self._sampled[name] = now
+        self.stats.epoch_started(source)
+        return EpochTap(frozenset(due), self.settings.live_data_inspect.records_per_topology_node, self.event_time)
+
+    def epoch_committed(
+        self,
+        epoch: Epoch,
+        figures: EpochFigures | None,
+        sink_rows: Mapping[str, int],
+        latencies: Mapping[str, float],
+        duration_ms: float,
+    ) -> None:
+        """`epoch` is in the state backend: count its rows (a sink's are what it wrote; every other node's, what
+        its observation counted), its latencies (a source's epoch, each sink's write) and its duration."""
+        if figures is None:
+            return
+        source = epoch.source
+        rows: dict[str, int] = {}
+        samples = dict(figures.samples)
+        for name in [source, *self.plan.downstream[source]]:
+            info = self.nodes[name]
+            if info.kind == "sink":
+                rows[name] = int(sink_rows.get(name, 0))
+                if info.inputs and info.inputs[0] in figures.samples:
+                    samples[name] = figures.samples[info.inputs[0]]
+            else:
+                rows[name] = figures.rows.get(name, 0)
+        event_ms = figures.event_time_ms if figures.event_time_ms is not None else epoch.timestamp_ms
+        self.stats.epoch_committed(source, epoch.end, rows, samples, event_ms, duration_ms)
+        for name, milliseconds in latencies.items():
+            self.stats.latency(name, milliseconds)
+        if self.metrics is not None:
+            for name, count in rows.items():
+                self.metrics.rows(name, count)
+            for name, milliseconds in latencies.items():
+                self.metrics.latencies(name, [milliseconds])
+            self.metrics.epoch_duration(source, duration_ms)
+        self._drain_tasks()
+
+    def _drain_tasks(self) -> None:
+        if self.tasks is None:
+            return
+        drained = self.tasks.drain()
+        if not (drained.latencies or drained.counters):
+            return
+        self.stats.tasks(drained)
+        if self.metrics is not None:
+            for node, values in drained.latencies.items():
+                if node in self.nodes:
+                    self.metrics.latencies(node, values)
+
+    def backlog(self, source: str, per_partition: Mapping[Any, int] | None) -> None:
+        if source in self.stats.sources:
+            self.stats.backlog(source, per_partition)
+
+    def caught_up(self, source: str, idle: bool) -> None:
+        if source in self.stats.sources:
+            self.stats.caught_up(source, idle)
