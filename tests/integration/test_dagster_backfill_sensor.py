@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ import dagster as dg
 from streamling_dagster.backfill_sensor import FIRST_TRIGGER, backfill_sensor
 from streamling_dagster.pipelines import PipelineFile, discover
 from streamling_dagster.resources import StreamlingResource
+from tests.net import free_port
 
 PIPELINE = """
 sources:
@@ -146,12 +146,6 @@ def test_runs_when_the_file_changes_or_a_sort_key_grows_and_skips_otherwise(
     )
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_unreadable_clickhouse_skips_naming_the_table_and_keeps_the_cursor(
     tmp_path, clickhouse, clickhouse_env
 ) -> None:
@@ -162,7 +156,7 @@ def test_unreadable_clickhouse_skips_naming_the_table_and_keeps_the_cursor(
     embedded = {"clickhouse_source.path": clickhouse_env["STREAMLING__CLICKHOUSE_SOURCE__PATH"]}
     cursor = tick(sensor, None, **embedded).cursor
 
-    port = closed_port()
+    port = free_port()
     context = dg.build_sensor_context(
         cursor=cursor,
         resources={

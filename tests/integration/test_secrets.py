@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ import pytest
 
 from streamling.errors import StreamlingError
 from tests.e2e.cli import cli_env
+from tests.net import free_port
 
 SECRETS = {
     "STREAMLING__POSTGRES_SINK__PASS": "pgSinkPw-7Qx2",
@@ -44,13 +44,6 @@ SASL = {
     "STREAMLING__KAFKA_SINK__SASL_USERNAME": "streamling",
     "STREAMLING__KAFKA_SINK__SCHEMA_REGISTRY_USERNAME": "streamling",
 }
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def assert_no_secret(text: str) -> None:
@@ -159,7 +152,7 @@ def test_run_against_a_closed_postgres_port_shows_no_secret(tmp_path: Path) -> N
         "sources: {orders: {type: generator, rows: 5, primary_key: id}}\n"
         "sinks: {out: {type: postgres, from: orders, table: orders}}\n"
     )
-    port = str(closed_port())
+    port = str(free_port())
     env = {
         "STREAMLING__JOB_MODE": "true",
         "STREAMLING__POSTGRES_SINK__PORT": port,
@@ -239,7 +232,7 @@ def test_clickhouse_server_unreachable_shows_no_secret(tmp_path: Path, spark, ca
         "sources: {orders: {type: generator, rows: 5, primary_key: id}}\n"
         "sinks: {ch: {type: clickhouse, from: orders, table: orders}}\n"
     )
-    port = closed_port()
+    port = free_port()
     said = run_in_process(path, {"STREAMLING__CLICKHOUSE_SINK__URL": url.format(port=port)}, tmp_path, capfd)
     assert f"clickhouse sink 'ch': cannot connect to http://127.0.0.1:{port}: " in said
     assert_no_secret(said)
@@ -249,7 +242,7 @@ def test_clickhouse_source_unreachable_at_validation_shows_no_secret(tmp_path: P
     (tmp_path / "p.yaml").write_text(
         "sources: {hist: {type: clickhouse, table_name: db.orders}}\nsinks: {p: {type: print, from: hist}}\n"
     )
-    port = closed_port()
+    port = free_port()
     url = "http://streamling:" + SECRETS["STREAMLING__CLICKHOUSE_SOURCE__PASSWORD"] + f"@127.0.0.1:{port}"
     validated = streamling(tmp_path, "p.yaml", "--validate", env={"STREAMLING__CLICKHOUSE_SOURCE__URL": url})
     (error,) = json.loads(validated.stdout)["errors"]
@@ -284,7 +277,7 @@ def test_schema_registry_unreachable_shows_no_secret(tmp_path: Path, spark, capf
         "sources: {orders: {type: generator, rows: 5, primary_key: id}}\n"
         "sinks: {copy: {type: kafka, from: orders, topic: secrets_copy}}\n"
     )
-    port = closed_port()
+    port = free_port()
     environ = {
         "STREAMLING__KAFKA_SINK__BROKERS": kafka_env["STREAMLING__KAFKA_SINK__BROKERS"],
         "STREAMLING__KAFKA_SINK__SECURITY_PROTOCOL": "plaintext",
@@ -333,7 +326,7 @@ def test_dagster_definitions_metadata_and_sensors_show_no_secret(
         "sinks: {p: {type: print, from: hist}}\norchestration: {backfill_on_change: true}\n"
     )
     (pipelines / "broken.yaml").write_text("sources: {a: {type: generator}}\nsinks: {p: {type: print, from: b}}\n")
-    url = "http://streamling:" + SECRETS["STREAMLING__CLICKHOUSE_SOURCE__PASSWORD"] + f"@127.0.0.1:{closed_port()}"
+    url = "http://streamling:" + SECRETS["STREAMLING__CLICKHOUSE_SOURCE__PASSWORD"] + f"@127.0.0.1:{free_port()}"
     environ = {
         **SECRETS,
         **SASL,

@@ -1,0 +1,196 @@
+"""The admin API of a running pipeline, over real HTTP: probes, topology, positions, live rows (JSON and SSE),
+Prometheus text, and no secret in any answer. The webhook sink posts to a real loopback HTTP server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+from pytest_httpserver import HTTPServer
+
+from streamling import RunSummary, run_pipeline
+from streamling.errors import StreamlingError
+from tests.net import free_port
+
+SECRET = "Bearer sup3r-s3cret-token"
+PASSWORD = "hunter2-pw"
+
+
+def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            result = condition()
+        except httpx.HTTPError:
+            result = None
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextmanager
+def running(spark, settings, path) -> Iterator[RunSummary]:
+    stop = threading.Event()
+    summary = RunSummary()
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            run_pipeline(path, settings, spark, stop, summary)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    try:
+        yield summary
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert not errors, errors
+
+
+@pytest.fixture
+def hook() -> Iterator[HTTPServer]:
+    server = HTTPServer(threaded=True)
+    server.expect_request("/hook").respond_with_data("ok")
+    server.start()
+    yield server
+    server.clear()
+    server.stop()
+
+
+def test_probes_topology_positions_live_rows_and_metrics(spark, make_settings, write_pipeline, hook) -> None:
+    port = free_port()
+    url = hook.url_for("/hook").replace("http://", f"http://partner:{PASSWORD}@") + "?token=abc123"
+    path = write_pipeline(f"""
+        sources:
+          ticks:
+            type: generator
+            rows_per_second: 400
+            record_batch_size: 100
+            primary_key: id
+            telemetry: {{labels: {{tier: gold}}}}
+        transforms:
+          even:
+            type: sql
+            primary_key: id
+            sql: SELECT id, name, amount * 2 AS double_amount, _gs_op FROM ticks WHERE id % 2 = 0
+        sinks:
+          out: {{type: blackhole, from: even}}
+          partner:
+            type: webhook
+            from: ticks
+            url: "{url}"
+            headers: {{Authorization: "{SECRET}", X-Trace: visible}}
+        """)
+    settings = make_settings(
+        admin_api_port=port,
+        live_data_inspect_enabled=True,
+        **{"live_data_inspect.records_per_topology_node": 5, "live_data_inspect.refresh_in_secs": 0.3},
+    )
+    base = f"http://127.0.0.1:{port}"
+    answers: list[str] = []
+    with running(spark, settings, path) as summary, httpx.Client(base_url=base, timeout=10) as client:
+        wait_for(lambda: client.get("/ready").status_code == 200, what="readiness")
+        assert client.get("/health").json() == {"status": "ok"}
+
+        def flowing():
+            doc = client.get("/api/topology").json()
+            return doc if all(n["rows_total"] > 0 for n in doc["nodes"]) else None
+
+        topology = wait_for(flowing, what="rows at every node")
+        answers.append(json.dumps(topology))
+        nodes = {n["name"]: n for n in topology["nodes"]}
+        assert list(nodes) == ["ticks", "even", "out", "partner"]
+        assert nodes["even"]["inputs"] == ["ticks"] and nodes["even"]["kind"] == "transform"
+        assert nodes["ticks"]["tags"] == {
+            "id": "ticks",
+            "topology_node_type": "source",
+            "operator_type": "generator",
+            "tier": "gold",
+        }
+        assert nodes["partner"]["tags"]["url"].endswith("/hook?token=***")
+        assert [f["name"] for f in nodes["even"]["schema"]["fields"]] == ["id", "name", "double_amount", "_gs_op"]
+        assert nodes["partner"]["spec"]["headers"] == {"Authorization": "***", "X-Trace": "visible"}
+        assert nodes["ticks"]["health"] == "flowing" and len(nodes["ticks"]["sparkline"]) == 60
+
+        positions = client.get("/api/positions").json()
+        answers.append(json.dumps(positions))
+        assert positions["sources"]["ticks"]["epochs"] >= 1
+        assert positions["sources"]["ticks"]["position"]
+
+        first = client.get("/api/live", params={"node": "even"}).json()["nodes"]["even"]
+        assert 1 <= len(first["rows"]) <= 5
+        assert all(set(r) == {"id", "name", "double_amount", "_gs_op"} and r["id"] % 2 == 0 for r in first["rows"])
+        later = wait_for(
+            lambda: (
+                (d := client.get("/api/live", params={"node": "even"}).json()["nodes"]["even"])["sampled_at"]
+                > first["sampled_at"]
+                and d
+            ),
+            what="a fresher sample",
+        )
+        assert later["rows"] != first["rows"]
+        everything = client.get("/api/live").json()["nodes"]
+        answers.append(json.dumps(everything))
+        assert set(everything) == {"ticks", "even", "out", "partner"}
+        assert everything["partner"]["rows"] and set(everything["partner"]["rows"][0]) >= {"id", "name"}
+
+        events = []
+        with client.stream("GET", "/api/live/stream", params={"node": "ticks"}) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            lines = stream.iter_lines()
+            while len(events) < 2:
+                line = next(lines)
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+        assert [e["node"] for e in events] == ["ticks", "ticks"]
+        assert events[1]["sampled_at"] > events[0]["sampled_at"] and events[1]["rows"]
+
+        metrics = client.get("/metrics")
+        assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+        answers.append(metrics.text)
+        line = next(
+            li
+            for li in metrics.text.splitlines()
+            if li.startswith("streamling_output_rows_total{") and 'id="even"' in li
+        )
+        assert 'operator_type="sql"' in line and 'topology_node_type="transform"' in line
+        assert float(line.rsplit(" ", 1)[1]) > 0
+
+        assert client.get("/api/live", params={"node": "nope"}).status_code == 404
+        page = client.get("/")
+        assert page.status_code == 200 and "EventSource" in page.text
+        assert summary.sink_rows["out"] > 0
+    for answer in answers:
+        assert SECRET not in answer and "sup3r" not in answer and PASSWORD not in answer and "abc123" not in answer
+    with pytest.raises(httpx.ConnectError):  # the run is over: its admin API is gone
+        httpx.get(f"{base}/health", timeout=2)
+
+
+def test_live_inspection_off_and_a_port_in_use(spark, make_settings, write_pipeline) -> None:
+    port = free_port()
+    stream = write_pipeline(
+        """
+        sources:
+          ticks: {type: generator, rows_per_second: 100, primary_key: id}
+        sinks:
+          out: {type: blackhole, from: ticks}
+        """,
+        "stream.yaml",
+    )
+    with running(spark, make_settings(admin_api_port=port), stream):
+        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/ready").status_code == 200, what="readiness")
+        off = httpx.get(f"http://127.0.0.1:{port}/api/live")
+        assert off.status_code == 404
+        assert off.json() == {"error": "live inspection is off: set live_data_inspect_enabled: true"}
+        with pytest.raises(StreamlingError, match=rf"admin API: cannot listen on 127.0.0.1:{port} \(admin_api_host"):
+            run_pipeline(stream, make_settings(admin_api_port=port, application_id="other"), spark)
