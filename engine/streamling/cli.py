@@ -1,4 +1,5 @@
-"""``streamling PIPELINE_FILE [--validate | --dry-run] [--config NAME_OR_PATH]``.
+"""``streamling PIPELINE_FILE [--validate | --dry-run] [--config NAME_OR_PATH]``; ``streamling inspect [--node N]
+[URL]`` follows a running pipeline's live rows (`streamling.telemetry.follow`).
 
 Exit codes: 0 success (and, with --validate, a valid pipeline); 1 a failure while running; 2 an
 invalid pipeline or configuration. User errors print one message without a traceback.
@@ -25,7 +26,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="streamling",
         description="Run a Streamling pipeline (sources → transforms → sinks) on Apache Spark.",
-        epilog="Settings: embedded defaults < config file < STREAMLING__<KEY>[__<NESTED>] variables.",
+        epilog="Settings: embedded defaults < config file < STREAMLING__<KEY>[__<NESTED>] variables. "
+        "`streamling inspect [--node N] [URL]` follows a running pipeline's live rows.",
     )
     p.add_argument("pipeline", nargs="?", help="pipeline YAML/JSON (default: STREAMLING__PIPELINE_DEFINITION_LOCATION)")
     mode = p.add_mutually_exclusive_group()
@@ -39,6 +41,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["inspect"]:
+        from streamling.telemetry.follow import main as inspect
+
+        return inspect(argv[1:])
     args = parser().parse_args(argv)
     try:
         settings = load_settings(args.config)

@@ -128,7 +128,11 @@ class Phase(Source[Any]):
         self.child = child
         self.index = index
         self.reads_on_driver = child.reads_on_driver  # type: ignore[misc]
-        self.data_source = getattr(child, "data_source", None)
+
+    @property
+    def data_source(self) -> Any:
+        """The child's (a Kafka child gets a data source of its own when it is initialised)."""
+        return getattr(self.child, "data_source", None)
 
     @property
     def label(self) -> str:

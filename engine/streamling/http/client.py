@@ -33,6 +33,7 @@ from streamling.core.retry import RetryPolicy, is_retriable, retry_after
 from streamling.errors import StreamlingError
 from streamling.http.options import REDACTED, redact_url
 from streamling.http.payloads import Outgoing, PayloadFormat, excerpt
+from streamling.telemetry.tasks import OFF, NodeRecorder
 
 log = logging.getLogger("streamling.http")
 IN_FLIGHT_PER_SLOT = 4
@@ -57,6 +58,8 @@ class Endpoint:
     skip_on_error: bool = False
     operator_timeout_sec: float | None = None
     """The most one task may spend on a partition's requests, from its first request to its last answer."""
+    recorder: NodeRecorder = OFF
+    """Where each attempt's request/response time and each retry are reported."""
 
     @property
     def shown_url(self) -> str:
@@ -126,12 +129,14 @@ async def _post(
         attempts += 1
         wait: float | None = None
         async with limiter:
+            sent = time.monotonic()
             try:
                 async with asyncio.timeout(endpoint.timeout_sec):
                     response = await client.post(endpoint.url, content=body, headers=headers)
             except (httpx.TransportError, TimeoutError) as exc:
                 response = None
                 failure = _transport_failure(exc, endpoint)
+            endpoint.recorder.latency((time.monotonic() - sent) * 1000)
         if response is not None:
             status = response.status_code
             if 200 <= status < 300:
@@ -152,6 +157,7 @@ async def _post(
             )
             return _failed(endpoint, StreamlingError.retry(message))
         log.debug("%s: POST %s failed (%s); retrying in %.2fs", endpoint.label, endpoint.shown_url, failure, wait)
+        endpoint.recorder.count("retries")
         await asyncio.sleep(wait)
 
 

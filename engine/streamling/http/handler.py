@@ -25,7 +25,8 @@ from streamling.errors import StreamlingError
 from streamling.http.client import Endpoint, exchange
 from streamling.http.options import HttpRequestOptions
 from streamling.http.payloads import PayloadError, PayloadFormat, decode_response, to_record_batch
-from streamling.plugin import Epoch, Operator, Transform
+from streamling.plugin import Epoch, Operator, RunContext, Transform
+from streamling.telemetry.tasks import NodeRecorder
 from streamling.topology.spec import TransformSpec, split_columns
 from streamling.types import GS_OP, parse_type, spread, with_gs_op
 
@@ -142,10 +143,16 @@ class HandlerTransform(Transform[HandlerSpec]):
         self._shared = False
         self._cached: dict[tuple[str, int], DataFrame] = {}
         self._lock = threading.Lock()
+        self.recorder = NodeRecorder(self.name)
 
     @property
     def label(self) -> str:
         return f"handler transform '{self.name}'"
+
+    def initialize(self, ctx: RunContext) -> None:
+        """Requests report their latencies and retries from now on (the plan is built again with the recorder)."""
+        self.recorder = ctx.recorder(self.name)
+        self._plan = None
 
     def bind(self, operators: Mapping[str, Operator]) -> None:
         # Read by several nodes, the output is cached per epoch so that every request is sent once.
@@ -156,7 +163,7 @@ class HandlerTransform(Transform[HandlerSpec]):
         if self._plan is None or self._schema is None:
             spec = self.spec
             schema = output_schema(self.label, input_schema, spec.schema_override, spec.primary_key_columns())
-            endpoint = spec.endpoint(self.label, "HTTP handler", self.settings)
+            endpoint = spec.endpoint(self.label, "HTTP handler", self.settings, recorder=self.recorder)
             payload = PayloadFormat(
                 spec.payload_version, spec.rows_per_request(self.settings), spec.one_row_per_request
             )

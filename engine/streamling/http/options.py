@@ -19,6 +19,7 @@ from streamling.core.retry import RetryPolicy
 if TYPE_CHECKING:
     from streamling.config import Settings
     from streamling.http.client import Endpoint
+    from streamling.telemetry.tasks import NodeRecorder
 
 REDACTED = "***"
 SENSITIVE_HEADER = re.compile(r"auth|cookie|token|secret|key|pass|signature|session|credential", re.IGNORECASE)
@@ -109,11 +110,19 @@ class HttpRequestOptions(BaseModel):
             return 1
         return self.batch_size or settings.external_http_handler.trigger_max_count
 
-    def endpoint(self, label: str, what: str, settings: Settings, skip_on_error: bool = False) -> Endpoint:
+    def endpoint(
+        self,
+        label: str,
+        what: str,
+        settings: Settings,
+        skip_on_error: bool = False,
+        recorder: NodeRecorder | None = None,
+    ) -> Endpoint:
         """Everything the executors need to send requests, resolved on the driver. Raises a user-facing error
         naming the node when `secret_name` is not configured."""
         from streamling.errors import StreamlingError
         from streamling.http.client import Endpoint
+        from streamling.telemetry.tasks import NodeRecorder
 
         headers = {"Content-Type": "application/json", **self.headers}
         secrets: tuple[str, ...] = ()
@@ -149,4 +158,5 @@ class HttpRequestOptions(BaseModel):
             ),
             skip_on_error=skip_on_error,
             operator_timeout_sec=http.operator_timeout_sec,
+            recorder=recorder or NodeRecorder(label),
         )

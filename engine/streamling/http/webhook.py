@@ -23,6 +23,7 @@ from streamling.http.client import Endpoint, Skipped, exchange, log_skipped
 from streamling.http.options import HttpRequestOptions
 from streamling.http.payloads import PayloadFormat
 from streamling.plugin import Epoch, RunContext, Sink, Written, rows_of
+from streamling.telemetry.tasks import NodeRecorder
 from streamling.topology.spec import SinkSpec
 from streamling.types import spread
 
@@ -87,6 +88,7 @@ class WebhookSink(Sink[WebhookSinkSpec]):
         self.skipped_requests = 0
         self.keys: list[str] = []
         """The primary key (own or upstream) that `parallelism` hashes by."""
+        self.recorder = NodeRecorder(self.name)
 
     @property
     def label(self) -> str:
@@ -103,7 +105,9 @@ class WebhookSink(Sink[WebhookSinkSpec]):
     def _build_plan(self) -> WebhookPlan:
         if self._plan is None:
             spec = self.spec
-            endpoint = spec.endpoint(self.label, "webhook", self.settings, skip_on_error=spec.skip_on_error)
+            endpoint = spec.endpoint(
+                self.label, "webhook", self.settings, skip_on_error=spec.skip_on_error, recorder=self.recorder
+            )
             payload = PayloadFormat(
                 spec.payload_version, spec.rows_per_request(self.settings), spec.one_row_per_request
             )
@@ -111,6 +115,8 @@ class WebhookSink(Sink[WebhookSinkSpec]):
         return self._plan
 
     def initialize(self, ctx: RunContext) -> None:
+        self.recorder = ctx.recorder(self.name)
+        self._plan = None  # built again, reporting its requests' latencies and retries
         plan = self._build_plan()
         log.info(
             "%s posts to %s (%s, payload_version %d)",
@@ -134,6 +140,7 @@ class WebhookSink(Sink[WebhookSinkSpec]):
         skipped_rows = sum(c.skipped_rows for c in counts)
         skipped_requests = sum(c.skipped_requests for c in counts)
         if skipped_requests:
+            self.recorder.count("rejected", skipped_rows)
             with self._lock:
                 self.skipped_rows += skipped_rows
                 self.skipped_requests += skipped_requests

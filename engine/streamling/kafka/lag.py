@@ -31,6 +31,8 @@ class LagReporter:
         self.make_consumer = make_consumer
         self._consumer: Any = None
         self._stop = threading.Event()
+        self.on_report: Callable[[dict[int, int]], None] | None = None
+        """Told each report's lag per partition (the consumer-lag metric)."""
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -79,6 +81,8 @@ class LagReporter:
                 TopicPartition(self.topic, int(partition)), timeout=WATERMARK_TIMEOUT_SEC, cached=False
             )
             lags[int(partition)] = max(0, high - int(offset))
+        if self.on_report is not None:
+            self.on_report(lags)
         detail = ", ".join(f"partition {p}: {n}" for p, n in lags.items())
         log.info(
             "%s lag on topic '%s': %d records after the committed offsets (%s)",

@@ -221,9 +221,12 @@ def transact(settings: PostgresConnectionSettings, where: str, work: Callable[[p
     return with_retries(attempt, where, settings.retry_timeout_sec)
 
 
-def with_retries(attempt: Callable[[], T], where: str, timeout_sec: float) -> T:
+def with_retries(
+    attempt: Callable[[], T], where: str, timeout_sec: float, on_retry: Callable[[], None] | None = None
+) -> T:
     """Run `attempt` until it succeeds, retrying transient failures with jittered exponential backoff
-    for up to `timeout_sec`; other failures raise at once as user-facing errors naming `where`."""
+    for up to `timeout_sec`; other failures raise at once as user-facing errors naming `where`. `on_retry` is
+    told of each retry (a node's retry count)."""
     deadline = time.monotonic() + timeout_sec
     delay = 0.2
     failures = 0
@@ -243,5 +246,7 @@ def with_retries(attempt: Callable[[], T], where: str, timeout_sec: float) -> T:
         if time.monotonic() + delay > deadline:
             raise StreamlingError.retry(f"{where}: still failing after {failures} attempts: {text}") from None
         log.warning("%s: %s; retrying in %.1fs (attempt %d)", where, text, delay, failures)
+        if on_retry is not None:
+            on_retry()
         time.sleep(delay * (0.75 + random.random() / 2))
         delay = min(delay * 2, MAX_BACKOFF_SEC)

@@ -131,6 +131,7 @@ class PostgresWriterSink(Sink[Any]):
             batch_size=spec.batch_size or self.connection.batch_size,
             progress=ProgressKey(spec.schema_, ctx.settings.application_id, self.name),
             dead_letter=self.dead_letter,
+            recorder=ctx.recorder(self.name),
         )
 
     @property

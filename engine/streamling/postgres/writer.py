@@ -38,6 +38,7 @@ from streamling.postgres.connection import connection, reason, with_retries
 from streamling.postgres.progress import ProgressKey, already_applied, record
 from streamling.postgres.types import Column
 from streamling.runtime.faults import crash_point
+from streamling.telemetry.tasks import OFF, NodeRecorder
 from streamling.types import GS_OP, json_default
 
 log = logging.getLogger("streamling.postgres")
@@ -65,6 +66,8 @@ class WritePlan:
     progress: ProgressKey
     dead_letter: DeadLetterTarget | None = None
     """With ``on_error: dead_letter``: rows Postgres rejects go there, in the transaction that applies the rest."""
+    recorder: NodeRecorder = OFF
+    """Where retried writes and rejected rows are reported."""
 
     @property
     def target(self) -> sql.Composed:
@@ -275,7 +278,9 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
         with connection(plan.connection, plan.label) as conn:
             return _write(conn, plan, epoch, stream, streams, chunks, table.num_rows, received)
 
-    applied = with_retries(attempt, plan.label, plan.connection.retry_timeout_sec)
+    applied = with_retries(
+        attempt, plan.label, plan.connection.retry_timeout_sec, on_retry=lambda: plan.recorder.count("retries")
+    )
     log.debug(
         "%s: epoch %d stream %d: %d rows, %d chunks; prepared in %.3fs, applied in %.3fs",
         plan.label,
@@ -333,6 +338,9 @@ def _write(
             )
         crash_point("during_write", epoch.id)
         record(cur, plan.progress, epoch, stream, streams, rows)
+    if rejected:  # committed: counted once
+        plan.recorder.count("rejected", len(rejected))
+        plan.recorder.count("dead_lettered", len(rejected))
     return received
 
 

@@ -10,6 +10,7 @@ the declared ``schema`` or the input's columns. Each Python worker keeps one san
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,7 +23,7 @@ from pyspark.sql import types as T
 
 from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError
-from streamling.plugin import Epoch, Transform
+from streamling.plugin import Epoch, RunContext, Transform
 from streamling.script import codec
 from streamling.script.sandbox import (
     LimitExceeded,
@@ -34,6 +35,7 @@ from streamling.script.sandbox import (
     discard,
     sandbox_for,
 )
+from streamling.telemetry.tasks import OFF, NodeRecorder
 from streamling.topology.spec import TransformSpec, split_columns
 from streamling.types import GS_OP, json_default, parse_type, spread
 
@@ -117,6 +119,11 @@ class ScriptTransform(Transform[ScriptTransformSpec]):
     def label(self) -> str:
         return f"script transform '{self.name}'"
 
+    recorder: NodeRecorder = OFF
+
+    def initialize(self, ctx: RunContext) -> None:
+        self.recorder = ctx.recorder(self.name)
+
     @cached_property
     def limits(self) -> Limits:
         defaults = self.settings.script_transform
@@ -138,6 +145,7 @@ class ScriptTransform(Transform[ScriptTransformSpec]):
             limits=self.limits,
             batch_size=self.spec.batch_size or self.settings.script_transform.batch_size,
             arrow_schema=_arrow_schema(schema, timezone),
+            recorder=self.recorder,
         )
         if epoch is not None:
             frame = spread(frame, self.spec.parallelism, self.spec.primary_key_columns())
@@ -172,6 +180,8 @@ class ScriptProgram:
     limits: Limits
     batch_size: int
     arrow_schema: pa.Schema
+    recorder: NodeRecorder = OFF
+    """Where each sandbox call's time is reported (the node's per-batch latency)."""
     spec: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -179,7 +189,9 @@ class ScriptProgram:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in rebatch(batches, self.batch_size):
+            began = time.monotonic()
             out = self.process(batch)
+            self.recorder.latency((time.monotonic() - began) * 1000)
             if out.num_rows:
                 yield out
 

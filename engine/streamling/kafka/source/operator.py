@@ -18,7 +18,6 @@ from typing import Any, ClassVar
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.datasource import DataSource
 
 from streamling.dead_letters import DeadLetterTarget
 from streamling.errors import StreamlingError, first_line
@@ -49,7 +48,7 @@ log = logging.getLogger("streamling.kafka")
 
 class KafkaSource(Source[KafkaSourceSpec]):
     spec_model: ClassVar[type[KafkaSourceSpec]] = KafkaSourceSpec
-    data_source: ClassVar[type[DataSource]] = KafkaDataSource
+    data_source: type[KafkaDataSource] = KafkaDataSource
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -160,6 +159,11 @@ class KafkaSource(Source[KafkaSourceSpec]):
         return self._consumer
 
     def initialize(self, ctx: RunContext) -> None:
+        recorder = ctx.recorder(self.name)
+        if recorder.active:  # its readers report dead letters; its lag reports feed the consumer-lag metric
+            self.data_source = KafkaDataSource.for_node(recorder)
+            telemetry = ctx.telemetry
+            self._lag.on_report = lambda lags: telemetry.backlog(self.name, lags)
         # Fail fast when the topic is missing; wait while the broker is unreachable.
         wait_out(lambda: list_partitions(self._driver_consumer(), self.topic), self._outage("broker"))
         for override in self.spec.schema_id_overrides:
@@ -311,7 +315,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
     ) -> DataFrame:
         options = self.reader_options(start, replay_end, self.reader_parallelism(spark))
-        return spark.readStream.format(KafkaDataSource.name()).options(**options).load()
+        return spark.readStream.format(self.data_source.name()).options(**options).load()
 
     def reader_parallelism(self, spark: SparkSession) -> int:
         """The most reading tasks per epoch: `parallelism`, else Spark's default parallelism."""

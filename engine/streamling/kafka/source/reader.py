@@ -9,8 +9,9 @@ import logging
 import math
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql import types as T
@@ -25,6 +26,7 @@ from streamling.kafka.source.offsets import high_watermark, initial_offsets, lis
 from streamling.kafka.source.spec import patience
 from streamling.runtime.pacing import Pacer
 from streamling.telemetry.logs import configure_worker_logging
+from streamling.telemetry.tasks import OFF, NodeRecorder
 from streamling.types import GS_OP
 
 log = logging.getLogger("streamling.kafka")
@@ -62,8 +64,10 @@ def _reader_consumer(options: Mapping[str, str]):  # type: ignore[no-untyped-def
 
 
 class KafkaStreamReader(DataSourceStreamReader):
-    def __init__(self, options: Mapping[str, str], schema: T.StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: T.StructType, recorder: NodeRecorder = OFF) -> None:
         self.options = dict(options)
+        self.recorder = recorder
+        """Where the reading tasks report dead-lettered records (it travels inside this reader to them)."""
         self.topic = options["topic"]
         self.start = {k: int(v) for k, v in json.loads(options["start"]).items()}
         self.ending = {k: int(v) for k, v in json.loads(options.get("ending") or "{}").items()} or None
@@ -253,6 +257,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         if rejected:
             assert target is not None
             target.deliver([dead_letter_of(messages[i], error) for i, error in sorted(rejected)])
+            self.recorder.count("dead_lettered", len(rejected))
             bad = {i for i, _ in rejected}
             messages = [m for i, m in enumerate(messages) if i not in bad]
             ops = [op for i, op in enumerate(ops) if i not in bad]
@@ -287,12 +292,21 @@ def allocate(current: Mapping[str, int], pending: Mapping[str, int], take: int) 
 
 
 class KafkaDataSource(DataSource):
+    recorder: ClassVar[NodeRecorder] = OFF
+    """A node's own subclass (`for_node`) carries its recorder; options are strings and cannot."""
+
     @classmethod
     def name(cls) -> str:
         return "streamling_kafka"
+
+    @classmethod
+    def for_node(cls, recorder: NodeRecorder) -> type[KafkaDataSource]:
+        """A subclass registered under a name of its own, whose readers report to `recorder`."""
+        unique = f"streamling_kafka_{uuid.uuid4().hex[:12]}"
+        return type(unique, (cls,), {"recorder": recorder, "name": classmethod(lambda _cls: unique)})
 
     def schema(self) -> T.StructType:
         return T.StructType.fromJson(json.loads(self.options["spark_schema"]))
 
     def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:
-        return KafkaStreamReader(self.options, schema)
+        return KafkaStreamReader(self.options, schema, self.recorder)

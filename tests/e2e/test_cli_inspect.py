@@ -1,0 +1,101 @@
+"""`streamling inspect` following a pipeline the `streamling` CLI runs, both as black boxes: live rows of a chosen
+node, the probes from outside, then SIGTERM to the pipeline's process group: it drains, and its admin API goes away
+with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.cli import STREAMLING, cli_env, start_cli, write
+from tests.net import free_port
+
+
+def wait_for(condition, timeout: float = 120.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if result := condition():
+                return result
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_inspect_follows_a_running_pipeline(tmp_path: Path) -> None:
+    port = free_port()
+    pipeline = write(
+        tmp_path,
+        """
+        sources:
+          ticks: {type: generator, rows_per_second: 200, record_batch_size: 50, primary_key: id}
+        transforms:
+          named:
+            type: sql
+            primary_key: id
+            sql: SELECT id, upper(name) AS shout, _gs_op FROM ticks WHERE id % 3 = 0
+        sinks:
+          out: {type: blackhole, from: named}
+        """,
+    )
+    env = {
+        "STREAMLING__ADMIN_API_PORT": str(port),
+        "STREAMLING__LIVE_DATA_INSPECT_ENABLED": "true",
+        "STREAMLING__LIVE_DATA_INSPECT__RECORDS_PER_TOPOLOGY_NODE": "4",
+        "STREAMLING__LIVE_DATA_INSPECT__REFRESH_IN_SECS": "0.5",
+    }
+    engine = start_cli(tmp_path, str(pipeline), env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(f"{base}/ready").status_code == 200, what="readiness")
+        wait_for(lambda: httpx.get(f"{base}/api/live", params={"node": "named"}).json()["nodes"]["named"]["rows"])
+        follower = subprocess.Popen(
+            [STREAMLING, "inspect", "--node", "named", base],
+            cwd=tmp_path,
+            env=cli_env(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        headers, rows = [], []
+        assert follower.stdout is not None
+        while len(headers) < 3:
+            line = follower.stdout.readline()
+            assert line, follower.stderr.read() if follower.stderr else ""
+            if line.startswith("--- "):
+                headers.append(line)
+            else:
+                rows.append(json.loads(line))
+        follower.terminate()
+        follower.wait(10)
+        assert all(h.startswith("--- named: ") for h in headers)
+        assert rows and all(set(r) == {"id", "shout", "_gs_op"} and r["id"] % 3 == 0 for r in rows)
+        assert len({r["id"] for r in rows}) > 4  # three samples, not the same rows again
+
+        once = subprocess.run(
+            [STREAMLING, "inspect", "--once", "--node", "nope", base],
+            cwd=tmp_path,
+            env=cli_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert once.returncode == 2
+        assert once.stderr.strip() == "Error: no node 'nope' (nodes: ticks, named, out)"
+    finally:
+        os.killpg(engine.pid, signal.SIGTERM)  # the whole group, as a supervisor does
+        _, err = engine.communicate(timeout=120)
+    assert engine.returncode == 0, err[-3000:]
+    assert "Stop requested" in err
+    unreachable = subprocess.run(
+        [STREAMLING, "inspect", base], cwd=tmp_path, env=cli_env(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    assert unreachable.returncode == 1
+    assert unreachable.stderr.startswith(f"Error: cannot reach the pipeline's admin API at {base}")
