@@ -115,6 +115,7 @@ class Progress:
                 ),
                 "rows_per_sec_since_run_start": dg.MetadataValue.float(round(count / running, 1)),
                 "run_id": dg.MetadataValue.text(self.context.run_id),
+                **({"admin_page": dg.MetadataValue.url(page)} if (page := self.settings.admin_api_url) else {}),
             }
             for sink, count in rows.items()
         }
@@ -159,6 +160,7 @@ def run_engine(
 
     thread = threading.Thread(target=engine, name=f"streamling-{pf.name}", daemon=True)
     progress = Progress(context, pf, settings, summary, config, observe)
+    _link_admin_page(context, settings)
     thread.start()
     try:
         while thread.is_alive():
@@ -184,6 +186,19 @@ def run_engine(
             raise refused from None
         raise outcome["error"]
     return outcome["summary"]
+
+
+ADMIN_PAGE_TAG = "streamling/admin_page"
+
+
+def _link_admin_page(context: dg.OpExecutionContext, settings: Settings) -> None:
+    """With the admin API on, the run links to the pipeline's page (topology, rows/s, live rows): a run tag, shown
+    on the run's page, and a log line."""
+    page = settings.admin_api_url
+    if page is None:
+        return
+    context.instance.add_run_tags(context.run_id, {ADMIN_PAGE_TAG: page})
+    context.log.info(f"Pipeline page (live rows, rows/s per node): {page}")
 
 
 def _final(progress: Progress, observe: bool) -> list[dg.AssetObservation]:

@@ -160,3 +160,59 @@ def test_a_stream_whose_pipeline_another_process_holds_ends_with_a_clear_message
     assert "outside this Dagster instance (a `streamling run`, or another DAGSTER_HOME); this gen__stream run was" in (
         described
     )
+
+
+def test_a_stream_run_links_the_pipeline_page_and_the_page_serves_while_it_runs(tmp_path, spark) -> None:
+    import httpx
+
+    from tests.net import free_port
+
+    port = free_port()
+    write(
+        tmp_path,
+        "ticks.yaml",
+        """
+        sources:
+          ticks: {type: generator, rows_per_second: 200, primary_key: id}
+        sinks:
+          out: {type: blackhole, from: ticks}
+        """,
+    )
+    defs = build_definitions(tmp_path)
+    extra = resources(tmp_path)
+    extra["streamling"] = StreamlingResource(
+        overrides={**extra["streamling"].overrides, "admin_api_port": str(port)}  # type: ignore[attr-defined]
+    )
+    seen: dict[str, object] = {}
+
+    def page_shows_rows() -> bool:
+        def rows() -> bool:
+            try:
+                doc = httpx.get(f"http://127.0.0.1:{port}/api/topology", timeout=2).json()
+            except httpx.HTTPError:
+                return False
+            seen["topology"] = doc
+            return doc["nodes"][0]["rows_total"] > 0
+
+        wait_for(rows)
+        time.sleep(1.5)  # an observation interval
+        return True
+
+    watcher = interrupt_when(page_shows_rows)
+    instance = dg.DagsterInstance.ephemeral()
+    result = defs.resolve_job_def("ticks__stream").execute_in_process(
+        instance=instance,
+        resources=extra,
+        run_config={"ops": {"stream_ticks": {"config": {"observe_interval_sec": 1.0}}}},
+        raise_on_error=False,
+    )
+    watcher.join(5)
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status == dg.DagsterRunStatus.CANCELED
+    page = f"http://127.0.0.1:{port}/"
+    assert run.tags["streamling/admin_page"] == page
+    assert seen["topology"]["pipeline"] == "ticks"  # type: ignore[index]
+    observed = [e.event_specific_data.asset_observation for e in result.all_events if e.is_asset_observation]
+    assert observed and all(o.metadata["admin_page"].value == page for o in observed)
+    logs = [e.message for e in instance.all_logs(result.run_id) if e.user_message]
+    assert f"Pipeline page (live rows, rows/s per node): {page}" in logs

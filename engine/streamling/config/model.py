@@ -556,6 +556,19 @@ class Settings(_Section):
         return out
 
     @property
+    def admin_api_url(self) -> str | None:
+        """The admin page's address as a browser on another machine reaches it (this host's name when the API
+        listens on every interface); None when the admin API is off."""
+        if not self.admin_api_port:
+            return None
+        host = self.admin_api_host
+        if host in ("0.0.0.0", "::", ""):
+            import socket
+
+            host = socket.gethostname()
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.admin_api_port}/"
+
+    @property
     def telemetry_enabled(self) -> bool:
         """Whether nodes are counted at all: something (an OTLP collector, the admin API) reads the counts."""
         return self.open_telemetry_metrics.endpoint is not None or bool(self.admin_api_port)

@@ -55,8 +55,7 @@ class AdminServer:
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        return f"http://{host}:{self.port}/"
+        return self.telemetry.settings.admin_api_url or f"http://{self.host}:{self.port}/"
 
     def start(self) -> None:
         import uvicorn
