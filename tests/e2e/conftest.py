@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.e2e.browser import open_page
 from tests.e2e.dagster_dev import DagsterDev, running_dagster_dev
 
 
@@ -17,3 +18,10 @@ def dagster_dev(
     and `ticker.yaml` (Kafka topic `dagster_dev.topic` → Postgres), real Postgres and Kafka, local[2] Spark."""
     with running_dagster_dev(tmp_path_factory.mktemp("dagster_dev"), postgres_env, kafka_env) as dev:
         yield dev
+
+
+@pytest.fixture
+def page() -> Iterator[object]:
+    """A page of a real headless Chromium (tests/e2e/browser.py)."""
+    with open_page() as opened:
+        yield opened

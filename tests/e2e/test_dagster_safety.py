@@ -25,8 +25,9 @@ import pytest
 from confluent_kafka.admin import NewTopic
 from playwright.sync_api import expect
 
+from tests.e2e.browser import CHROMIUM
 from tests.e2e.dagster_dev import DAGSTER, LOCATION, DagsterDev, running_dagster_dev
-from tests.e2e.test_dagster_ui import CHROMIUM, page, shot  # noqa: F401 - `page` is a fixture
+from tests.e2e.test_dagster_ui import shot
 from tests.kafka_util import KafkaTestbed
 
 pytestmark = pytest.mark.e2e
@@ -241,7 +242,7 @@ def test_the_backfill_sensor_and_schedule_skip_naming_the_stream_run(safety) -> 
         assert not instance.get_runs(dg.RunsFilter(job_name="pay__backfill", statuses=[dg.DagsterRunStatus.QUEUED]))
 
 
-def test_materialize_clicked_on_the_asset_page_shows_the_refusal(safety, page) -> None:  # noqa: F811
+def test_materialize_clicked_on_the_asset_page_shows_the_refusal(safety, page) -> None:
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} missing")
     page.goto(f"{safety.dev.url}/assets/{'/'.join(safety.out)}")
@@ -261,7 +262,7 @@ def test_the_live_stream_kept_its_checkpoint_and_keeps_committing(safety, pg_con
     assert all(f.exists() for f in folders)
 
 
-def test_terminate_from_the_run_page_ends_canceled_with_a_clean_log(safety, page, pg_connect) -> None:  # noqa: F811
+def test_terminate_from_the_run_page_ends_canceled_with_a_clean_log(safety, page, pg_connect) -> None:
     dev = safety.dev
     page.goto(f"{dev.url}/runs/{safety.stream_run}")
     page.get_by_role("button", name="Terminate").first.click()

@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 
 import pytest
 from playwright import sync_api
 from playwright.sync_api import expect
 
 from tests.conftest import REPO
+from tests.e2e.browser import CHROMIUM, UI_TIMEOUT_MS
 from tests.e2e.dagster_dev import LOCATION, DagsterDev
 
-os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")  # Debian's chromium only, never a download
-
-
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "tests" / "artifacts" / "dagster_ui"
-UI_TIMEOUT_MS = 30_000
 RUN_ID = re.compile(r"/runs/([0-9a-f-]{36})$")
 expect.set_options(timeout=UI_TIMEOUT_MS)
 
@@ -32,29 +27,6 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} missing (./dev test installs it)"),
 ]
-
-
-@pytest.fixture
-def page() -> Iterator[sync_api.Page]:
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1200})
-            page.set_default_timeout(UI_TIMEOUT_MS)
-            yield page
-        finally:
-            browser.close()
 
 
 def shot(page: sync_api.Page, name: str) -> None:
