@@ -172,3 +172,16 @@ def clickhouse(clickhouse_env: dict[str, str]):
     client.command(f"CREATE DATABASE {database}")
     yield client, database
     client.command(f"DROP DATABASE IF EXISTS {database}")
+
+
+@pytest.fixture
+def server():
+    """A real HTTP server on loopback (pytest-httpserver), threaded; expectations are set by each test."""
+    from pytest_httpserver import HTTPServer
+
+    srv = HTTPServer(threaded=True)
+    srv.start()
+    yield srv
+    srv.clear()
+    if srv.is_running():
+        srv.stop()

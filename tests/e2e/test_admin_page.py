@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ from tests.conftest import REPO
 from tests.e2e.browser import CHROMIUM
 from tests.e2e.cli import start_cli, write
 from tests.net import free_port
+from tests.waiting import wait_for
 
 ARTIFACTS = REPO / "tests" / "artifacts" / "admin_page"
 pytestmark = [
@@ -56,14 +56,7 @@ def test_the_page_shows_the_graph_and_a_nodes_live_rows_changing(tmp_path: Path,
     engine = start_cli(tmp_path, str(pipeline), env=env)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
+        wait_for(lambda: httpx.get(f"{base}/ready", timeout=2).status_code == 200, 120, "readiness", (httpx.HTTPError,))
         page.goto(base)
         expect(page.locator("#pipeline")).to_have_text("Pipeline pipeline")
         for name in ("orders", "big_orders", "archive", "everything"):

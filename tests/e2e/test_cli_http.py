@@ -4,10 +4,8 @@ tree prints — driver logs at debug, the JVM, Spark's Python workers — is cap
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
@@ -20,15 +18,6 @@ ENV = {
     "STREAMLING__HTTP_SECRET_HEADER__PARTNER": "Authorization",
     "STREAMLING__HTTP_SECRET_VALUE__PARTNER": SECRET,
 }
-
-
-@pytest.fixture
-def server() -> Iterator[HTTPServer]:
-    srv = HTTPServer(threaded=True)
-    srv.start()
-    yield srv
-    srv.clear()
-    srv.stop()
 
 
 def refusing_row_3(request: Request) -> Response:

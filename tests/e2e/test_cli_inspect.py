@@ -8,25 +8,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.e2e.cli import STREAMLING, cli_env, start_cli, write
 from tests.net import free_port
-
-
-def wait_for(condition, timeout: float = 120.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if result := condition():
-                return result
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.waiting import wait_for
 
 
 def test_inspect_follows_a_running_pipeline(tmp_path: Path) -> None:
@@ -54,8 +42,10 @@ def test_inspect_follows_a_running_pipeline(tmp_path: Path) -> None:
     engine = start_cli(tmp_path, str(pipeline), env=env)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: httpx.get(f"{base}/ready").status_code == 200, what="readiness")
-        wait_for(lambda: httpx.get(f"{base}/api/live", params={"node": "named"}).json()["nodes"]["named"]["rows"])
+        wait_for(lambda: httpx.get(f"{base}/ready").status_code == 200, 120, "readiness", (httpx.HTTPError,))
+        wait_for(
+            lambda: httpx.get(f"{base}/api/live", params={"node": "named"}).json()["nodes"]["named"]["rows"], 60, "rows"
+        )
         follower = subprocess.Popen(
             [STREAMLING, "inspect", "--node", "named", base],
             cwd=tmp_path,

@@ -5,33 +5,19 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
 import pytest
-from pytest_httpserver import HTTPServer
 
 from streamling import RunSummary, run_pipeline
 from streamling.errors import StreamlingError
 from tests.net import free_port
+from tests.waiting import wait_for
 
 SECRET = "Bearer sup3r-s3cret-token"
 PASSWORD = "hunter2-pw"
-
-
-def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            result = condition()
-        except httpx.HTTPError:
-            result = None
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @contextmanager
@@ -57,19 +43,10 @@ def running(spark, settings, path) -> Iterator[RunSummary]:
     assert not errors, errors
 
 
-@pytest.fixture
-def hook() -> Iterator[HTTPServer]:
-    server = HTTPServer(threaded=True)
+def test_probes_topology_positions_live_rows_and_metrics(spark, make_settings, write_pipeline, server) -> None:
     server.expect_request("/hook").respond_with_data("ok")
-    server.start()
-    yield server
-    server.clear()
-    server.stop()
-
-
-def test_probes_topology_positions_live_rows_and_metrics(spark, make_settings, write_pipeline, hook) -> None:
     port = free_port()
-    url = hook.url_for("/hook").replace("http://", f"http://partner:{PASSWORD}@") + "?token=abc123"
+    url = server.url_for("/hook").replace("http://", f"http://partner:{PASSWORD}@") + "?token=abc123"
     path = write_pipeline(f"""
         sources:
           ticks:
@@ -99,7 +76,7 @@ def test_probes_topology_positions_live_rows_and_metrics(spark, make_settings, w
     base = f"http://127.0.0.1:{port}"
     answers: list[str] = []
     with running(spark, settings, path) as summary, httpx.Client(base_url=base, timeout=10) as client:
-        wait_for(lambda: client.get("/ready").status_code == 200, what="readiness")
+        wait_for(lambda: client.get("/ready").status_code == 200, what="readiness", ignore=(httpx.HTTPError,))
         assert client.get("/health").json() == {"status": "ok"}
 
         def flowing():
@@ -188,7 +165,11 @@ def test_live_inspection_off_and_a_port_in_use(spark, make_settings, write_pipel
         "stream.yaml",
     )
     with running(spark, make_settings(admin_api_port=port), stream):
-        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/ready").status_code == 200, what="readiness")
+        wait_for(
+            lambda: httpx.get(f"http://127.0.0.1:{port}/ready").status_code == 200,
+            what="readiness",
+            ignore=(httpx.HTTPError,),
+        )
         off = httpx.get(f"http://127.0.0.1:{port}/api/live")
         assert off.status_code == 404
         assert off.json() == {"error": "live inspection is off: set live_data_inspect_enabled: true"}

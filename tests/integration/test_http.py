@@ -9,7 +9,7 @@ import logging
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from pytest_httpserver import HTTPServer
@@ -36,15 +36,6 @@ ROWS = [
     {"id": 1, "v": 10, "name": "n1", "_gs_op": "d"},
     {"id": 2, "v": 20, "name": "n2", "_gs_op": "u"},
 ]
-
-
-@pytest.fixture
-def server() -> Iterator[HTTPServer]:
-    srv = HTTPServer(threaded=True)
-    srv.start()
-    yield srv
-    srv.clear()
-    srv.stop()
 
 
 @pytest.fixture

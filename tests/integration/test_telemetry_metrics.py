@@ -9,6 +9,7 @@ import pytest
 
 from streamling import RunSummary, run_pipeline
 from tests.otlp_receiver import CUMULATIVE, DELTA, OtlpReceiver
+from tests.waiting import wait_for
 
 PIPELINE = """
     sources:
@@ -33,16 +34,6 @@ PIPELINE = """
       big_out: {type: blackhole, from: big}
       small_out: {type: print, from: small, telemetry: {labels: {team: debug}}}
     """
-
-
-def wait_for(condition, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "http/json", "grpc"])

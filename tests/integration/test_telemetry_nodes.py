@@ -12,7 +12,6 @@ from collections.abc import Iterator
 
 import fastavro
 import pytest
-from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from streamling import run_pipeline
@@ -36,15 +35,6 @@ def schema(pg_connect) -> Iterator[str]:
     yield name
     with pg_connect() as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-
-
-@pytest.fixture
-def server() -> Iterator[HTTPServer]:
-    srv = HTTPServer(threaded=True)
-    srv.start()
-    yield srv
-    srv.clear()
-    srv.stop()
 
 
 def test_every_node_kind_reports_rows_tags_and_task_figures(

@@ -7,7 +7,6 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
@@ -22,16 +21,6 @@ from streamling.http.client import Delivered, Endpoint, Skipped, exchange, sessi
 from streamling.http.payloads import PayloadFormat
 
 ONE_ROW = PayloadFormat(version=0, rows_per_request=1, one_row=True)
-
-
-@pytest.fixture
-def server() -> Iterator[HTTPServer]:
-    srv = HTTPServer(threaded=True)
-    srv.start()
-    yield srv
-    srv.clear()
-    if srv.is_running():
-        srv.stop()
 
 
 def endpoint(url: str, **changes: object) -> Endpoint:

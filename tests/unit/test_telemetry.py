@@ -18,7 +18,6 @@ from streamling.telemetry.nodes import NodeInfo, public_spec
 from streamling.telemetry.stats import RunStats
 from streamling.telemetry.tasks import NodeRecorder, TaskStats, TaskStatsParam
 
-
 EMPTY_CONFIG = Path(tempfile.mkdtemp()) / "empty.yaml"
 EMPTY_CONFIG.write_text("{}\n")
 
