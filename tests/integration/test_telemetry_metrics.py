@@ -165,3 +165,58 @@ def test_a_receiver_that_is_down_does_not_slow_the_pipeline(spark, make_settings
     warnings = [r for r in caplog.records if r.name == "streamling.telemetry" and "Metrics export" in r.message]
     assert len(warnings) == 1, [r.message for r in warnings]
     assert warnings[0].levelname == "WARNING" and receiver.endpoint in warnings[0].message
+
+
+def test_an_epoch_that_fails_counts_nothing_and_its_replay_counts_once(
+    spark, make_settings, write_pipeline, server
+) -> None:
+    """Run 1 fails in epoch 2 (the webhook refuses a row with a non-retriable 400) after that epoch's rows were read
+    and transformed; run 2 replays epoch 2 and goes on. Across both runs every node counts each row exactly once."""
+    import json
+
+    from werkzeug import Request, Response
+
+    from streamling.errors import StreamlingError
+
+    refusing = {"on": True}
+
+    def answer(request: Request) -> Response:
+        ids = [row["id"] for row in json.loads(request.get_data())]
+        if refusing["on"] and 150 in ids:
+            return Response("row 150 refused", status=400)
+        return Response("ok")
+
+    server.expect_request("/hook").respond_with_handler(answer)
+    path = write_pipeline(f"""
+        sources:
+          numbers: {{type: generator, rows: 300, record_batch_size: 100, primary_key: id}}
+        transforms:
+          odd:
+            type: sql
+            primary_key: id
+            sql: SELECT id, name, _gs_op FROM numbers WHERE id % 2 = 1 OR id = 150
+        sinks:
+          hook: {{type: webhook, from: odd, url: "{server.url_for("/hook")}", batch_size: 10}}
+        """)
+    totals: list[dict[str, float]] = []
+    for run in (1, 2):
+        receiver = OtlpReceiver("http/protobuf").start()
+        settings = make_settings(
+            job_mode=True,
+            **{
+                "open_telemetry_metrics.ingestion_endpoint": receiver.endpoint,
+                "open_telemetry_metrics.batch_interval_secs": 0.3,
+            },
+        )
+        try:
+            if run == 1:
+                with pytest.raises(StreamlingError, match="non-retriable HTTP 400 - row 150 refused"):
+                    run_pipeline(path, settings, spark)
+                refusing["on"] = False
+            else:
+                run_pipeline(path, settings, spark)
+        finally:
+            receiver.stop()
+        totals.append({n: receiver.latest("output_rows_total", n).value for n in ("numbers", "odd", "hook")})
+    assert totals[0] == {"numbers": 100, "odd": 50, "hook": 50}  # epoch 1 only: epoch 2 failed before its commit
+    assert totals[1] == {"numbers": 200, "odd": 101, "hook": 101}  # epochs 2 and 3, epoch 2 once
