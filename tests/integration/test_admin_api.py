@@ -175,3 +175,50 @@ def test_live_inspection_off_and_a_port_in_use(spark, make_settings, write_pipel
         assert off.json() == {"error": "live inspection is off: set live_data_inspect_enabled: true"}
         with pytest.raises(StreamlingError, match=rf"admin API: cannot listen on 127.0.0.1:{port} \(admin_api_host"):
             run_pipeline(stream, make_settings(admin_api_port=port, application_id="other"), spark)
+
+
+def test_health_reports_a_stalled_source_and_recovers(spark, make_settings, write_pipeline, server) -> None:
+    """A handler whose service stops answering holds the epoch in flight: past source_stall_timeout_sec the liveness
+    probe fails naming the source; once the service answers again, the epoch commits and the probe is healthy."""
+    import json as jsonlib
+
+    from werkzeug import Request, Response
+
+    gate = threading.Event()
+    gate.set()
+
+    def answer(request: Request) -> Response:
+        gate.wait(60)
+        return Response(jsonlib.dumps(jsonlib.loads(request.get_data())), content_type="application/json")
+
+    server.expect_request("/slow").respond_with_handler(answer)
+    port = free_port()
+    path = write_pipeline(f"""
+        sources:
+          ticks: {{type: generator, rows_per_second: 50, record_batch_size: 20, primary_key: id}}
+        transforms:
+          looked_up:
+            type: handler
+            from: ticks
+            url: {server.url_for("/slow")}
+            one_row_per_request: true
+            primary_key: id
+        sinks:
+          out: {{type: blackhole, from: looked_up}}
+        """)
+    settings = make_settings(admin_api_port=port, source_stall_timeout_sec=1.5)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with running(spark, settings, path), httpx.Client(base_url=base, timeout=10) as client:
+            wait_for(lambda: client.get("/ready").status_code == 200, what="readiness", ignore=(httpx.HTTPError,))
+            assert client.get("/health").json() == {"status": "ok"}
+            gate.clear()  # the service hangs: the next epoch cannot finish
+            stalled = wait_for(lambda: (r := client.get("/health")).status_code == 503 and r.json(), what="a stall")
+            assert stalled["status"] == "stalled"
+            assert stalled["stalled"]["ticks"].startswith("an epoch has been in flight for ")
+            topology = {n["name"]: n["health"] for n in client.get("/api/topology").json()["nodes"]}
+            assert topology == {"ticks": "stalled", "looked_up": "stalled", "out": "stalled"}
+            gate.set()
+            wait_for(lambda: client.get("/health").status_code == 200, what="recovery")
+    finally:
+        gate.set()

@@ -86,6 +86,11 @@ class AdminServer:
         deadline = time.monotonic() + STARTUP_TIMEOUT_SEC
         while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.01)
+        if not self._server.started:
+            self.stop()
+            raise StreamlingError(
+                f"admin API: did not start on {self.host}:{self.port} within {STARTUP_TIMEOUT_SEC:g}s"
+            )
         log.info("Admin API on %s", self.url)
 
     def stop(self) -> None:

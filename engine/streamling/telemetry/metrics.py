@@ -68,7 +68,7 @@ class ExportWatch(MetricExporter):
         self.failures = 0
         self.exports = 0
         self.last_reason = ""
-        self._down = False
+        self.down = False
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         try:
@@ -78,13 +78,13 @@ class ExportWatch(MetricExporter):
             result = MetricExportResult.FAILURE
         if result is MetricExportResult.SUCCESS:
             self.exports += 1
-            if self._down:
-                self._down = False
+            if self.down:
+                self.down = False
                 log.info("Metrics export to %s works again (%d failed exports)", self.where, self.failures)
             return result
         self.failures += 1
-        if not self._down:
-            self._down = True
+        if not self.down:
+            self.down = True
             reason = f": {self.last_reason}" if self.last_reason else ""
             log.warning(
                 "Metrics export to %s failed%s; the pipeline goes on and every export retries (no further warnings "
@@ -317,8 +317,10 @@ class Metrics:
         return generate_latest(self.registry) if self.registry is not None else b""
 
     def shutdown(self) -> None:
-        """Export what is left (bounded by the export timeout), then stop the SDK's threads."""
-        timeout_ms = self.settings.export_timeout_secs * 1000
+        """Export what is left (bounded by the export timeout, or a second when the collector is already known to be
+        down: the run's end waits for no absent collector), then stop the SDK's threads."""
+        down = self.watch is not None and self.watch.down
+        timeout_ms = 1000 if down else self.settings.export_timeout_secs * 1000
         for metrics in self.sets:
             try:
                 metrics.provider.shutdown(timeout_millis=timeout_ms)
