@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -222,3 +223,34 @@ def test_health_reports_a_stalled_source_and_recovers(spark, make_settings, writ
             wait_for(lambda: client.get("/health").status_code == 200, what="recovery")
     finally:
         gate.set()
+
+
+def test_a_source_with_nothing_to_read_is_ready_and_healthy(spark, make_settings, write_pipeline, kafka) -> None:
+    """An empty topic commits no epoch; its stream is ready once Spark looked and found nothing, and an idle source
+    is not a stalled one. A record produced then flows, and /api/positions shows it committed."""
+    topic = kafka.topic("idle", partitions=2)
+    schema = {"type": "record", "name": "E", "fields": [{"name": "id", "type": "long"}]}
+    kafka.register(topic, schema)
+    port = free_port()
+    path = write_pipeline(f"""
+        sources:
+          quiet: {{type: kafka, topic: {topic}, primary_key: id}}
+        sinks:
+          out: {{type: blackhole, from: quiet}}
+        """)
+    settings = make_settings(environ=kafka.env, admin_api_port=port, source_stall_timeout_sec=1)
+    with running(spark, settings, path), httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+        wait_for(lambda: client.get("/ready").status_code == 200, what="readiness", ignore=(httpx.HTTPError,))
+        positions = client.get("/api/positions").json()["sources"]["quiet"]
+        assert positions["epochs"] == 0 and positions["caught_up"] is True
+        assert positions["position"] == {"0": 0, "1": 0}
+        time.sleep(1.5)  # longer than the stall limit, with nothing to read
+        assert client.get("/health").json() == {"status": "ok"}
+        kafka.produce_avro(topic, schema, [{"id": 7}])
+        committed = wait_for(
+            lambda: (q := client.get("/api/positions").json()["sources"]["quiet"])["epochs"] >= 1 and q,
+            what="the record's epoch",
+        )
+        assert sum(committed["position"].values()) == 1
+        out = next(n for n in client.get("/api/topology").json()["nodes"] if n["name"] == "out")
+        assert out["rows_total"] == 1
