@@ -226,8 +226,8 @@ def test_health_reports_a_stalled_source_and_recovers(spark, make_settings, writ
 
 
 def test_a_source_with_nothing_to_read_is_ready_and_healthy(spark, make_settings, write_pipeline, kafka) -> None:
-    """An empty topic commits no epoch; its stream is ready once Spark looked and found nothing, and an idle source
-    is not a stalled one. A record produced then flows, and /api/positions shows it committed."""
+    """An empty topic: its stream is ready and caught up once Spark looked and found nothing, and an idle source is
+    not a stalled one. A record produced then flows, and /api/positions shows it committed."""
     topic = kafka.topic("idle", partitions=2)
     schema = {"type": "record", "name": "E", "fields": [{"name": "id", "type": "long"}]}
     kafka.register(topic, schema)
@@ -241,14 +241,17 @@ def test_a_source_with_nothing_to_read_is_ready_and_healthy(spark, make_settings
     settings = make_settings(environ=kafka.env, admin_api_port=port, source_stall_timeout_sec=1)
     with running(spark, settings, path), httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
         wait_for(lambda: client.get("/ready").status_code == 200, what="readiness", ignore=(httpx.HTTPError,))
-        positions = client.get("/api/positions").json()["sources"]["quiet"]
-        assert positions["epochs"] == 0 and positions["caught_up"] is True
+        positions = wait_for(
+            lambda: (q := client.get("/api/positions").json()["sources"]["quiet"])["caught_up"] and q,
+            what="Spark finding nothing to read",
+        )
         assert positions["position"] == {"0": 0, "1": 0}
+        epochs = positions["epochs"]  # Spark may commit one empty first epoch
         time.sleep(1.5)  # longer than the stall limit, with nothing to read
         assert client.get("/health").json() == {"status": "ok"}
         kafka.produce_avro(topic, schema, [{"id": 7}])
         committed = wait_for(
-            lambda: (q := client.get("/api/positions").json()["sources"]["quiet"])["epochs"] >= 1 and q,
+            lambda: (q := client.get("/api/positions").json()["sources"]["quiet"])["epochs"] > epochs and q,
             what="the record's epoch",
         )
         assert sum(committed["position"].values()) == 1
