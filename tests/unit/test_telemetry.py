@@ -231,3 +231,52 @@ def test_prometheus_text_uses_the_streamling_namespace_and_every_tag() -> None:
         assert tag in line, line
     assert line.endswith(" 10.0")
     assert "streamling_output_rows_delta" not in text  # Prometheus has no delta temporality
+
+
+def test_every_kind_of_node_gets_its_identity_tags(tmp_path) -> None:
+    """Tags from a real plan, without Spark: a plugin's `type`, a hybrid's `table` and `topic`, Postgres `schema` and
+    `table`, a webhook's `url` without its credentials, a script's `language`, and the labels."""
+    from streamling.runtime.plan import Plan
+    from streamling.telemetry.nodes import node_infos
+    from streamling.topology.pipeline import load_pipeline
+
+    plugin = Path(__file__).resolve().parents[2] / "plugins" / "basic_plugin"
+    config = tmp_path / "config.yaml"
+    config.write_text("{}\n")
+    s = load_settings(config=str(config), environ={"STREAMLING__PLUGIN__PATH": str(plugin)})
+    text = """
+sources:
+  rnd:
+    type: basic_plugin.random_source
+    options: {max_rows: "10"}
+    telemetry: {labels: {team: growth}}
+  both:
+    type: hybrid
+    primary_key: id
+    bounded_sources: [{source_type: clickhouse, table_name: db.a}, {source_type: clickhouse, table_name: db.b}]
+    unbounded_source: {source_type: kafka, topic: live}
+transforms:
+  js:
+    type: script
+    from: rnd
+    language: javascript
+    primary_key: id
+    script: "function process(r) { return r; }"
+sinks:
+  pg: {type: postgres, from: js, schema: shop, table: orders}
+  hook: {type: webhook, from: both, url: "https://u:secret@h.example/x?k=v"}
+"""
+    pipeline, report = load_pipeline(text, name="p", settings=s)
+    assert pipeline is not None, report.errors
+    tags = {name: dict(info.tags) for name, info in node_infos(Plan(pipeline, s)).items()}
+    assert tags["rnd"] == {
+        "id": "rnd",
+        "topology_node_type": "source",
+        "operator_type": "basic_plugin.random_source",
+        "type": "basic_plugin.random_source",
+        "team": "growth",
+    }
+    assert (tags["both"]["table"], tags["both"]["topic"]) == ("db.a,db.b", "live")
+    assert tags["js"]["language"] == "javascript"
+    assert (tags["pg"]["schema"], tags["pg"]["table"]) == ("shop", "orders")
+    assert tags["hook"]["url"] == "https://***@h.example/x?k=***"
