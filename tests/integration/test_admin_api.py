@@ -257,3 +257,41 @@ def test_a_source_with_nothing_to_read_is_ready_and_healthy(spark, make_settings
         assert sum(committed["position"].values()) == 1
         out = next(n for n in client.get("/api/topology").json()["nodes"] if n["name"] == "out")
         assert out["rows_total"] == 1
+
+
+def test_live_rows_of_nodes_whose_first_column_is_a_map_or_a_constant(spark, make_settings, write_pipeline) -> None:
+    """The sample hashes a node's first plain column: a map first (maps cannot be hashed) and a column with one value
+    (every row hashes alike, so a partial share may let none in) still give live rows."""
+    port = free_port()
+    path = write_pipeline("""
+        sources:
+          ticks: {type: generator, rows_per_second: 400, record_batch_size: 100, primary_key: id}
+        transforms:
+          mapped:
+            type: sql
+            primary_key: id
+            sql: SELECT str_to_map(concat('name:', name)) AS tags, id, _gs_op FROM ticks
+          constant:
+            type: sql
+            primary_key: id
+            sql: SELECT 'same' AS kind, id, _gs_op FROM ticks
+        sinks:
+          a: {type: blackhole, from: mapped}
+          b: {type: blackhole, from: constant}
+        """)
+    settings = make_settings(
+        admin_api_port=port,
+        live_data_inspect_enabled=True,
+        **{"live_data_inspect.records_per_topology_node": 3, "live_data_inspect.refresh_in_secs": 0.2},
+    )
+    with running(spark, settings, path), httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+
+        def sampled() -> dict | None:
+            nodes = client.get("/api/live").json()["nodes"]
+            epochs = {n["name"]: n["epochs"] for n in client.get("/api/topology").json()["nodes"]}
+            enough = epochs["ticks"] >= 4 and all(len(nodes[n]["rows"]) == 3 for n in ("mapped", "constant"))
+            return nodes if enough else None
+
+        nodes = wait_for(sampled, what="three live rows at both nodes", ignore=(httpx.HTTPError,))
+    assert all(set(r["tags"]) == {"name"} for r in nodes["mapped"]["rows"])
+    assert all(r["kind"] == "same" for r in nodes["constant"]["rows"])

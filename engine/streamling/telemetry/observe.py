@@ -3,9 +3,10 @@
 Each source's and transform's DataFrame of the epoch gets a Spark `Observation`: aggregates computed by the tasks
 that run it and merged on the driver when the first action over it finishes, which is exactly once per successful
 Spark job, whatever retried. Nothing extra is computed and no rows are collected: the count rides along with the
-sinks' own actions. When a node's live sample is due, the same observation also keeps ``N`` of its rows picked at
-random (`max_by` over a random number: a bounded heap per task), so the driver never sees more than ``N`` rows per
-task. A source whose rows carry a timestamp (Kafka's ``_timestamp``) also reports the newest one, for the commit lag.
+sinks' own actions. When a node's live sample is due, the same observation also keeps ``N`` of its rows (`max_by`
+over a salted hash: a bounded heap per task, fed only by the few rows whose hash passes a cheap test), so the driver
+never sees more than ``N`` rows per task. A source whose rows carry a timestamp (Kafka's
+``_timestamp``) also reports the newest one, for the commit lag.
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ import base64
 import datetime as dt
 import decimal
 import logging
+import random
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 log = logging.getLogger("streamling.telemetry")
+SHARE_SCALE = 1 << 30
 
 
 @dataclass
@@ -38,10 +42,14 @@ class EpochTap:
     """One epoch's observations. `observe` wraps each node's DataFrame as `Plan.evaluate` builds it; `figures`,
     called after every sink staged (every action ran), reads what completed."""
 
-    def __init__(self, sample: frozenset[str], sample_size: int, event_time: Mapping[str, str]) -> None:
+    def __init__(self, sample: Mapping[str, float], sample_size: int, event_time: Mapping[str, str]) -> None:
         self.sample = sample
+        """Per node to sample in this epoch, the share of its rows that may enter the sample at all (so that only a
+        few dozen rows per epoch are ever copied into a struct)."""
         self.sample_size = sample_size
         self.event_time = event_time
+        self.salt = random.getrandbits(31)
+        """Varies which rows a sample picks from epoch to epoch."""
         self._observed: dict[str, tuple[Observation, list[str]]] = {}
 
     def observe(self, node: str, frame: DataFrame) -> DataFrame:
@@ -53,17 +61,24 @@ class EpochTap:
         if timestamp is not None and timestamp in frame.columns:
             metrics.append(F.max(F.col(f"`{timestamp}`")).alias("event_time"))
         columns = list(frame.columns)
-        pick = None
-        if node in self.sample and columns:
-            pick = f"__sl_pick_{uuid.uuid4().hex[:8]}"
-            frame = frame.withColumn(pick, F.rand())
-            row = F.struct(*[F.col(f"`{c.replace('`', '``')}`") for c in columns])
-            metrics.append(F.max_by(row, F.col(pick), self.sample_size).alias("sample"))
-        observed = frame.observe(observation, *metrics)
-        if pick is not None:
-            observed = observed.drop(pick)
+        share = self.sample.get(node)
+        if share is not None and columns:
+            metrics.append(self._sample(frame.schema, share).alias("sample"))
         self._observed[node] = (observation, columns)
-        return observed
+        return frame.observe(observation, *metrics)
+
+    def _sample(self, schema: T.StructType, share: float) -> Column:
+        """`max_by(row, h, N)` over a hash `h` of the first plain column (maps cannot be hashed) salted per epoch:
+        inside the observation, with no column added (an extra projection would copy every row twice). Below share
+        1, only rows whose hash falls in the first `share` of its range compete; the others give max_by NULLs, which
+        it skips cheaply."""
+        quoted = {f.name: F.col(f"`{f.name.replace('`', '``')}`") for f in schema.fields}
+        plain = next((quoted[f.name] for f in schema.fields if isinstance(f.dataType, T.AtomicType)), F.lit(0))
+        row, hashed = F.struct(*quoted.values()), F.xxhash64(plain, F.lit(self.salt))
+        if share >= 1:
+            return F.max_by(row, hashed, self.sample_size)
+        competes = F.pmod(hashed, F.lit(SHARE_SCALE)) < F.lit(max(1, int(share * SHARE_SCALE)))
+        return F.max_by(F.when(competes, row), F.when(competes, hashed), self.sample_size)
 
     def figures(self) -> EpochFigures:
         out = EpochFigures()

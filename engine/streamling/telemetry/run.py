@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from streamling.telemetry.observe import EpochFigures, EpochTap
 
 log = logging.getLogger("streamling.telemetry")
+SAMPLE_OVERDRAW = 8
 EVENT_TIME_COLUMN = "_timestamp"
 """A source column of this name (a Kafka source's record timestamp) is the source timestamp the commit lag uses."""
 
@@ -48,6 +49,8 @@ class RunTelemetry:
             inspect.refresh_in_secs if settings.live_data_inspect_enabled and settings.admin_api_port else None
         )
         self._sampled: dict[str, float] = {}
+        self._starved: set[str] = set()
+        """Nodes whose last sample was empty although rows passed: the next one takes every row into account."""
         self._sample_lock = threading.Lock()
         self.event_time = {
             name: EVENT_TIME_COLUMN
@@ -109,16 +112,27 @@ class RunTelemetry:
             return None
         from streamling.telemetry.observe import EpochTap
 
-        due: set[str] = set()
+        size = self.settings.live_data_inspect.records_per_topology_node
+        due: dict[str, float] = {}
         if self.sample_every is not None:
             now = time.monotonic()
             with self._sample_lock:
                 for name in [source, *self.plan.downstream[source]]:
                     if self.nodes[name].kind != "sink" and now - self._sampled.get(name, -1e18) >= self.sample_every:
-                        due.add(name)
+                        due[name] = self._share(name, size)
                         self._sampled[name] = now
         self.stats.epoch_started(source)
-        return EpochTap(frozenset(due), self.settings.live_data_inspect.records_per_topology_node, self.event_time)
+        return EpochTap(due, size, self.event_time)
+
+    def _share(self, node: str, size: int) -> float:
+        """The share of a node's rows that compete for its sample: about `SAMPLE_OVERDRAW` times the rows kept, going
+        by its last epoch's rows; all of them when it had few or none yet, or when the last sample came back empty
+        although rows passed (rows whose hashed column has few values)."""
+        commits = self.stats.nodes[node].commits
+        last = commits[-1][1] if commits else 0
+        if not last or node in self._starved:
+            return 1.0
+        return min(1.0, SAMPLE_OVERDRAW * size / last)
 
     def epoch_committed(
         self,
@@ -143,6 +157,11 @@ class RunTelemetry:
                     samples[name] = figures.samples[info.inputs[0]]
             else:
                 rows[name] = figures.rows.get(name, 0)
+        for name, sampled in figures.samples.items():
+            if sampled or not rows.get(name):
+                self._starved.discard(name)
+            else:
+                self._starved.add(name)
         event_ms = figures.event_time_ms if figures.event_time_ms is not None else epoch.timestamp_ms
         self.stats.epoch_committed(source, epoch.end, rows, samples, event_ms, duration_ms)
         for name, milliseconds in latencies.items():
