@@ -8,8 +8,9 @@ Contenders, alternating run by run on the same topic:
 - **off**: no collector, no admin API: nothing is observed (the Spark plans are those of a run without telemetry);
 - **metrics**: per-node counts observed every epoch, exported over OTLP/HTTP (protobuf) every 5 s to a receiver in
   this process, plus the admin API with its Prometheus endpoint;
-- **inspect**: the same, plus live inspection sampling every node's rows every 5 s (six times as often as the
-  default 30 s).
+- **inspect**: the same, plus live inspection at its defaults (every node's rows sampled every 30 s);
+- **inspect_every_epoch**: live inspection sampling every node in every epoch (``refresh_in_secs: 1``), the worst
+  case: what one sampled epoch costs.
 
 Every run's output is checked (exact row count). Prints and records input rec/s and CPU-s per million records
 (medians), and each contender's cost against **off** (target: under 3 %).
@@ -57,8 +58,10 @@ def contender_env(name: str, receiver_port: int, admin_port: int) -> dict[str, s
         "STREAMLING__OPEN_TELEMETRY_METRICS__BATCH_INTERVAL_SECS": str(EXPORT_SEC),
         "STREAMLING__ADMIN_API_PORT": str(admin_port),
     }
-    if name == "inspect":
-        env |= {"STREAMLING__LIVE_DATA_INSPECT_ENABLED": "true", "STREAMLING__LIVE_DATA_INSPECT__REFRESH_IN_SECS": "5"}
+    if name.startswith("inspect"):
+        env["STREAMLING__LIVE_DATA_INSPECT_ENABLED"] = "true"
+    if name == "inspect_every_epoch":
+        env["STREAMLING__LIVE_DATA_INSPECT__REFRESH_IN_SECS"] = "1"
     return env
 
 
@@ -76,7 +79,7 @@ def main() -> None:
     receiver_port = server.server_address[1]
     env = kafka_data.services_env("kafka", "registry")
     suite = Suite(env, Path(tempfile.mkdtemp(prefix="streamling-bench-telemetry-")), Sizes(), opts.runs, opts.warmup)
-    contenders = ("off", "metrics", "inspect")
+    contenders = ("off", "metrics", "inspect", "inspect_every_epoch")
     expected = expected_blackhole(opts.job, opts.records)
     runs: dict[str, list[Measurement]] = {c: [] for c in contenders}
     try:
@@ -123,7 +126,7 @@ def main() -> None:
     }
     path = record("telemetry_cost", payload, opts.results)
     print()
-    print(f"{'':>8} {'rec/s':>10} {'CPU-s/M':>8} {'peak RSS MB':>12} {'vs off':>24}")
+    print(f"{'':>19} {'rec/s':>10} {'CPU-s/M':>8} {'peak RSS MB':>12} {'vs off':>24}")
     for name in contenders:
         r = results[name]
         vs = (
@@ -132,7 +135,7 @@ def main() -> None:
             else "baseline"
         )
         print(
-            f"{name:>8} {r['rec_per_sec']['median']:>10,.0f} {r['cpu_sec_per_million']['median']:>8.2f} "
+            f"{name:>19} {r['rec_per_sec']['median']:>10,.0f} {r['cpu_sec_per_million']['median']:>8.2f} "
             f"{r['peak_rss_mb']['median']:>12,.0f} {vs:>24}"
         )
     print(f"exports received: {Receiver.exports}; recorded {path}")

@@ -1,5 +1,5 @@
 """bench/telemetry_cost.py in a tiny variant, as a user runs it, on the real broker and registry: the three
-contenders (telemetry off, metrics, metrics with live inspection) complete with the exact rows, the metrics runs
+contenders (telemetry off, metrics, metrics with live inspection at its defaults and in every epoch) complete with the exact rows, the metrics runs
 really export, and the result records each one's cost against off. Speed is not asserted (no timing assertions in
 tests)."""
 
@@ -28,11 +28,11 @@ def test_telemetry_cost_bench_records_three_contenders(tmp_path: Path, kafka_env
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [path] = tmp_path.glob("telemetry_cost-*.json")
     result = json.loads(path.read_text())
-    assert set(result["contenders"]) == {"off", "metrics", "inspect"}
+    assert set(result["contenders"]) == {"off", "metrics", "inspect", "inspect_every_epoch"}
     for stats in result["contenders"].values():
         [run] = stats["runs"]
         assert run["returncode"] == 0 and run["extra"]["rows_out"] == 20000
         assert stats["rec_per_sec"]["median"] > 0
     assert result["exports_received"] >= 2  # at least the final export of each metrics run
-    assert set(result["cost_vs_off"]) == {"metrics", "inspect"}
+    assert set(result["cost_vs_off"]) == {"metrics", "inspect", "inspect_every_epoch"}
     assert "baseline" in done.stdout

@@ -50,6 +50,8 @@ class RunTelemetry:
         )
         self._sampled: dict[str, float] = {}
         self._starved: set[str] = set()
+        self._asked: set[str] = set()
+        """Nodes whose first sample was asked for."""
         """Nodes whose last sample was empty although rows passed: the next one takes every row into account."""
         self._sample_lock = threading.Lock()
         self.event_time = {
@@ -125,14 +127,16 @@ class RunTelemetry:
         return EpochTap(due, size, self.event_time)
 
     def _share(self, node: str, size: int) -> float:
-        """The share of a node's rows that compete for its sample: about `SAMPLE_OVERDRAW` times the rows kept, going
-        by its last epoch's rows; all of them when it had few or none yet, or when the last sample came back empty
-        although rows passed (rows whose hashed column has few values)."""
-        commits = self.stats.nodes[node].commits
-        last = commits[-1][1] if commits else 0
-        if not last or node in self._starved:
+        """The share of a node's rows that compete for its sample. Its first sample, and one after an empty sample
+        although rows passed (a small epoch, or rows whose hashed column has few values), take every row; the others
+        about `SAMPLE_OVERDRAW` times the rows kept, going by its last committed epoch's rows (before any, by the
+        largest epoch, `record_batch_size`). Called under the sample lock."""
+        if node not in self._asked or node in self._starved:
+            self._asked.add(node)
             return 1.0
-        return min(1.0, SAMPLE_OVERDRAW * size / last)
+        commits = self.stats.nodes[node].commits
+        expected = commits[-1][1] if commits else self.settings.record_batch_size
+        return min(1.0, SAMPLE_OVERDRAW * size / max(expected, 1))
 
     def epoch_committed(
         self,
