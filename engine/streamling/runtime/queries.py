@@ -194,7 +194,7 @@ class SourceQuery:
         spark = batch.sparkSession
         epoch = Epoch(self.source.name, self.planned_epoch + 1, self.planned_end, end, timestamp_ms)
         log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
-        tap = self.runner.telemetry.tap(self.source.name)
+        tap = self.runner.telemetry.tap(self.source.name, self.source.rows_between(epoch.start, epoch.end))
         # Persist when the batch is read more than once: by several sinks, or also by side outputs.
         side_outputs = sum(1 for op in self.downstream if op.spec.side_output)
         shared = len(self.sinks) + side_outputs > 1

@@ -15,6 +15,7 @@ import base64
 import datetime as dt
 import decimal
 import logging
+import math
 import random
 import uuid
 from collections.abc import Mapping
@@ -26,7 +27,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 log = logging.getLogger("streamling.telemetry")
-SHARE_SCALE = 1 << 30
+SHARE_BITS = 30
+SALT = random.getrandbits(31)
+"""One per process: Spark compiles the code of each distinct expression once, and a new literal every epoch would cost
+a compilation every epoch. Which rows are picked changes with the rows themselves."""
 
 
 @dataclass
@@ -48,8 +52,6 @@ class EpochTap:
         few dozen rows per epoch are ever copied into a struct)."""
         self.sample_size = sample_size
         self.event_time = event_time
-        self.salt = random.getrandbits(31)
-        """Varies which rows a sample picks from epoch to epoch."""
         self._observed: dict[str, tuple[Observation, list[str]]] = {}
 
     def observe(self, node: str, frame: DataFrame) -> DataFrame:
@@ -68,16 +70,17 @@ class EpochTap:
         return frame.observe(observation, *metrics)
 
     def _sample(self, schema: T.StructType, share: float) -> Column:
-        """`max_by(row, h, N)` over a hash `h` of the first plain column (maps cannot be hashed) salted per epoch:
+        """`max_by(row, h, N)` over a hash `h` of the first plain column (maps cannot be hashed), salted:
         inside the observation, with no column added (an extra projection would copy every row twice). Below share
         1, only rows whose hash falls in the first `share` of its range compete; the others give max_by NULLs, which
         it skips cheaply."""
         quoted = {f.name: F.col(f"`{f.name.replace('`', '``')}`") for f in schema.fields}
         plain = next((quoted[f.name] for f in schema.fields if isinstance(f.dataType, T.AtomicType)), F.lit(0))
-        row, hashed = F.struct(*quoted.values()), F.xxhash64(plain, F.lit(self.salt))
+        row, hashed = F.struct(*quoted.values()), F.xxhash64(plain, F.lit(SALT))
         if share >= 1:
             return F.max_by(row, hashed, self.sample_size)
-        competes = F.pmod(hashed, F.lit(SHARE_SCALE)) < F.lit(max(1, int(share * SHARE_SCALE)))
+        halvings = min(SHARE_BITS, math.ceil(-math.log2(share)))  # rounded up to a power of two (see SALT)
+        competes = F.pmod(hashed, F.lit(1 << SHARE_BITS)) < F.lit(1 << (SHARE_BITS - halvings))
         return F.max_by(F.when(competes, row), F.when(competes, hashed), self.sample_size)
 
     def figures(self) -> EpochFigures:

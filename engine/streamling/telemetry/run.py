@@ -50,8 +50,6 @@ class RunTelemetry:
         )
         self._sampled: dict[str, float] = {}
         self._starved: set[str] = set()
-        self._asked: set[str] = set()
-        """Nodes whose first sample was asked for."""
         """Nodes whose last sample was empty although rows passed: the next one takes every row into account."""
         self._sample_lock = threading.Lock()
         self.event_time = {
@@ -107,9 +105,10 @@ class RunTelemetry:
     def recorder(self, node: str) -> NodeRecorder:
         return self.tasks.recorder(node) if self.tasks is not None else OFF
 
-    def tap(self, source: str) -> EpochTap | None:
-        """The observations for one epoch of `source`, or None when telemetry is off. Sampling happens for the
-        nodes whose live rows are older than ``live_data_inspect.refresh_in_secs``."""
+    def tap(self, source: str, epoch_rows: int | None = None) -> EpochTap | None:
+        """The observations for one epoch of `source` (`epoch_rows`: its rows, when its positions tell), or None when
+        telemetry is off. Sampling happens for the nodes whose live rows are older than
+        ``live_data_inspect.refresh_in_secs``."""
         if not self.enabled:
             return None
         from streamling.telemetry.observe import EpochTap
@@ -121,22 +120,22 @@ class RunTelemetry:
             with self._sample_lock:
                 for name in [source, *self.plan.downstream[source]]:
                     if self.nodes[name].kind != "sink" and now - self._sampled.get(name, -1e18) >= self.sample_every:
-                        due[name] = self._share(name, size)
+                        due[name] = self._share(name, size, epoch_rows, name == source)
                         self._sampled[name] = now
         self.stats.epoch_started(source)
         return EpochTap(due, size, self.event_time)
 
-    def _share(self, node: str, size: int) -> float:
-        """The share of a node's rows that compete for its sample. Its first sample, and one after an empty sample
-        although rows passed (a small epoch, or rows whose hashed column has few values), take every row; the others
-        about `SAMPLE_OVERDRAW` times the rows kept, going by its last committed epoch's rows (before any, by the
-        largest epoch, `record_batch_size`). Called under the sample lock."""
-        if node not in self._asked or node in self._starved:
-            self._asked.add(node)
-            return 1.0
+    def _share(self, node: str, size: int, epoch_rows: int | None, is_source: bool) -> float:
+        """The share of a node's rows that compete for its sample: about `SAMPLE_OVERDRAW` times the rows kept, going
+        by the rows expected — the source's rows in this epoch (`epoch_rows`, when its positions tell) for the source,
+        the node's last committed epoch's for the others (before one, the source's). Every row competes when nothing
+        tells, or after an empty sample although rows passed (fewer rows than expected, say behind a filter, or rows
+        whose hashed column has few values). Called under the sample lock."""
         commits = self.stats.nodes[node].commits
-        expected = commits[-1][1] if commits else self.settings.record_batch_size
-        return min(1.0, SAMPLE_OVERDRAW * size / max(expected, 1))
+        expected = commits[-1][1] if commits and not is_source else epoch_rows
+        if node in self._starved or not expected:
+            return 1.0
+        return min(1.0, SAMPLE_OVERDRAW * size / expected)
 
     def epoch_committed(
         self,
