@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -120,3 +121,29 @@ def wait_until_gone(cwd: Path, timeout: float = 30) -> None:
     while (left := run_processes(cwd)) and time.time() < deadline:
         time.sleep(0.1)
     assert not left, f"processes left behind: {left}"
+
+
+def start_inspectable(cwd: Path, pipeline: Path, rows: int, refresh_sec: float) -> tuple[subprocess.Popen, str]:
+    """The CLI running `pipeline` with the admin API on a free port and live inspection (`rows` per node, sampled
+    every `refresh_sec`), once it is ready; the process (its own group) and the admin API's base URL."""
+    import httpx
+
+    from tests.net import free_port
+    from tests.waiting import wait_for
+
+    port = free_port()
+    env = {
+        "STREAMLING__ADMIN_API_PORT": str(port),
+        "STREAMLING__LIVE_DATA_INSPECT_ENABLED": "true",
+        "STREAMLING__LIVE_DATA_INSPECT__RECORDS_PER_TOPOLOGY_NODE": str(rows),
+        "STREAMLING__LIVE_DATA_INSPECT__REFRESH_IN_SECS": str(refresh_sec),
+    }
+    engine = start_cli(cwd, str(pipeline), env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(f"{base}/ready", timeout=2).status_code == 200, 120, "readiness", (httpx.HTTPError,))
+    except BaseException:
+        os.killpg(engine.pid, signal.SIGKILL)
+        engine.communicate(timeout=60)
+        raise
+    return engine, base

@@ -8,15 +8,12 @@ import os
 import signal
 from pathlib import Path
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
 from tests.conftest import REPO
 from tests.e2e.browser import CHROMIUM
-from tests.e2e.cli import start_cli, write
-from tests.net import free_port
-from tests.waiting import wait_for
+from tests.e2e.cli import start_inspectable, write
 
 ARTIFACTS = REPO / "tests" / "artifacts" / "admin_page"
 pytestmark = [
@@ -31,7 +28,6 @@ def shot(page: Page, name: str) -> None:
 
 
 def test_the_page_shows_the_graph_and_a_nodes_live_rows_changing(tmp_path: Path, page: Page) -> None:
-    port = free_port()
     pipeline = write(
         tmp_path,
         """
@@ -47,16 +43,8 @@ def test_the_page_shows_the_graph_and_a_nodes_live_rows_changing(tmp_path: Path,
           everything: {type: blackhole, from: orders}
         """,
     )
-    env = {
-        "STREAMLING__ADMIN_API_PORT": str(port),
-        "STREAMLING__LIVE_DATA_INSPECT_ENABLED": "true",
-        "STREAMLING__LIVE_DATA_INSPECT__RECORDS_PER_TOPOLOGY_NODE": "6",
-        "STREAMLING__LIVE_DATA_INSPECT__REFRESH_IN_SECS": "1",
-    }
-    engine = start_cli(tmp_path, str(pipeline), env=env)
-    base = f"http://127.0.0.1:{port}"
+    engine, base = start_inspectable(tmp_path, pipeline, rows=6, refresh_sec=1)
     try:
-        wait_for(lambda: httpx.get(f"{base}/ready", timeout=2).status_code == 200, 120, "readiness", (httpx.HTTPError,))
         page.goto(base)
         expect(page.locator("#pipeline")).to_have_text("Pipeline pipeline")
         for name in ("orders", "big_orders", "archive", "everything"):

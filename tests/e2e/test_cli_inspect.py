@@ -12,13 +12,11 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.cli import STREAMLING, cli_env, start_cli, write
-from tests.net import free_port
+from tests.e2e.cli import STREAMLING, cli_env, start_inspectable, write
 from tests.waiting import wait_for
 
 
 def test_inspect_follows_a_running_pipeline(tmp_path: Path) -> None:
-    port = free_port()
     pipeline = write(
         tmp_path,
         """
@@ -33,16 +31,8 @@ def test_inspect_follows_a_running_pipeline(tmp_path: Path) -> None:
           out: {type: blackhole, from: named}
         """,
     )
-    env = {
-        "STREAMLING__ADMIN_API_PORT": str(port),
-        "STREAMLING__LIVE_DATA_INSPECT_ENABLED": "true",
-        "STREAMLING__LIVE_DATA_INSPECT__RECORDS_PER_TOPOLOGY_NODE": "4",
-        "STREAMLING__LIVE_DATA_INSPECT__REFRESH_IN_SECS": "0.5",
-    }
-    engine = start_cli(tmp_path, str(pipeline), env=env)
-    base = f"http://127.0.0.1:{port}"
+    engine, base = start_inspectable(tmp_path, pipeline, rows=4, refresh_sec=0.5)
     try:
-        wait_for(lambda: httpx.get(f"{base}/ready").status_code == 200, 120, "readiness", (httpx.HTTPError,))
         wait_for(
             lambda: httpx.get(f"{base}/api/live", params={"node": "named"}).json()["nodes"]["named"]["rows"], 60, "rows"
         )

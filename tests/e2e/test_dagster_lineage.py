@@ -21,7 +21,6 @@ from tests.e2e import test_dagster_ui as ui
 from tests.e2e.dagster_dev import DagsterDev, running_dagster_dev
 from tests.e2e.test_dagster_ui import shot
 
-page = ui.page  # the Chromium fixture
 pytestmark = ui.pytestmark  # skipped without Debian's chromium
 SHIPPED = ("orders_archive", "orders_to_kafka", "orders_hybrid", "order_totals")
 

@@ -14,8 +14,7 @@ from playwright import sync_api
 from playwright.sync_api import expect
 
 from tests.e2e.dagster_dev import DagsterDev, ranged_pipeline
-from tests.e2e.test_dagster_ui import page as browser  # noqa: F401  (test_dagster_ui's browser fixture)
-from tests.e2e.test_dagster_ui import shot
+from tests.e2e.test_dagster_ui import pytestmark, shot  # noqa: F401  (skipped without Debian's chromium)
 from tests.kafka_util import KafkaTestbed
 
 TOAST = re.compile(r"^Launched run ([0-9a-f]{8})$")
@@ -43,11 +42,11 @@ def launch_range(dev: DagsterDev, page: sync_api.Page, asset: str, key: str, scr
 
 def test_a_range_is_backfilled_from_the_partition_view_and_a_rerun_reapplies_it(
     dagster_dev: DagsterDev,
-    browser: sync_api.Page,  # noqa: F811  (the fixture imported above)
+    page: sync_api.Page,
     kafka_env,
     pg_connect,
 ) -> None:
-    dev, page = dagster_dev, browser
+    dev = dagster_dev
     topic = f"{dev.topic}_ranged"
     bed = KafkaTestbed(kafka_env)
     try:
