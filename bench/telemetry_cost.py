@@ -1,7 +1,7 @@
 """Benchmark: what observability costs on the original's benchmark (suite scenario 1: Kafka Avro → SQL projection →
 blackhole, 4 partitions, the real CLI on local[2]).
 
-    .venv/bin/python bench/telemetry_cost.py [--records N] [--runs K] [--warmup K] [--results DIR]
+    .venv/bin/python bench/telemetry_cost.py [--records N] [--runs K] [--warmup K] [--only metrics,inspect]
 
 Contenders, alternating run by run on the same topic:
 
@@ -32,6 +32,7 @@ from suite import SQL, Sizes, Suite, delete_topics, expected_blackhole, progress
 
 KEYS = ("rec_per_sec", "cpu_sec_per_million", "peak_rss_mb", "wall_sec")
 EXPORT_SEC = 5
+CONTENDERS = ("off", "metrics", "inspect", "inspect_every_epoch")
 
 
 class Receiver(BaseHTTPRequestHandler):
@@ -72,14 +73,18 @@ def main() -> None:
     args.add_argument("--warmup", type=int, default=1)
     args.add_argument("--job", default="projection", choices=sorted(SQL))
     args.add_argument("--results", type=Path, default=RESULTS)
+    args.add_argument("--only", default="", help="comma-separated contenders to run besides off (default: all)")
     opts = args.parse_args()
+    unknown = set(filter(None, opts.only.split(","))) - set(CONTENDERS[1:])
+    if unknown:
+        args.error(f"--only: unknown contender(s) {sorted(unknown)}; choose from {', '.join(CONTENDERS[1:])}")
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     receiver_port = server.server_address[1]
     env = kafka_data.services_env("kafka", "registry")
     suite = Suite(env, Path(tempfile.mkdtemp(prefix="streamling-bench-telemetry-")), Sizes(), opts.runs, opts.warmup)
-    contenders = ("off", "metrics", "inspect", "inspect_every_epoch")
+    contenders = ("off", *(c for c in CONTENDERS[1:] if not opts.only or c in opts.only.split(",")))
     expected = expected_blackhole(opts.job, opts.records)
     runs: dict[str, list[Measurement]] = {c: [] for c in contenders}
     try:
