@@ -194,7 +194,8 @@ class Source(Operator[SS]):
         return False
 
     def rows_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> int | None:
-        """Rows an epoch from `start` to `end` covers, when positions tell; for progress reporting."""
+        """Rows an epoch from `start` to `end` covers, when positions tell (progress, live sampling); asked once per
+        epoch, when it begins."""
         return None
 
     def backlog(self, position: Mapping[str, Any] | None) -> dict[str, int] | None:

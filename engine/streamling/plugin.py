@@ -228,8 +228,8 @@ class ArrowSource(_Node[OptionsT]):
         return None
 
     def rows_between(self, start: Position, end: Position) -> int | None:
-        """How many rows the range [start, end) holds, when positions tell (run summaries, progress); None when
-        unknown."""
+        """How many rows the range [start, end) holds, when positions tell (run summaries, progress, live
+        sampling); None when unknown. Asked once per epoch, when it begins."""
         return None
 
     def reads(self) -> list[ExternalObject]:

@@ -168,6 +168,7 @@ def test_pipeline_job_mode_start_at_filter_and_restart(
     assert min(int(r["block"]) for r in rows) >= 1050
     assert all(r["who"] != "w0" for r in rows)
     assert summary.sources["ch"].epochs >= 2
+    assert summary.sources["ch"].rows_in == expected  # the Dagster check's "rows read"
     with SqliteStateBackend("local_app_v1", str(tmp_path / "state.db")) as state:
         saved = state.items("clickhouse_source:")
     assert list(saved) == [f"clickhouse_source:ch:{database}.events"]

@@ -59,10 +59,16 @@ class EpochCommit:
         self.progress = progress
 
     def finish(
-        self, epoch: Epoch, staged: list[Staged], timing: EpochTiming, figures: EpochFigures | None = None
+        self,
+        epoch: Epoch,
+        rows_in: int | None,
+        staged: list[Staged],
+        timing: EpochTiming,
+        figures: EpochFigures | None = None,
     ) -> None:
         """On the committer thread: deferred writes, flush, commit, finalize — in epoch order. Then the epoch's
-        figures (`figures`: what Spark counted per node) go to the telemetry, which counts committed epochs only."""
+        figures (`figures`: what Spark counted per node) go to the telemetry, which counts committed epochs only.
+        `rows_in`: the source's rows in the epoch, when its positions tell (asked once, when the epoch began)."""
         sink_rows: dict[str, int] = {}
         latencies = {self.source.name: timing.spark_sec * 1000}
         for name, label, deferred, staging_sec in staged:
@@ -76,7 +82,7 @@ class EpochCommit:
             with error_context(op.label):
                 op.flush_epoch(epoch)
         crash_point("after_write", epoch.id)
-        self._write_state(epoch, timing.started)
+        self._write_state(epoch, rows_in, timing.started)
         crash_point("after_commit", epoch.id)
         duration_ms = (time.monotonic() - timing.started) * 1000
         self.runner.telemetry.epoch_committed(epoch, figures, sink_rows, latencies, duration_ms)
@@ -84,7 +90,7 @@ class EpochCommit:
             with error_context(op.label):
                 op.epoch_committed(epoch)
 
-    def _write_state(self, epoch: Epoch, started: float) -> None:
+    def _write_state(self, epoch: Epoch, rows: int | None, started: float) -> None:
         now_ms = int(time.time() * 1000)
         entries = dict(self.source.position_entries(epoch.start, epoch.end, now_ms))
         entries[epoch_key(self.source.name)] = {"epoch": epoch.id, "updated_at": now_ms}
@@ -99,7 +105,6 @@ class EpochCommit:
             self.runner.state.put_many(entries)
         self.progress.epochs += 1
         self.progress.position = dict(epoch.end)
-        rows = self.source.rows_between(epoch.start, epoch.end)
         self.progress.rows_in += rows or 0
         log.debug(
             "Epoch finalized: %d (%s, position %s, %s rows, %.2fs)",

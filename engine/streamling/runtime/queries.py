@@ -194,7 +194,8 @@ class SourceQuery:
         spark = batch.sparkSession
         epoch = Epoch(self.source.name, self.planned_epoch + 1, self.planned_end, end, timestamp_ms)
         log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
-        tap = self.runner.telemetry.tap(self.source.name, self.source.rows_between(epoch.start, epoch.end))
+        rows_in = self.source.rows_between(epoch.start, epoch.end)  # once: a source may forget it once asked
+        tap = self.runner.telemetry.tap(self.source.name, rows_in)
         # Persist when the batch is read more than once: by several sinks, or also by side outputs.
         side_outputs = sum(1 for op in self.downstream if op.spec.side_output)
         shared = len(self.sinks) + side_outputs > 1
@@ -217,11 +218,14 @@ class SourceQuery:
                 batch.unpersist()
         self.planned_epoch, self.planned_end = epoch.id, dict(epoch.end)
         spark_sec = time.monotonic() - started
-        self.committer.submit(lambda: self._finish(epoch, staged, EpochTiming(started, spark_sec), figures))
+        timing = EpochTiming(started, spark_sec)
+        self.committer.submit(lambda: self._finish(epoch, rows_in, staged, timing, figures))
 
-    def _finish(self, epoch: Epoch, staged: list[Staged], timing: EpochTiming, figures: EpochFigures | None) -> None:
+    def _finish(
+        self, epoch: Epoch, rows_in: int | None, staged: list[Staged], timing: EpochTiming, figures: EpochFigures | None
+    ) -> None:
         """On the committer thread, in epoch order (see `EpochCommit`)."""
-        self.commit.finish(epoch, staged, timing, figures)
+        self.commit.finish(epoch, rows_in, staged, timing, figures)
         self.position = dict(epoch.end)
         self.epoch = epoch.id
         if self.source.is_exhausted(epoch.end):
