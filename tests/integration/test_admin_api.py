@@ -260,8 +260,9 @@ def test_a_source_with_nothing_to_read_is_ready_and_healthy(spark, make_settings
 
 
 def test_live_rows_of_nodes_whose_first_column_is_a_map_or_a_constant(spark, make_settings, write_pipeline) -> None:
-    """The sample hashes a node's first plain column: a map first (maps cannot be hashed) and a column with one value
-    (every row hashes alike, so a partial share may let none in) still give live rows."""
+    """The sample hashes a node's first plain columns: a map first (maps cannot be hashed), a column with one value,
+    and rows that repeat (three distinct rows: a partial share may let none in, and the next samples let more in)
+    still give live rows."""
     port = free_port()
     path = write_pipeline("""
         sources:
@@ -275,9 +276,14 @@ def test_live_rows_of_nodes_whose_first_column_is_a_map_or_a_constant(spark, mak
             type: sql
             primary_key: id
             sql: SELECT 'same' AS kind, id, _gs_op FROM ticks
+          repeated:
+            type: sql
+            primary_key: bucket
+            sql: SELECT 'same' AS kind, id % 3 AS bucket, _gs_op FROM ticks
         sinks:
           a: {type: blackhole, from: mapped}
           b: {type: blackhole, from: constant}
+          c: {type: blackhole, from: repeated}
         """)
     settings = make_settings(
         admin_api_port=port,
@@ -289,9 +295,12 @@ def test_live_rows_of_nodes_whose_first_column_is_a_map_or_a_constant(spark, mak
         def sampled() -> dict | None:
             nodes = client.get("/api/live").json()["nodes"]
             epochs = {n["name"]: n["epochs"] for n in client.get("/api/topology").json()["nodes"]}
-            enough = epochs["ticks"] >= 4 and all(len(nodes[n]["rows"]) == 3 for n in ("mapped", "constant"))
+            enough = epochs["ticks"] >= 4 and all(
+                len(nodes[n]["rows"]) == 3 for n in ("mapped", "constant", "repeated")
+            )
             return nodes if enough else None
 
-        nodes = wait_for(sampled, what="three live rows at both nodes", ignore=(httpx.HTTPError,))
+        nodes = wait_for(sampled, what="three live rows at each node", ignore=(httpx.HTTPError,))
     assert all(set(r["tags"]) == {"name"} for r in nodes["mapped"]["rows"])
     assert all(r["kind"] == "same" for r in nodes["constant"]["rows"])
+    assert {r["bucket"] for r in nodes["repeated"]["rows"]} <= {0, 1, 2}

@@ -28,6 +28,9 @@ from pyspark.sql import types as T
 
 log = logging.getLogger("streamling.telemetry")
 SHARE_BITS = 30
+HASHED_COLUMNS = 4
+"""The columns a row's sampling hash covers: enough that a low-cardinality first column (a status, a country) still
+leaves rows distinct, few enough to stay cheap (the hash is evaluated for every row of a sampled epoch)."""
 SALT = random.getrandbits(31)
 """One per process: Spark compiles the code of each distinct expression once, and a new literal every epoch would cost
 a compilation every epoch. Which rows are picked changes with the rows themselves."""
@@ -70,18 +73,18 @@ class EpochTap:
         return frame.observe(observation, *metrics)
 
     def _sample(self, schema: T.StructType, share: float) -> Column:
-        """`max_by(row, h, N)` over a hash `h` of the first plain column (maps cannot be hashed), salted:
-        inside the observation, with no column added (an extra projection would copy every row twice). Below share
-        1, only rows whose hash falls in the first `share` of its range compete; the others give max_by NULLs, which
-        it skips cheaply."""
+        """`max_by(row, h, N)` over a salted hash `h` of the first few plain columns (maps cannot be hashed): inside
+        the observation, with no column added (an extra projection would copy every row twice). Below share 1, only
+        rows whose hash falls in the first `share` of its range compete; the others give max_by a NULL ordering,
+        which it skips before it looks at the row (so their struct is never built)."""
         quoted = {f.name: F.col(f"`{f.name.replace('`', '``')}`") for f in schema.fields}
-        plain = next((quoted[f.name] for f in schema.fields if isinstance(f.dataType, T.AtomicType)), F.lit(0))
-        row, hashed = F.struct(*quoted.values()), F.xxhash64(plain, F.lit(SALT))
+        plain = [quoted[f.name] for f in schema.fields if isinstance(f.dataType, T.AtomicType)][:HASHED_COLUMNS]
+        row, hashed = F.struct(*quoted.values()), F.xxhash64(*plain, F.lit(SALT))
         if share >= 1:
             return F.max_by(row, hashed, self.sample_size)
         halvings = min(SHARE_BITS, math.ceil(-math.log2(share)))  # rounded up to a power of two (see SALT)
-        competes = F.pmod(hashed, F.lit(1 << SHARE_BITS)) < F.lit(1 << (SHARE_BITS - halvings))
-        return F.max_by(F.when(competes, row), F.when(competes, hashed), self.sample_size)
+        below = F.lit(-(1 << 63) + (1 << (64 - halvings)))  # hashes are uniform over the signed 64-bit range
+        return F.max_by(row, F.when(hashed < below, hashed), self.sample_size)
 
     def figures(self) -> EpochFigures:
         out = EpochFigures()

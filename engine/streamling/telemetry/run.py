@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("streamling.telemetry")
 SAMPLE_OVERDRAW = 8
+STARVED_BOOST = 64
 EVENT_TIME_COLUMN = "_timestamp"
 """A source column of this name (a Kafka source's record timestamp) is the source timestamp the commit lag uses."""
 
@@ -49,8 +50,9 @@ class RunTelemetry:
             inspect.refresh_in_secs if settings.live_data_inspect_enabled and settings.admin_api_port else None
         )
         self._sampled: dict[str, float] = {}
-        self._starved: set[str] = set()
-        """Nodes whose last sample was empty although rows passed: the next one takes every row into account."""
+        self._boost: dict[str, float] = {}
+        """Per node, how much more of its rows compete than the overdraw asks for: multiplied by `STARVED_BOOST` each
+        time a sample comes back empty although rows passed (rows repeat, so few distinct hashes exist), kept after."""
         self._sample_lock = threading.Lock()
         self.event_time = {
             name: EVENT_TIME_COLUMN
@@ -123,19 +125,22 @@ class RunTelemetry:
                         due[name] = self._share(name, size, epoch_rows, name == source)
                         self._sampled[name] = now
         self.stats.epoch_started(source)
+        if due:
+            log.debug("epoch of %s samples %s", source, ", ".join(f"'{n}' (share {s:.2g})" for n, s in due.items()))
         return EpochTap(due, size, self.event_time)
 
     def _share(self, node: str, size: int, epoch_rows: int | None, is_source: bool) -> float:
         """The share of a node's rows that compete for its sample: about `SAMPLE_OVERDRAW` times the rows kept, going
         by the rows expected — the source's rows in this epoch (`epoch_rows`, when its positions tell) for the source,
         the node's last committed epoch's for the others (before one, the source's). Every row competes when nothing
-        tells, or after an empty sample although rows passed (fewer rows than expected, say behind a filter, or rows
-        whose hashed column has few values). Called under the sample lock."""
+        tells; more after an empty sample although rows passed (fewer rows than expected, say behind a filter, or rows
+        that repeat): every row competing would build a struct per row, several percent of a fast pipeline's time,
+        while a larger share costs only the rows it lets in. Called under the sample lock."""
         commits = self.stats.nodes[node].commits
         expected = commits[-1][1] if commits and not is_source else epoch_rows
-        if node in self._starved or not expected:
+        if not expected:
             return 1.0
-        return min(1.0, SAMPLE_OVERDRAW * size / expected)
+        return min(1.0, SAMPLE_OVERDRAW * size / expected * self._boost.get(node, 1.0))
 
     def epoch_committed(
         self,
@@ -161,10 +166,15 @@ class RunTelemetry:
             else:
                 rows[name] = figures.rows.get(name, 0)
         for name, sampled in figures.samples.items():
-            if sampled or not rows.get(name):
-                self._starved.discard(name)
-            else:
-                self._starved.add(name)
+            if rows.get(name) and not sampled:
+                with self._sample_lock:
+                    self._boost[name] = self._boost.get(name, 1.0) * STARVED_BOOST
+                log.debug(
+                    "node '%s': no row sampled among %d; %gx more rows compete from now",
+                    name,
+                    rows[name],
+                    self._boost[name],
+                )
         event_ms = figures.event_time_ms if figures.event_time_ms is not None else epoch.timestamp_ms
         self.stats.epoch_committed(source, epoch.end, rows, samples, event_ms, duration_ms)
         for name, milliseconds in latencies.items():
