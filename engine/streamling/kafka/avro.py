@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,10 @@ from pyspark.sql import types as T
 
 from streamling.core.markers import WIDE_DECIMAL_KEY
 from streamling.errors import StreamlingError, first_line
+from streamling.kafka.avro_block import RAW_LOGICAL, BlockPlan
+from streamling.kafka.avro_block import plan as block_plan
+
+log = logging.getLogger("streamling.kafka")
 
 _PRIMITIVES: dict[str, T.DataType] = {
     "boolean": T.BooleanType(),
@@ -32,7 +37,6 @@ _PRIMITIVES: dict[str, T.DataType] = {
     "bytes": T.BinaryType(),
     "string": T.StringType(),
 }
-_RAW_LOGICAL = {"time-millis", "time-micros"}  # read as their int/long: Spark has no time-of-day type
 
 
 def _non_null(schema: Any, where: str) -> tuple[Any, bool]:
@@ -211,7 +215,7 @@ def _is_wide(schema: Mapping[str, Any]) -> bool:
 
 
 def _strip(schema: Any, top_level_decimals: set[str] | None, depth: int = 0, field: str | None = None) -> Any:
-    """Drop logical types that are decoded outside fastavro: time-* (kept raw), top-level decimals and every
+    """Drop logical types that are decoded outside fastavro: `RAW_LOGICAL` (kept raw), top-level decimals and every
     wide decimal (a property of the type, so the same at each use of a named one). A named type is stripped
     where it is defined, which holds for every reference to it."""
     if isinstance(schema, list):
@@ -221,7 +225,7 @@ def _strip(schema: Any, top_level_decimals: set[str] | None, depth: int = 0, fie
     out = dict(schema)
     logical = out.get("logicalType")
     if (
-        logical in _RAW_LOGICAL
+        logical in RAW_LOGICAL
         or _is_wide(out)
         or (logical == "decimal" and depth == 1 and top_level_decimals is not None and field in top_level_decimals)
     ):
@@ -393,6 +397,11 @@ class AvroDecoder:
         self.raw_schema = pa.schema(raw_fields)
         self._writers: dict[int, tuple[Any, Any]] = {}
         self._resolved: dict[bytes, tuple[Any, Any]] = {}  # 5-byte frame header -> (writer, reader)
+        self._reader_record = root_record(copy.deepcopy(reader_schema), subject)
+        self._writer_schemas: dict[int, Any] = {}  # schema id -> the writer schema as the registry gave it
+        self._plans: dict[bytes, BlockPlan | None] | None = None if self.converters else {}
+        """Per frame, how its payloads are decoded as one block (None: per record); None for a reader schema
+        holding wide decimals, which become exact strings one value at a time."""
 
     def _writer(self, schema_id: int, where: str) -> tuple[Any, Any]:
         """(writer schema, reader schema or None when they are identical: no resolution needed)."""
@@ -407,6 +416,7 @@ class AvroDecoder:
                     "start; restart the pipeline to read with the new schema, or set "
                     "validate_writer_schema_ordering: false"
                 )
+            self._writer_schemas[schema_id] = json.loads(schema_str)
             parsed = self._fastavro.parse_schema(_strip(json.loads(schema_str), set(self.decimals)))
             writer = (parsed, None if parsed == self.reader else self.reader)
             self._writers[schema_id] = writer
@@ -422,7 +432,74 @@ class AvroDecoder:
         """Decode one partition's payloads; `messages` (with ``offset()``) only serve error messages.
 
         A bad record raises a user error naming it, unless `rejected` is given: then its index and error are
-        appended there and the batch holds the other records only."""
+        appended there and the batch holds the other records only.
+
+        Payloads of one writer schema are decoded as one Avro block (`avro_block`) when the schema allows; anything
+        that path does not take (mixed schema ids, a bad record, a block that disagrees with its last record decoded
+        alone) goes through fastavro one record at a time."""
+        frame = None
+        if self._plans is not None and payloads:
+            frame, batch = self._decode_block(payloads, partition, messages[-1].offset())
+            if batch is not None:
+                return batch
+        rows = self._decode_rows(payloads, messages, partition, rejected)
+        if frame is not None and self._plans is not None and self._plans.get(frame) is not None:
+            if rejected is None or not rejected:  # every record was fine: the block path cannot read this schema
+                log.debug("topic '%s': schema frame %s is decoded per record from now", self.topic, frame.hex())
+                self._plans[frame] = None
+        return self._to_batch(rows)
+
+    def _decode_block(
+        self, payloads: Sequence[bytes | None], partition: int, last_offset: int
+    ) -> tuple[bytes | None, pa.RecordBatch | None]:
+        """(the frame tried, the batch) — the batch None when this path does not apply to these payloads."""
+        last = payloads[-1]
+        where = f"message at topic '{self.topic}' partition {partition} offset {last_offset}"
+        try:
+            probe = self._to_batch([self._decode_one(last, where)])
+        except (BadRecord, StreamlingError):  # the per-record path names the first record at fault, in order
+            return None, None
+        assert last is not None
+        frame = last[:5]
+        if frame not in self._plans:
+            self._plans[frame] = self._plan(frame, probe.schema)
+        plan = self._plans[frame]
+        if plan is None:
+            return None, None
+        try:
+            same = all(p[:5] == frame for p in payloads)  # type: ignore[index]
+            if same and plan.branch is not None:
+                same = all(p[5] == plan.branch for p in payloads)  # type: ignore[index]
+        except (TypeError, IndexError):  # a null or short payload
+            return None, None
+        if not same:
+            return None, None
+        batch = plan.decode(payloads, probe)  # type: ignore[arg-type]
+        if batch is None:
+            return frame, None
+        tail = batch.slice(batch.num_rows - 1)
+        if not all(_same(a, b) for a, b in zip(tail.columns, probe.columns, strict=True)):
+            return frame, None
+        return frame, batch
+
+    def _plan(self, frame: bytes, target: pa.Schema) -> BlockPlan | None:
+        framed = int.from_bytes(frame[1:5], "big")
+        writer = self._writer_schemas.get(self.overrides.get(framed, framed))
+        if writer is None:
+            return None
+        try:
+            return block_plan(writer, self._reader_record, target)
+        except Exception as exc:  # a schema this path misreads must never fail the read: per record it goes
+            log.debug("topic '%s': schema frame %s decoded per record: %s", self.topic, frame.hex(), exc)
+            return None
+
+    def _decode_rows(
+        self,
+        payloads: Sequence[bytes | None],
+        messages: Sequence[Any],
+        partition: int,
+        rejected: list[tuple[int, str]] | None,
+    ) -> list:
         read = self._fastavro.schemaless_reader
         resolved = self._resolved
         rows = []
@@ -435,6 +512,9 @@ class AvroDecoder:
                 raise BadRecord("null value")  # found and named by the slow path
         except Exception:
             rows = self._decode_checked(payloads, [m.offset() for m in messages], partition, rejected)
+        return rows
+
+    def _to_batch(self, rows: list) -> pa.RecordBatch:
         batch = pa.RecordBatch.from_pylist(rows, schema=self.raw_schema)
         if not self.decimals and not self.converters:
             return batch
@@ -505,6 +585,11 @@ class AvroDecoder:
                 " holds an Avro null (the null branch of the root union), like a tombstone; Avro records are required"
             )
         return row
+
+
+def _same(a: pa.Array, b: pa.Array) -> bool:
+    """Equal values, NaN equal to NaN (Arrow's `equals` says it is not)."""
+    return a.equals(b) or str(a.to_pylist()) == str(b.to_pylist())
 
 
 class BadRecord(Exception):
