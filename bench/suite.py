@@ -3,8 +3,10 @@
     .venv/bin/python bench/suite.py [--smoke] [--only 1,2,3,4,5] [--runs 5] [--warmup 1] [--scale F] [--results DIR]
 
 Contenders: **streamling** (the real CLI, `local[2]`), **hand_loop** (bench/peers/hand_loop.py: confluent-kafka +
-fastavro + psycopg COPY/merge, one process) and **quix** (bench/peers/quix_app.py, Quix Streams 3.28.1 in its own
-venv, bench/.venv-quix, created here on first use). Scenarios:
+fastavro + psycopg COPY/merge, one process), **hand_loop_block** (the same loop with our decoding technique: each
+poll read as one Avro block by polars, the job in pyarrow.compute, a CSV COPY) and **quix**
+(bench/peers/quix_app.py, Quix Streams 3.28.1 in its own venv, bench/.venv-quix, created here on first use).
+Scenarios:
 
 1. Kafka Avro → SQL projection / filter → blackhole (5M records, 4 partitions).
 2. Kafka Avro → SQL filter → Postgres upsert (2M records, 4 partitions, every id 4 times).
@@ -46,7 +48,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 QUIX_VENV = BENCH / ".venv-quix"
 QUIX_PACKAGES = ["quixstreams==3.28.1", "fastavro", "psycopg[binary]"]
-CONTENDERS = ("streamling", "hand_loop", "quix")
+CONTENDERS = ("streamling", "hand_loop", "hand_loop_block", "quix")
 PEERS = CONTENDERS[1:]
 SQL = {
     "projection": "SELECT id, user_id, email, lower(country) AS country, device, amount, "
@@ -229,9 +231,12 @@ class Suite:
             if follow:
                 env.update({f"STREAMLING__{k.upper()}": str(v) for k, v in LATENCY_OURS.items()})
             return [*streamling_cmd(), str(pipeline)], env
-        script = BENCH / "peers" / ("hand_loop.py" if contender == "hand_loop" else "quix_app.py")
-        python = sys.executable if contender == "hand_loop" else str(QUIX_VENV / "bin" / "python")
+        loop = contender.startswith("hand_loop")
+        script = BENCH / "peers" / ("hand_loop.py" if loop else "quix_app.py")
+        python = sys.executable if loop else str(QUIX_VENV / "bin" / "python")
         cmd = [python, str(script), "--topic", topic, "--group", group, "--job", job]
+        if contender == "hand_loop_block":
+            cmd += ["--decoder", "block"]
         if sink:
             cmd += ["--schema", sink.schema, "--table", sink.table]
         if follow:
@@ -516,6 +521,7 @@ def scenario_latency(s: Suite) -> dict:
         "settings": {
             "streamling": {**LATENCY_OURS, "job_mode": False, "master": s.master},
             "hand_loop": {"flush": "every poll (consume up to 10,000 messages, 50 ms timeout)"},
+            "hand_loop_block": {"flush": "every poll (consume up to 10,000 messages, 50 ms timeout)"},
             "quix": {"commit_interval_sec": LATENCY_QUIX_COMMIT_SEC},
         },
         "contenders": contenders,
@@ -727,6 +733,7 @@ def main() -> None:
         "contenders": {
             "streamling": "the streamling CLI (Spark local mode)",
             "hand_loop": "bench/peers/hand_loop.py: confluent-kafka + fastavro + psycopg COPY/merge",
+            "hand_loop_block": "the same loop, each poll one Avro block (polars) + pyarrow.compute + CSV COPY",
             "quix": "bench/peers/quix_app.py: quixstreams 3.28.1, Quix AvroDeserializer (Schema Registry mode)",
         },
         "baseline_original": {"input_rec_per_sec_8vcpu": 108_000, "cold_start_sec_incl_pod": 5.0},

@@ -215,7 +215,7 @@ def test_the_bench_record_and_a_root_union_with_null_take_the_block_path() -> No
     (batch, _), on = decode_both(root, {1: root}, [encode(root, r) for r in rows])
     assert batch.column("price").to_pylist()[1] == Decimal("-0.0043")
     plan = on._plans[b"\x00\x00\x00\x00\x01"]
-    assert plan is not None and (plan.skip, plan.branch) == (6, 2)
+    assert plan is not None and plan.prefix == b"\x00\x00\x00\x00\x01\x02"  # the frame, then the record branch
 
 
 # -- schema evolution: resolution on Arrow columns ---------------------------------------------------------------
@@ -300,8 +300,11 @@ SIMPLE = {"type": "record", "name": "S", "fields": [{"name": "id", "type": "long
 def test_mixed_schema_ids_in_one_batch_decode_per_record() -> None:
     other = {**SIMPLE, "fields": [*SIMPLE["fields"], {"name": "extra", "type": "int", "default": 0}]}
     payloads = [encode([SIMPLE, other][i % 2], {"id": i, "s": "a", "extra": i}, 1 + i % 2) for i in range(10)]
-    (batch, _), _ = decode_both(SIMPLE, {1: SIMPLE, 2: other}, payloads)
+    (batch, _), on = decode_both(SIMPLE, {1: SIMPLE, 2: other}, payloads)
     assert batch.column("id").to_pylist() == list(range(10))
+    assert on._plans[b"\x00\x00\x00\x00\x02"] is not None  # the plan stays for batches of one schema id
+    unmixed = [encode(other, {"id": i, "s": "a", "extra": i}, 2) for i in range(4)]
+    assert on.decode(unmixed, [Offset(i) for i in range(4)], 3).column("id").to_pylist() == [0, 1, 2, 3]
 
 
 def test_a_bad_record_is_named_and_dead_lettered_and_the_block_path_stays_on() -> None:

@@ -23,7 +23,7 @@ from pyspark.sql import types as T
 
 from streamling.core.markers import WIDE_DECIMAL_KEY
 from streamling.errors import StreamlingError, first_line
-from streamling.kafka.avro_block import RAW_LOGICAL, BlockPlan
+from streamling.kafka.avro_block import RAW_LOGICAL, BlockPlan, Unframed
 from streamling.kafka.avro_block import plan as block_plan
 
 log = logging.getLogger("streamling.kafka")
@@ -467,14 +467,9 @@ class AvroDecoder:
         if plan is None:
             return None, None
         try:
-            same = all(p[:5] == frame for p in payloads)  # type: ignore[index]
-            if same and plan.branch is not None:
-                same = all(p[5] == plan.branch for p in payloads)  # type: ignore[index]
-        except (TypeError, IndexError):  # a null or short payload
+            batch = plan.decode(payloads, probe)  # type: ignore[arg-type]
+        except Unframed:
             return None, None
-        if not same:
-            return None, None
-        batch = plan.decode(payloads, probe)  # type: ignore[arg-type]
         if batch is None:
             return frame, None
         tail = batch.slice(batch.num_rows - 1)
@@ -488,7 +483,7 @@ class AvroDecoder:
         if writer is None:
             return None
         try:
-            return block_plan(writer, self._reader_record, target)
+            return block_plan(frame, writer, self._reader_record, target)
         except Exception as exc:  # a schema this path misreads must never fail the read: per record it goes
             log.debug("topic '%s': schema frame %s decoded per record: %s", self.topic, frame.hex(), exc)
             return None

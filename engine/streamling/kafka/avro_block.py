@@ -25,6 +25,7 @@ import pyarrow as pa
 
 os.environ.setdefault("POLARS_MAX_THREADS", "1")  # one Spark task per core already: no pool of threads per worker
 
+PREFIX_FIELD = "__streamling_frame__"
 SYNC = b"streamling-avro!"
 """A container's 16-byte sync marker: any value works, as long as the header and the block carry the same."""
 PROMOTIONS = {
@@ -65,14 +66,18 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
+class Unframed(Exception):
+    """A batch holding a payload framed otherwise than the plan's (or none): it goes per record, the plan stays."""
+
+
 @dataclass(frozen=True)
 class BlockPlan:
     header: bytes
     """The container's header: magic, metadata with the writer's record schema, sync marker."""
-    skip: int
-    """Bytes before each record: the 5-byte frame, plus the branch index of a root union."""
-    branch: int | None
-    """A root union's record branch, as the byte each payload carries after its frame."""
+    prefix: bytes
+    """What every payload starts with: the 5-byte frame, plus a root union's record branch index. The container's
+    record reads it as a first field (a ``fixed``), so the payloads are joined as they are, without a slice each,
+    and a payload framed otherwise shows in that column."""
     sources: tuple[tuple[str, str | None], ...]
     """Per output column: the writer column it is read from, or None when the writer lacks it (its default)."""
     target: pa.Schema
@@ -80,21 +85,30 @@ class BlockPlan:
     """Writer columns holding an enum, read as the int index Avro encodes it as, and their symbols."""
 
     def decode(self, payloads: Sequence[bytes], defaults: pa.RecordBatch) -> pa.RecordBatch | None:
-        """The payloads (all framed with this plan's schema) as one batch of `target`; `defaults` is one decoded
-        row, whose values fill the columns the writer lacks. None when polars cannot read the block."""
+        """The payloads as one batch of `target`; `defaults` is one decoded row, whose values fill the columns the
+        writer lacks. None when polars cannot read the block; `Unframed` when a payload does not start with `prefix`
+        (another schema id, a null): not this plan's fault."""
         import polars as pl
+        import pyarrow.compute as pc
 
-        skip = self.skip
-        body = b"".join([p[skip:] for p in payloads])
+        try:
+            body = b"".join(payloads)
+        except TypeError:  # a null payload (a tombstone)
+            raise Unframed from None
         block = b"".join((self.header, varint(len(payloads)), varint(len(body)), body, SYNC))
         try:
             table = pl.read_avro(io.BytesIO(block)).to_arrow()
         except BaseException as exc:  # polars reports some malformed input as a Rust panic (a BaseException)
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
+            table = None
+        if table is None or table.num_rows != len(payloads):
+            if not all(p.startswith(self.prefix) for p in payloads):  # records of another schema misled the read
+                raise Unframed
             return None
-        if table.num_rows != len(payloads):
-            return None
+        frames = table.column(PREFIX_FIELD)
+        if frames.null_count or not pc.all(pc.equal(frames, pa.scalar(self.prefix, frames.type))).as_py():
+            raise Unframed
         columns = []
         index = pa.array([0] * len(payloads), pa.int32()) if any(s is None for _, s in self.sources) else None
         try:
@@ -150,17 +164,17 @@ def _nullable(dtype: pa.DataType) -> pa.DataType:
     return dtype
 
 
-def plan(writer: Any, reader: Mapping[str, Any], target: pa.Schema) -> BlockPlan | None:
-    """How payloads of the `writer` schema (parsed JSON) become `target` batches for the `reader` record, or None
-    when this path does not apply to them."""
+def plan(frame: bytes, writer: Any, reader: Mapping[str, Any], target: pa.Schema) -> BlockPlan | None:
+    """How payloads framed with `frame` and written with the `writer` schema (parsed JSON) become `target` batches
+    for the `reader` record, or None when this path does not apply to them."""
     import fastavro
 
-    skip, branch = 5, None
+    branch = b""
     if isinstance(writer, list):  # a root union: the original's sink registers ["null", {record}]
         records = [i for i, m in enumerate(writer) if isinstance(m, dict) and m.get("type") == "record"]
         if len(records) != 1 or records[0] > 63 or any(m != "null" for i, m in enumerate(writer) if i != records[0]):
             return None
-        skip, branch = 6, varint(records[0])[0]
+        branch = varint(records[0])
         writer = writer[records[0]]
     if not isinstance(writer, dict) or writer.get("type") != "record":
         return None
@@ -194,13 +208,15 @@ def plan(writer: Any, reader: Mapping[str, Any], target: pa.Schema) -> BlockPlan
             enums[f["name"]] = tuple(kind["symbols"])
             f = {**f, "type": "int"}
         fields.append(f)
-    container = _for_polars({**parsed_writer, "fields": fields}, writer_named, set())
+    prefix = frame + branch
+    framing = {"name": PREFIX_FIELD, "type": {"type": "fixed", "name": PREFIX_FIELD, "size": len(prefix)}}
+    container = _for_polars({**parsed_writer, "fields": [framing, *fields]}, writer_named, set())
     meta = {"avro.schema": json.dumps(container).encode(), "avro.codec": b"null"}
     header = b"Obj\x01" + varint(len(meta))
     for key, value in meta.items():
         header += varint(len(key)) + key.encode() + varint(len(value)) + value
     header += varint(0) + SYNC
-    return BlockPlan(header, skip, branch, tuple(sources), target, enums)
+    return BlockPlan(header, prefix, tuple(sources), target, enums)
 
 
 def _supported(schema: Any, named: Mapping[str, Any], within: tuple[str, ...], top: bool = False) -> bool:
@@ -304,10 +320,8 @@ def _for_polars(schema: Any, named: Mapping[str, Any], emitted: set[str]) -> Any
         out["fields"] = [{**f, "type": _for_polars(f["type"], named, emitted)} for f in out["fields"]]
     elif out.get("type") == "array":
         out["items"] = _for_polars(out["items"], named, emitted)
-    elif (
-        (isinstance(out.get("type"), dict | list | str)
-        and out.get("type") in named)
-        or isinstance(out.get("type"), dict | list)
+    elif (isinstance(out.get("type"), dict | list | str) and out.get("type") in named) or isinstance(
+        out.get("type"), dict | list
     ):
         out["type"] = _for_polars(out["type"], named, emitted)
     return out
