@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable
 from decimal import Decimal
 from pathlib import Path
 
+from streamling.kafka.avro_block import varint
+
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = {
     "type": "record",
@@ -99,25 +101,14 @@ def payload_pool(schema_id: int) -> list[bytes]:
     return [framed(schema_id, _avro(pool_record(i))) for i in range(POOL)]
 
 
-def zigzag_long(value: int) -> bytes:
-    """Avro's encoding of a long: zig-zag, then base-128 varint."""
-    n = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def keyed_payloads(schema_id: int, key_space: int | None = None) -> Callable[[int], bytes]:
     """Payload of record ``i`` with ``id = i % key_space`` (or ``i``): `id` is the first field, so the pool entry's
     tail is reused as is. With a key space that is a multiple of 10, each id always has the same ``sel_key``."""
     tails = [_avro({**pool_record(j), "id": 0})[1:] for j in range(POOL)]  # id 0 encodes as one byte
     prefix = framed(schema_id, b"")
     if key_space:
-        return lambda i: prefix + zigzag_long(i % key_space) + tails[i % POOL]
-    return lambda i: prefix + zigzag_long(i) + tails[i % POOL]
+        return lambda i: prefix + varint(i % key_space) + tails[i % POOL]
+    return lambda i: prefix + varint(i) + tails[i % POOL]
 
 
 def timed_payload(schema_id: int, i: int, ts_ms: int) -> bytes:

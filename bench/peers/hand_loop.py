@@ -25,6 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from job import JOBS, Upserter, connect_from_env, high_watermarks
 
+from streamling.kafka.avro_block import varint  # Avro's long encoding, for the container header: not the decoding
+
 
 def main() -> None:
     args = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -161,10 +163,10 @@ class ColumnarJob:
         if header is None:
             schema = self.registry.get_schema(int.from_bytes(frame[1:5], "big")).schema_str.encode()
             meta = {b"avro.schema": schema, b"avro.codec": b"null"}
-            header = b"Obj\x01" + _long(len(meta))
+            header = b"Obj\x01" + varint(len(meta))
             for key, value in meta.items():
-                header += _long(len(key)) + key + _long(len(value)) + value
-            header = self.headers[frame] = header + _long(0) + self.SYNC
+                header += varint(len(key)) + key + varint(len(value)) + value
+            header = self.headers[frame] = header + varint(0) + self.SYNC
         return header
 
     def apply(self, values: list[bytes]):  # type: ignore[no-untyped-def]
@@ -178,7 +180,7 @@ class ColumnarJob:
         for frame, group in itertools.groupby(values, key=lambda v: v[:5]):
             payloads = list(group)
             body = b"".join([v[5:] for v in payloads])
-            block = b"".join((self.header(frame), _long(len(payloads)), _long(len(body)), body, self.SYNC))
+            block = b"".join((self.header(frame), varint(len(payloads)), varint(len(body)), body, self.SYNC))
             tables.append(pl.read_avro(io.BytesIO(block)).to_arrow())
         t = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if self.job == "projection":
@@ -199,17 +201,6 @@ class ColumnarJob:
             return t.filter(pc.equal(t["sel_key"], 0)).select(["id", "user_id", "email", "country", "ts"])
         kept = t.filter(pc.not_equal(t["sel_key"], 0))
         return kept.select(["id", "user_id", "email", "country", "amount", "price", "ts"])
-
-
-def _long(value: int) -> bytes:
-    """Avro's long: zig-zag, then base-128."""
-    n = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,6 @@ from typing import Any
 
 import pyarrow as pa
 
-os.environ.setdefault("POLARS_MAX_THREADS", "1")  # one Spark task per core already: no pool of threads per worker
-
 PREFIX_FIELD = "__streamling_frame__"
 SYNC = b"streamling-avro!"
 """A container's 16-byte sync marker: any value works, as long as the header and the block carry the same."""
@@ -88,6 +86,7 @@ class BlockPlan:
         """The payloads as one batch of `target`; `defaults` is one decoded row, whose values fill the columns the
         writer lacks. None when polars cannot read the block; `Unframed` when a payload does not start with `prefix`
         (another schema id, a null): not this plan's fault."""
+        os.environ.setdefault("POLARS_MAX_THREADS", "1")  # read at polars' import: one Spark task per core already
         import polars as pl
         import pyarrow.compute as pc
 
