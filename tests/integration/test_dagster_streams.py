@@ -195,15 +195,18 @@ def test_a_stream_run_links_the_pipeline_page_and_the_page_serves_while_it_runs(
             return doc["nodes"][0]["rows_total"] > 0
 
         wait_for(rows)
-        time.sleep(1.5)  # an observation interval
+        time.sleep(1.5)  # past the first observation, yielded once the first epoch committed
         return True
 
+    # One observation while running (the first) and the final one: an interrupt that lands while Dagster handles a
+    # yielded event ends the run FAILURE (a known race in run_engine's stop path, not this test's subject), so the
+    # interrupt must not meet a periodic observation here.
     watcher = interrupt_when(page_shows_rows)
     instance = dg.DagsterInstance.ephemeral()
     result = defs.resolve_job_def("ticks__stream").execute_in_process(
         instance=instance,
         resources=extra,
-        run_config={"ops": {"stream_ticks": {"config": {"observe_interval_sec": 1.0}}}},
+        run_config={"ops": {"stream_ticks": {"config": {"observe_interval_sec": 3600.0}}}},
         raise_on_error=False,
     )
     watcher.join(5)
