@@ -319,8 +319,6 @@ def _for_polars(schema: Any, named: Mapping[str, Any], emitted: set[str]) -> Any
         out["fields"] = [{**f, "type": _for_polars(f["type"], named, emitted)} for f in out["fields"]]
     elif out.get("type") == "array":
         out["items"] = _for_polars(out["items"], named, emitted)
-    elif (isinstance(out.get("type"), dict | list | str) and out.get("type") in named) or isinstance(
-        out.get("type"), dict | list
-    ):
-        out["type"] = _for_polars(out["type"], named, emitted)
+    elif isinstance(out.get("type"), dict | list) or (isinstance(out.get("type"), str) and out["type"] in named):
+        out["type"] = _for_polars(out["type"], named, emitted)  # a type wrapped in a type, or a named reference
     return out
