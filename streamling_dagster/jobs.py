@@ -81,9 +81,11 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         summary = yield from run_engine(context, pf, settings, session, config, observe=False, clean_stop=True)
         if summary.stopped_by_signal:  # terminated during the backfill: the stream does not start
             return
+        # Stored, not yielded: an interrupt that meets a yield is raised outside the op (see streaming.py).
         for sink, metadata in sink_metadata(pf, summary, settings=settings).items():
-            yield dg.AssetMaterialization(asset_key=pf.asset_key(sink), metadata=metadata)
-        yield from backfill_checks(pf, before, summary)
+            context.log_event(dg.AssetMaterialization(asset_key=pf.asset_key(sink), metadata=metadata))
+        for evaluation in backfill_checks(pf, before, summary):
+            context.log_event(evaluation)
         boundary = {name: progress.position for name, progress in summary.sources.items()}
         context.log.info(f"Backfill done; streaming from the committed positions {boundary}")
         streaming = settings.model_copy(update={"job_mode": False})

@@ -2,7 +2,10 @@
 
 The engine runs in a thread with a stop Event (signal handlers belong to Dagster's main thread). The op's
 own thread watches it: a progress line in the run log every `progress_interval_sec` and, for streams, an
-AssetObservation per sink as soon as the first epoch commits and then every `observe_interval_sec`. A
+AssetObservation per sink as soon as the first epoch commits and then every `observe_interval_sec`. Those are
+written to the run's event log from inside the op (`log_event` stores them at once), not yielded: after a yield,
+Dagster holds an interrupt that arrives while it handles the event and raises it outside the op, where no
+graceful stop can run and a bare signal ends the run FAILURE. So while the engine runs, the op never yields. A
 termination request from the UI or the API, or a SIGTERM/SIGINT to the run worker, interrupts the op's thread:
 it sets the stop Event (the in-flight epoch finishes and commits, nothing after it starts), waits for the
 engine and records the final positions. A stream then marks its run CANCELED and returns; its job's hook ends
@@ -26,6 +29,9 @@ from streamling_dagster.observations import named_position, sink_observations
 from streamling_dagster.pipelines import PipelineFile
 
 FIRST_OBSERVATION_RETRY_SEC = 2.0
+HELD_EVENTS = 100
+"""Logged observations Dagster keeps in memory to hand out when the op yields next or ends; older ones are stored
+already and are dropped from memory, so a stream running for weeks does not grow."""
 STOPPED_BY_TAG = "streamling/stopped_by"
 """Set on a run that stopped because its worker got SIGTERM/SIGINT (the keeper restarts those)."""
 
@@ -138,8 +144,8 @@ def run_engine(
     summary: RunSummary | None = None,
     clean_stop: bool = False,
 ) -> Generator[dg.AssetObservation, None, RunSummary]:
-    """Run the pipeline in a thread until its sources end, it fails, or the run is terminated; yields the
-    observations (events must be yielded: ones logged from an op that then raises would be lost). A given
+    """Run the pipeline in a thread until its sources end, it fails, or the run is terminated; observations while
+    it runs are stored as they are made (module docstring), the final ones are yielded once it stopped. A given
     `summary` is filled as epochs commit, so the caller knows what a terminated run did.
 
     `spark` is the session, or a function giving it, called after the one-run-per-pipeline check so that a
@@ -162,10 +168,15 @@ def run_engine(
     progress = Progress(context, pf, settings, summary, config, observe)
     _link_admin_page(context, settings)
     thread.start()
+    held = 0
     try:
         while thread.is_alive():
             thread.join(timeout=0.5)
-            yield from progress.tick(time.monotonic())
+            held = _log_events(context, progress.tick(time.monotonic()), held)
+    except GeneratorExit:  # closed without being resumed: stop and drain, but a closing generator cannot yield
+        stop.set()
+        thread.join()
+        raise
     except BaseException:  # Dagster's interrupt: a termination request or a signal to the run worker
         stop.set()
         _report_stopping(context)
@@ -199,6 +210,18 @@ def _link_admin_page(context: dg.OpExecutionContext, settings: Settings) -> None
         return
     context.instance.add_run_tags(context.run_id, {ADMIN_PAGE_TAG: page})
     context.log.info(f"Pipeline page (live rows, rows/s per node): {page}")
+
+
+def _log_events(context: dg.OpExecutionContext, observations: list[dg.AssetObservation], held: int) -> int:
+    """Stores the observations now; returns how many Dagster holds in memory for the op's next yield or end."""
+    for observation in observations:
+        context.log_event(observation)
+    held += len(observations)
+    if held > HELD_EVENTS:
+        for _ in context.consume_events():  # already in the event log
+            pass
+        held = 0
+    return held
 
 
 def _final(progress: Progress, observe: bool) -> list[dg.AssetObservation]:

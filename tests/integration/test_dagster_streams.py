@@ -198,15 +198,12 @@ def test_a_stream_run_links_the_pipeline_page_and_the_page_serves_while_it_runs(
         time.sleep(1.5)  # past the first observation, yielded once the first epoch committed
         return True
 
-    # One observation while running (the first) and the final one: an interrupt that lands while Dagster handles a
-    # yielded event ends the run FAILURE (a known race in run_engine's stop path, not this test's subject), so the
-    # interrupt must not meet a periodic observation here.
     watcher = interrupt_when(page_shows_rows)
     instance = dg.DagsterInstance.ephemeral()
     result = defs.resolve_job_def("ticks__stream").execute_in_process(
         instance=instance,
         resources=extra,
-        run_config={"ops": {"stream_ticks": {"config": {"observe_interval_sec": 3600.0}}}},
+        run_config={"ops": {"stream_ticks": {"config": {"observe_interval_sec": 1.0}}}},
         raise_on_error=False,
     )
     watcher.join(5)
@@ -219,3 +216,70 @@ def test_a_stream_run_links_the_pipeline_page_and_the_page_serves_while_it_runs(
     assert observed and all(o.metadata["admin_page"].value == page for o in observed)
     logs = [e.message for e in instance.all_logs(result.run_id) if e.user_message]
     assert f"Pipeline page (live rows, rows/s per node): {page}" in logs
+
+
+def test_an_interrupt_never_meets_a_yield_while_the_stream_runs(tmp_path, spark, monkeypatch) -> None:
+    """Observations every tick (every 0.5 s), interrupted once several are stored. After a yield Dagster holds an
+    interrupt that arrives while it handles the event and raises it outside the op, where no graceful stop can run
+    (a bare signal then ends the run FAILURE). So the op must yield nothing while the engine runs: what it yields
+    is recorded here with the time, and observations must reach the run's event log while it runs."""
+    import streamling_dagster.jobs as jobs
+
+    write(
+        tmp_path,
+        "beat.yaml",
+        """
+        sources:
+          beat: {type: generator, rows_per_second: 100, primary_key: id}
+        sinks:
+          out: {type: blackhole, from: beat}
+        """,
+    )
+    yielded: list[float] = []
+    real = jobs.run_engine
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        gen = real(*args, **kwargs)
+        try:
+            while True:
+                item = next(gen)
+                yielded.append(time.monotonic())
+                yield item
+        except StopIteration as stop:
+            return stop.value
+
+    monkeypatch.setattr(jobs, "run_engine", recording)
+    defs = build_definitions(tmp_path)
+    instance = dg.DagsterInstance.ephemeral()
+    interrupted: list[float] = []
+
+    def stored_while_running() -> bool:
+        def observed() -> int:
+            (run,) = instance.get_runs(limit=1) or [None]
+            if run is None:
+                return 0
+            records = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.ASSET_OBSERVATION)
+            return len(records.records)
+
+        wait_for(lambda: observed() >= 3)
+        interrupted.append(time.monotonic())
+        return True
+
+    watcher = interrupt_when(stored_while_running)
+    result = defs.resolve_job_def("beat__stream").execute_in_process(
+        instance=instance,
+        resources=resources(tmp_path),
+        run_config={"ops": {"stream_beat": {"config": {"observe_interval_sec": 0.1}}}},
+        raise_on_error=False,
+    )
+    watcher.join(5)
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status == dg.DagsterRunStatus.CANCELED
+    assert run.tags["streamling/stopped_by"] == "signal"
+    types = [e.event_type for e in result.all_events]
+    assert dg.DagsterEventType.STEP_FAILURE not in types
+    assert interrupted and yielded and min(yielded) > interrupted[0]  # only the final observation, after the stop
+    stored = instance.get_records_for_run(result.run_id, of_type=dg.DagsterEventType.ASSET_OBSERVATION).records
+    assert len(stored) >= 4  # three or more while running, then the final one
+    observed = [e for e in result.all_events if e.is_asset_observation]
+    assert len(observed) == len(stored)  # and the run's own event stream has each once
