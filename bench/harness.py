@@ -37,6 +37,10 @@ class Measurement:
     """(wall-clock time, CPU seconds of the process tree so far), one per sample: CPU spent in a time window."""
     first_row_sec: float | None = None
     """Launch to the first time `first_row` answered true (the cold start), when it was given."""
+    rss_at_peak_mb: dict[str, float] = field(default_factory=dict)
+    """The peak RSS split by role (`role`): which process the memory is in."""
+    cpu_sec_by_role: dict[str, float] = field(default_factory=dict)
+    """CPU seconds per role over the whole run: where the CPU goes (the JVM is invisible to py-spy)."""
 
     def recorded(self) -> dict:
         """What goes into the results JSON (no logs, no samples)."""
@@ -49,6 +53,25 @@ class Measurement:
         if not before or not after:
             return None
         return after[0] - before[-1]
+
+
+def role(process: psutil.Process, root: int) -> str:
+    """What a process of the tree is: the command itself, Spark's JVM, Spark's Python workers (the daemon and the
+    workers it forks: the readers, `mapInArrow` and UDF code), Spark's other Python processes (the streaming
+    source's planner), or anything else."""
+    if process.pid == root:
+        return "command"
+    try:
+        cmdline = " ".join(process.cmdline())
+    except psutil.Error:
+        return "other"
+    if "java" in process.name() or "org.apache.spark" in cmdline:
+        return "jvm"
+    if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
+        return "python_workers"
+    if "pyspark" in cmdline:
+        return "spark_python_other"
+    return "other"
 
 
 def measure(
@@ -72,7 +95,9 @@ def measure(
         started(proc)
     root = psutil.Process(proc.pid)
     cpu_by_pid: dict[int, float] = {}
+    role_of: dict[int, str] = {}
     peak = 0
+    peak_split: dict[str, int] = {}
     series: list[tuple[float, float]] = []
     stderr_chunks: list[str] = []
     first: list[float] = []
@@ -95,6 +120,7 @@ def measure(
         watcher.start()
     while proc.poll() is None:
         rss = 0
+        split: dict[str, int] = {}
         try:
             tree = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
@@ -102,12 +128,17 @@ def measure(
         for p in tree:
             try:
                 with p.oneshot():
-                    rss += p.memory_info().rss
+                    if p.pid not in role_of:
+                        role_of[p.pid] = role(p, root.pid)
+                    used = p.memory_info().rss
+                    rss += used
+                    split[role_of[p.pid]] = split.get(role_of[p.pid], 0) + used
                     t = p.cpu_times()
                     cpu_by_pid[p.pid] = t.user + t.system
             except psutil.NoSuchProcess:
                 continue
-        peak = max(peak, rss)
+        if rss > peak:
+            peak, peak_split = rss, split
         series.append((time.time(), sum(cpu_by_pid.values())))
         time.sleep(interval)
     proc.wait()
@@ -124,7 +155,16 @@ def measure(
         stderr="".join(stderr_chunks),
         cpu_series=series,
         first_row_sec=round(first[0], 3) if first else None,
+        rss_at_peak_mb={k: round(v / 2**20, 1) for k, v in sorted(peak_split.items())},
+        cpu_sec_by_role=_by_role(cpu_by_pid, role_of),
     )
+
+
+def _by_role(cpu_by_pid: dict[int, float], role_of: dict[int, str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for pid, cpu in cpu_by_pid.items():
+        out[role_of.get(pid, "other")] = out.get(role_of.get(pid, "other"), 0.0) + cpu
+    return {k: round(v, 2) for k, v in sorted(out.items())}
 
 
 def machine() -> dict:

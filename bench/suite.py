@@ -277,6 +277,10 @@ def progress(label: str, contender: str, m: Measurement, extra: str = "") -> Non
     print(
         f"  {label:>8} {contender:>10}: {m.wall_sec:6.1f}s, {rate}peak RSS {m.peak_rss_mb:,.0f} MB{extra}", flush=True
     )
+    if len(m.rss_at_peak_mb) > 1:  # a process tree: where the memory and the CPU are
+        at_peak = ", ".join(f"{k} {v:,.0f}" for k, v in m.rss_at_peak_mb.items())
+        cpu = ", ".join(f"{k} {v:,.1f}" for k, v in m.cpu_sec_by_role.items())
+        print(f"  {'':>8} {'':>10}  RSS at peak MB: {at_peak}; CPU-s: {cpu}", flush=True)
 
 
 def summary(runs: list[Measurement], keys: tuple[str, ...]) -> dict:

@@ -66,6 +66,10 @@ def test_smoke_suite_records_every_scenario_and_peer(tmp_path: Path, postgres_en
             _exact(stats["runs"], count_key)
         assert set(block["ratios"]) == CONTENDERS - {"streamling"}
         assert all(r["rec_per_sec"] > 0 for r in block["ratios"].values())
+    for run in blackhole["contenders"]["streamling"]["runs"]:  # where the memory and the CPU are, per process role
+        assert {"command", "jvm", "python_workers"} <= set(run["rss_at_peak_mb"]) <= set(run["cpu_sec_by_role"])
+        assert abs(sum(run["rss_at_peak_mb"].values()) - run["peak_rss_mb"]) < 1
+        assert abs(sum(run["cpu_sec_by_role"].values()) - run["cpu_sec"]) < 0.1
     assert upsert["expected_rows"] == 1125  # ids 0..1249 (5,000 records, key space 1,250) without multiples of 10
 
     cold = scenarios["cold_start_first_row"]
