@@ -55,6 +55,9 @@ class Measurement:
         return after[0] - before[-1]
 
 
+SETTLED = ("command", "jvm", "python_workers")
+
+
 def role(process: psutil.Process, root: int) -> str:
     """What a process of the tree is: the command itself, Spark's JVM, Spark's Python workers (the daemon and the
     workers it forks: the readers, `mapInArrow` and UDF code), Spark's other Python processes (the streaming
@@ -128,7 +131,7 @@ def measure(
         for p in tree:
             try:
                 with p.oneshot():
-                    if p.pid not in role_of:
+                    if role_of.get(p.pid) not in SETTLED:  # launch scripts exec into the JVM under one pid
                         role_of[p.pid] = role(p, root.pid)
                     used = p.memory_info().rss
                     rss += used

@@ -28,6 +28,9 @@ DEFAULT_CONF = {
     "spark.sql.timeType.enabled": "true",  # current_time() (the original's Time64) is a TIME
 }
 
+LOCAL_CONF = {"spark.python.daemon.module": "streamling.runtime.worker_daemon"}
+"""Where the workers run this interpreter, with this engine installed (local mode): see `worker_daemon`."""
+
 
 def prepare_environment() -> None:
     """Workers must run this interpreter (it has pyarrow and streamling); bind to loopback locally."""
@@ -46,6 +49,7 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
         **DEFAULT_CONF,
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+        **(LOCAL_CONF if settings.master.startswith("local") else {}),
         **settings.conf,
     }
 

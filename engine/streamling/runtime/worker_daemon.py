@@ -1,0 +1,69 @@
+"""Spark's Python daemon for local sessions (`spark.python.daemon.module`): started as
+``python -m streamling.runtime.worker_daemon <worker module>``, it forks the Python workers as pyspark's does.
+
+Two costs of pyspark's own daemon that every Python worker pays (py-spy of a 2M-record Kafka run: a quarter of the
+workers' samples were imports):
+
+- Spark puts the pyspark.zip and py4j zip of the installed pyspark first on the workers' PYTHONPATH, and a module
+  imported from a zip is compiled from source in every process (zipimport keeps no bytecode). When the zips lie
+  inside an installed pyspark, the same modules are importable, compiled once, from site-packages: the zips go.
+- pyspark imports the worker module only after each fork, so every worker imports pyspark.sql, pandas and pyarrow
+  anew, because those start threads (OpenBLAS, Arrow's jemalloc) that a fork does not carry over. Here those
+  threads are not started (`THREADLESS`: one BLAS thread, no jemalloc background thread; workers run one per
+  core anyway), so the worker module and the engine's readers are imported once, before forking, and frozen out of
+  the garbage collector so the children share their pages.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import sys
+from pathlib import Path
+
+THREADLESS = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
+PRELOAD = (
+    "pyarrow",
+    "pandas",
+    "streamling.kafka.source.reader",
+    "streamling.plugins.source_reader",
+    "streamling.builtins.generator",
+)
+"""Imported before forking besides the worker module. Not polars: its thread pool starts on import."""
+
+
+def bundled_zip(entry: str) -> bool:
+    """A pyspark.zip or py4j zip inside an installed pyspark package (``…/pyspark/python/lib/*.zip``)."""
+    path = Path(entry)
+    if path.suffix != ".zip" or path.parent.name != "lib" or path.parent.parent.name != "python":
+        return False
+    package = path.parent.parent.parent
+    return package.name == "pyspark" and (package / "__init__.py").is_file()
+
+
+def preload(worker_module: str) -> None:
+    for name in (worker_module, *PRELOAD):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional part missing: its workers import (and fail) as they would anyway
+            continue
+
+
+def main() -> None:
+    dropped = [entry for entry in sys.path if bundled_zip(entry)]
+    sys.path[:] = [entry for entry in sys.path if entry not in dropped]
+    for entry in dropped:  # each task's `importlib.invalidate_caches()` would re-read the zip's directory
+        sys.path_importer_cache.pop(entry, None)
+    for key, value in THREADLESS.items():
+        os.environ.setdefault(key, value)
+    if len(sys.argv) > 1:
+        preload(sys.argv[1])
+    gc.freeze()
+    from pyspark.daemon import manager
+
+    manager()
+
+
+if __name__ == "__main__":
+    main()
