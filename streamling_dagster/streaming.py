@@ -158,11 +158,15 @@ def run_engine(
     outcome: dict[str, Any] = {}
     session = spark() if callable(spark) else spark
 
+    done = threading.Event()  # not Thread.join/is_alive: see `_drain`
+
     def engine() -> None:
         try:
             outcome["summary"] = run_pipeline(pf.path, settings, session, stop=stop, summary=summary)
         except BaseException as exc:  # handed to the op's thread
             outcome["error"] = exc
+        finally:
+            done.set()
 
     thread = threading.Thread(target=engine, name=f"streamling-{pf.name}", daemon=True)
     progress = Progress(context, pf, settings, summary, config, observe)
@@ -170,18 +174,17 @@ def run_engine(
     thread.start()
     held = 0
     try:
-        while thread.is_alive():
-            thread.join(timeout=0.5)
+        while not done.wait(timeout=0.5):
             held = _log_events(context, progress.tick(time.monotonic()), held)
     except GeneratorExit:  # closed without being resumed: stop and drain, but a closing generator cannot yield
         stop.set()
-        thread.join()
+        _drain(done)
         raise
     except BaseException:  # Dagster's interrupt: a termination request or a signal to the run worker
         stop.set()
         _report_stopping(context)
         context.log.info("Stop requested: finishing the in-flight epoch, then stopping")
-        thread.join()
+        _drain(done)
         yield from _final(progress, observe)
         if "error" in outcome:
             context.log.error(f"the pipeline failed while stopping: {first_line(outcome['error'])}")
@@ -210,6 +213,19 @@ def _link_admin_page(context: dg.OpExecutionContext, settings: Settings) -> None
         return
     context.instance.add_run_tags(context.run_id, {ADMIN_PAGE_TAG: page})
     context.log.info(f"Pipeline page (live rows, rows/s per node): {page}")
+
+
+def _drain(done: threading.Event) -> None:
+    """Wait for the engine to finish its stop. Not `Thread.join`: on CPython before 3.13, a join that a signal
+    handler's exception interrupts marks the still-running thread as finished (cpython#90882), so the next join
+    returned at once and the run reported its summary while the engine was still committing the last epoch. A
+    further interrupt meanwhile changes nothing: the stop is requested, and the engine's grace period bounds it."""
+    while True:
+        try:
+            if done.wait(timeout=0.5):
+                return
+        except BaseException:  # a repeated stop request
+            continue
 
 
 def _log_events(context: dg.OpExecutionContext, observations: list[dg.AssetObservation], held: int) -> int:
