@@ -194,6 +194,10 @@ class SourceQuery:
         spark = batch.sparkSession
         epoch = Epoch(self.source.name, self.planned_epoch + 1, self.planned_end, end, timestamp_ms)
         log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
+        if log.isEnabledFor(logging.DEBUG) and self.query is not None:  # where a micro-batch's time goes
+            last = self.query.lastProgress
+            if last:
+                log.debug("Spark's timing of the micro-batch before (ms): %s", last.get("durationMs"))
         rows_in = self.source.rows_between(epoch.start, epoch.end)  # once: a source may forget it once asked
         tap = self.runner.telemetry.tap(self.source.name, rows_in)
         # Persist when the batch is read more than once: by several sinks, or also by side outputs.
