@@ -36,6 +36,12 @@ def wait_for(condition, timeout: float = 120) -> None:
         time.sleep(0.2)
 
 
+def ticking(tmp_path, name: str, rows_per_second: int) -> None:
+    """A stream that never ends: generated rows into a blackhole, source named like the pipeline."""
+    source = f"{{type: generator, rows_per_second: {rows_per_second}, primary_key: id}}"
+    write(tmp_path, f"{name}.yaml", f"sources:\n  {name}: {source}\nsinks:\n  out: {{type: blackhole, from: {name}}}\n")
+
+
 def interrupt_when(condition) -> threading.Thread:
     """Like SIGINT to a run worker: interrupt the main thread (running the op) once `condition()` returns."""
 
@@ -168,16 +174,7 @@ def test_a_stream_run_links_the_pipeline_page_and_the_page_serves_while_it_runs(
     from tests.net import free_port
 
     port = free_port()
-    write(
-        tmp_path,
-        "ticks.yaml",
-        """
-        sources:
-          ticks: {type: generator, rows_per_second: 200, primary_key: id}
-        sinks:
-          out: {type: blackhole, from: ticks}
-        """,
-    )
+    ticking(tmp_path, "ticks", rows_per_second=200)
     defs = build_definitions(tmp_path)
     extra = resources(tmp_path)
     extra["streamling"] = StreamlingResource(
@@ -225,16 +222,7 @@ def test_an_interrupt_never_meets_a_yield_while_the_stream_runs(tmp_path, spark,
     is recorded here with the time, and observations must reach the run's event log while it runs."""
     import streamling_dagster.jobs as jobs
 
-    write(
-        tmp_path,
-        "beat.yaml",
-        """
-        sources:
-          beat: {type: generator, rows_per_second: 100, primary_key: id}
-        sinks:
-          out: {type: blackhole, from: beat}
-        """,
-    )
+    ticking(tmp_path, "beat", rows_per_second=100)
     yielded: list[float] = []
     real = jobs.run_engine
 
