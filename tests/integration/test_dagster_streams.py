@@ -42,16 +42,28 @@ def ticking(tmp_path, name: str, rows_per_second: int) -> None:
     write(tmp_path, f"{name}.yaml", f"sources:\n  {name}: {source}\nsinks:\n  out: {{type: blackhole, from: {name}}}\n")
 
 
-def interrupt_when(condition) -> threading.Thread:
-    """Like SIGINT to a run worker: interrupt the main thread (running the op) once `condition()` returns."""
+def run_interrupted(
+    job: dg.JobDefinition, instance: dg.DagsterInstance, resources: dict, op: str, observe_every: float, condition
+):  # type: ignore[no-untyped-def]
+    """Run `job` in process, observing every `observe_every` seconds, and interrupt it like SIGINT to a run worker
+    (the main thread, running the op) once `condition()` returns. Gives the result and the run."""
 
     def watch() -> None:
         condition()
         _thread.interrupt_main()
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    result = job.execute_in_process(
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {op: {"config": {"observe_interval_sec": observe_every}}}},
+        raise_on_error=False,
+    )
+    watcher.join(5)
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    return result, run
 
 
 def test_backfill_then_stream_in_one_run_stops_gracefully_and_ends_canceled(
@@ -89,17 +101,10 @@ def test_backfill_then_stream_in_one_run_stops_gracefully_and_ends_canceled(
         time.sleep(2.5)  # at least one more observation interval
         return True
 
-    watcher = interrupt_when(backfilled_then_streamed)
     instance = dg.DagsterInstance.ephemeral()
-    result = job.execute_in_process(
-        instance=instance,
-        resources=resources(tmp_path),
-        run_config={"ops": {"backfill_then_stream_pay": {"config": {"observe_interval_sec": 1.0}}}},
-        raise_on_error=False,
+    result, run = run_interrupted(
+        job, instance, resources(tmp_path), "backfill_then_stream_pay", 1.0, backfilled_then_streamed
     )
-    watcher.join(5)
-    run = instance.get_run_by_id(result.run_id)
-    assert run is not None
     assert run.status == dg.DagsterRunStatus.CANCELED
     assert run.tags["streamling/stopped_by"] == "signal"
     types = [e.event_type for e in result.all_events]
@@ -195,17 +200,11 @@ def test_a_stream_run_links_the_pipeline_page_and_the_page_serves_while_it_runs(
         time.sleep(1.5)  # past the first observation, yielded once the first epoch committed
         return True
 
-    watcher = interrupt_when(page_shows_rows)
     instance = dg.DagsterInstance.ephemeral()
-    result = defs.resolve_job_def("ticks__stream").execute_in_process(
-        instance=instance,
-        resources=extra,
-        run_config={"ops": {"stream_ticks": {"config": {"observe_interval_sec": 1.0}}}},
-        raise_on_error=False,
+    result, run = run_interrupted(
+        defs.resolve_job_def("ticks__stream"), instance, extra, "stream_ticks", 1.0, page_shows_rows
     )
-    watcher.join(5)
-    run = instance.get_run_by_id(result.run_id)
-    assert run is not None and run.status == dg.DagsterRunStatus.CANCELED
+    assert run.status == dg.DagsterRunStatus.CANCELED
     page = f"http://127.0.0.1:{port}/"
     assert run.tags["streamling/admin_page"] == page
     assert seen["topology"]["pipeline"] == "ticks"  # type: ignore[index]
@@ -253,16 +252,10 @@ def test_an_interrupt_never_meets_a_yield_while_the_stream_runs(tmp_path, spark,
         interrupted.append(time.monotonic())
         return True
 
-    watcher = interrupt_when(stored_while_running)
-    result = defs.resolve_job_def("beat__stream").execute_in_process(
-        instance=instance,
-        resources=resources(tmp_path),
-        run_config={"ops": {"stream_beat": {"config": {"observe_interval_sec": 0.1}}}},
-        raise_on_error=False,
+    result, run = run_interrupted(
+        defs.resolve_job_def("beat__stream"), instance, resources(tmp_path), "stream_beat", 0.1, stored_while_running
     )
-    watcher.join(5)
-    run = instance.get_run_by_id(result.run_id)
-    assert run is not None and run.status == dg.DagsterRunStatus.CANCELED
+    assert run.status == dg.DagsterRunStatus.CANCELED
     assert run.tags["streamling/stopped_by"] == "signal"
     types = [e.event_type for e in result.all_events]
     assert dg.DagsterEventType.STEP_FAILURE not in types
