@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -164,9 +165,9 @@ def measure(
 
 
 def _by_role(cpu_by_pid: dict[int, float], role_of: dict[int, str]) -> dict[str, float]:
-    out: dict[str, float] = {}
+    out: Counter[str] = Counter()
     for pid, cpu in cpu_by_pid.items():
-        out[role_of.get(pid, "other")] = out.get(role_of.get(pid, "other"), 0.0) + cpu
+        out[role_of.get(pid, "other")] += cpu
     return {k: round(v, 2) for k, v in sorted(out.items())}
 
 
