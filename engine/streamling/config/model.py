@@ -329,6 +329,8 @@ class SparkSettings(_Section):
     app_name: str = "streamling"
     checkpoint_root: str = "./.streamling/checkpoints"
     shuffle_partitions: PositiveInt = 4
+    class_archive: bool = True
+    """Start the driver's JVM from a class-data archive of Spark's classes (built once, see `class_archive`)."""
     conf: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("conf", mode="before")

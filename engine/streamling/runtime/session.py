@@ -17,6 +17,8 @@ from pyspark.sql import SparkSession
 
 import streamling
 from streamling.config.model import SparkSettings
+from streamling.runtime import class_archive
+from streamling.runtime.spark_home import launch_home
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -33,22 +35,28 @@ LOCAL_CONF = {"spark.python.daemon.module": "streamling.runtime.worker_daemon"}
 
 
 def prepare_environment() -> None:
-    """Workers must run this interpreter (it has pyarrow and streamling); bind to loopback locally."""
+    """Workers must run this interpreter (it has pyarrow and streamling); bind to loopback locally; launch from
+    a Spark home without bundled zips (`spark_home`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if "SPARK_HOME" not in os.environ and (home := launch_home()) is not None:
+        os.environ["SPARK_HOME"] = str(home)
 
 
 def session_conf(settings: SparkSettings) -> dict[str, str]:
     """Everything the engine's session needs, as Spark configuration (master and app name included), for
     callers that build the session themselves (the Dagster PySpark resource)."""
     log4j = resources.files("streamling").joinpath("log4j2.properties")
+    java = f"-Dlog4j2.configurationFile=file:{log4j}"
+    if settings.class_archive:
+        java = f"{java} {class_archive.java_options(settings.conf)}".rstrip()
     return {
         "spark.master": settings.master,
         "spark.app.name": settings.app_name,
         **DEFAULT_CONF,
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+        "spark.driver.extraJavaOptions": java,
         **(LOCAL_CONF if settings.master.startswith("local") else {}),
         **settings.conf,
     }
@@ -58,6 +66,8 @@ def build_session(settings: SparkSettings) -> SparkSession:
     """Create (or reuse, when one is already active in this process) the session."""
     prepare_environment()
     conf = session_conf(settings)
+    if settings.class_archive:
+        class_archive.build_later(settings.conf)
     start_jvm(conf)
     builder = SparkSession.builder
     for key, value in conf.items():

@@ -1,0 +1,83 @@
+"""A new driver starts from the class-data archive and launches from a Spark home without bundled zips: its JVM
+maps the archive (seen in /proc/<pid>/maps), and a planner process Spark starts for a Python data source imports
+the installed pyspark, not the zip compiled from source in every process. Real JVM, real Spark processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from streamling.runtime import class_archive
+from streamling.runtime.spark_home import launch_home
+
+DRIVER = textwrap.dedent("""
+    import json, os
+    import pyspark
+    from pyspark import SparkContext
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    from streamling.config.model import SparkSettings
+    from streamling.runtime.session import build_session
+
+    class Origin(DataSource):
+        @classmethod
+        def name(cls):
+            return "origin"
+
+        def schema(self):  # runs in Spark's create_data_source planner process
+            import pyspark
+
+            return "zip boolean" if ".zip" in pyspark.__file__ else "installed boolean"
+
+        def reader(self, schema):
+            return OriginReader()
+
+    class OriginReader(DataSourceReader):
+        def read(self, partition):
+            yield (True,)
+
+    spark = build_session(SparkSettings(master="local[1]"))
+    spark.dataSource.register(Origin)
+    planner = spark.read.format("origin").load().columns
+    maps = {line.split()[-1] for line in open(f"/proc/{SparkContext._gateway.proc.pid}/maps") if ".jsa" in line}
+    print(json.dumps({"home": os.environ["SPARK_HOME"], "planner": planner, "archives": sorted(maps)}))
+    spark.stop()
+""")
+
+
+@pytest.fixture(scope="module")
+def archive() -> Path:
+    path = class_archive.build()  # `./dev setup` built it already; a plain pytest run builds it here once
+    assert path is not None and path.is_file()
+    return path
+
+
+def test_a_new_driver_maps_the_archive_and_its_planners_import_the_installed_pyspark(
+    archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPARK_HOME", raising=False)  # as a new process starts: no home chosen yet
+    env = dict(os.environ)
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert facts["home"] == str(launch_home())
+    assert not (Path(facts["home"]) / "python").exists()
+    assert facts["planner"] == ["installed"]
+    assert str(archive) in facts["archives"]
+    assert "[warning][cds" not in done.stdout + done.stderr
+
+
+def test_the_archive_is_named_for_the_class_path_and_only_mapped_when_present(tmp_path: Path, archive: Path) -> None:
+    assert class_archive.archive_path({}) == archive
+    assert class_archive.java_options({}) == f"-XX:SharedArchiveFile={archive} {class_archive.QUIET}"
+    other = {class_archive.CLASS_PATH: str(tmp_path / "extra.jar")}
+    assert class_archive.archive_path(other) not in (None, archive)
+    assert class_archive.java_options(other) == ""
