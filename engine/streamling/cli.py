@@ -86,13 +86,15 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     from streamling.api import check_structure, execute_plan, prepare_pipeline, resolve_location
-    from streamling.runtime.session import build_session
+    from streamling.runtime.session import start_session
 
     spark = None
     try:
         try:
-            check_structure(resolve_location(args.pipeline, settings), settings)  # before Spark starts
-            spark = build_session(settings.spark)
+            location = resolve_location(args.pipeline, settings)
+            starting = start_session(settings.spark)
+            check_structure(location, settings)  # while Spark starts
+            spark = starting.result()
             plan = prepare_pipeline(args.pipeline, settings, spark)
         except StreamlingError as exc:
             # Bad input is an invalid pipeline or configuration; an outage (a retriable error, such as a

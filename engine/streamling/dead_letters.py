@@ -20,19 +20,18 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
-from psycopg import sql
-from psycopg.types.json import Jsonb
-
-from streamling.config.model import PostgresSinkSettings, Settings
 from streamling.errors import StreamlingError
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, producer
-from streamling.postgres import catalog
-from streamling.postgres.connection import transact
-from streamling.topology.spec import DeadLetterSpec
 from streamling.types import json_default
+
+if TYPE_CHECKING:  # loaded when used: the Kafka reader imports this module in every planner and worker process
+    import psycopg
+    from psycopg import sql
+
+    from streamling.config.model import PostgresSinkSettings, Settings
+    from streamling.topology.spec import DeadLetterSpec
 
 FLUSH_TIMEOUT_SEC = 60.0
 TOPIC_PARTITIONS = 1
@@ -138,6 +137,8 @@ class DeadLetterTarget:
             kafka["kafka_sasl_password"] = options["dead_letter_kafka_sasl_password"]
         postgres = None
         if data["postgres"] is not None:
+            from streamling.config.model import PostgresSinkSettings
+
             postgres = PostgresSinkSettings.model_validate(
                 {**data["postgres"], "pass": options.get("dead_letter_postgres_password", "")}
             )
@@ -159,6 +160,10 @@ class DeadLetterTarget:
             ensure_topic(self.kafka, self.topic, TOPIC_PARTITIONS, self.label)
             return
         assert self.postgres is not None and self.schema is not None and self.table is not None
+        from psycopg import sql
+
+        from streamling.postgres import catalog
+        from streamling.postgres.connection import transact
 
         def create(cur: psycopg.Cursor) -> None:
             catalog.lock_ddl(cur, self.schema, self.table)
@@ -180,11 +185,18 @@ class DeadLetterTarget:
             self._insert(cur, letters, failed_at)
         else:
             assert self.postgres is not None
+            from streamling.postgres.connection import transact
+
             where = f"{self.label}: dead-letter {self.where}"
             transact(self.postgres, where, lambda own: self._insert(own, letters, failed_at))
 
     def _insert(self, cur: psycopg.Cursor, letters: Sequence[DeadLetter], failed_at: datetime) -> None:
         assert self.schema is not None and self.table is not None
+        from psycopg import sql
+        from psycopg.types.json import Jsonb
+
+        from streamling.postgres import catalog
+
         cur.executemany(
             sql.SQL(
                 "INSERT INTO {} (application_id, node, record_id, error, failed_at, topic, {}, {}, key, value, "
@@ -256,6 +268,10 @@ def _producer_options(settings: Settings) -> dict[str, str]:
 
 def table_ddl(schema: str, table: str) -> sql.Composed:
     """Keyed by `DeadLetter.record_id`, so a replayed record is not stored twice."""
+    from psycopg import sql
+
+    from streamling.postgres import catalog
+
     return sql.SQL(
         """CREATE TABLE IF NOT EXISTS {} (
             application_id TEXT NOT NULL,

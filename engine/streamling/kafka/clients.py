@@ -13,10 +13,12 @@ import re
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from streamling.config.model import KafkaConnectionSettings, KafkaSourceSettings
 from streamling.errors import StreamlingError
+
+if TYPE_CHECKING:  # the settings models are the driver's: workers get `connection_options`' strings
+    from streamling.config.model import KafkaConnectionSettings
 
 log = logging.getLogger("streamling.kafka")
 _REGISTRIES: dict[tuple, Any] = {}
@@ -53,6 +55,8 @@ _CLIENT_LOG.addFilter(_DropRepeats())
 
 
 def connection_options(settings: KafkaConnectionSettings) -> dict[str, str]:
+    from streamling.config.model import KafkaSourceSettings
+
     opts = {
         "kafka_brokers": settings.brokers,
         "kafka_security_protocol": settings.security_protocol,
