@@ -1,5 +1,6 @@
 """``streamling PIPELINE_FILE [--validate | --dry-run] [--config NAME_OR_PATH]``; ``streamling inspect [--node N]
-[URL]`` follows a running pipeline's live rows (`streamling.telemetry.follow`).
+[URL]`` follows a running pipeline's live rows (`streamling.telemetry.follow`); ``streamling serve`` keeps an
+engine warm and ``streamling submit PIPELINE_FILE`` runs a pipeline on it (`streamling.serve`).
 
 Exit codes: 0 success (and, with --validate, a valid pipeline); 1 a failure while running; 2 an
 invalid pipeline or configuration. User errors print one message without a traceback.
@@ -15,6 +16,7 @@ import traceback
 from streamling import __version__
 from streamling.config import Settings, load_settings
 from streamling.errors import StreamlingError, first_line
+from streamling.runtime.summary import RunSummary
 from streamling.telemetry.logs import configure_logging
 from streamling.topology.pipeline import ValidationReport
 
@@ -27,7 +29,8 @@ def parser() -> argparse.ArgumentParser:
         prog="streamling",
         description="Run a Streamling pipeline (sources → transforms → sinks) on Apache Spark.",
         epilog="Settings: embedded defaults < config file < STREAMLING__<KEY>[__<NESTED>] variables. "
-        "`streamling inspect [--node N] [URL]` follows a running pipeline's live rows.",
+        "`streamling inspect [--node N] [URL]` follows a running pipeline's live rows; `streamling serve` keeps an "
+        "engine warm and `streamling submit PIPELINE` runs a pipeline on it.",
     )
     p.add_argument("pipeline", nargs="?", help="pipeline YAML/JSON (default: STREAMLING__PIPELINE_DEFINITION_LOCATION)")
     mode = p.add_mutually_exclusive_group()
@@ -46,6 +49,14 @@ def main(argv: list[str] | None = None) -> int:
         from streamling.telemetry.follow import main as inspect
 
         return inspect(argv[1:])
+    if argv[:1] == ["serve"]:
+        from streamling.serve.server import main as serve
+
+        return serve(argv[1:])
+    if argv[:1] == ["submit"]:
+        from streamling.serve.client import main as submit
+
+        return submit(argv[1:])
     args = parser().parse_args(argv)
     try:
         settings = load_settings(args.config)
@@ -116,6 +127,12 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         if spark is not None:
             spark.stop()
+    log_summary(summary)
+    return EXIT_OK
+
+
+def log_summary(summary: RunSummary) -> None:
+    """The lines that end a run's output, from the CLI or from the engine server (`streamling serve`)."""
     for name, progress in summary.sources.items():
         log.info("source '%s': %d epochs, position %s", name, progress.epochs, progress.position)
     for name, rows in summary.sink_rows.items():
@@ -132,7 +149,6 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
                 ops["deletes"],
             )
     log.info("Finished in %.1fs", summary.duration_sec)
-    return EXIT_OK
 
 
 def _debug_traceback(exc: BaseException, settings: Settings) -> None:

@@ -421,6 +421,8 @@ def _text(value: int | datetime) -> str:
 class Settings(_Section):
     application_id: str = Field(default="local_app_v1", min_length=1)
     pipeline_definition_location: str | None = None
+    engine_url: str | None = None
+    """A warm engine (`streamling serve`) that `streamling submit` and Dagster runs submit pipelines to."""
     job_mode: bool = False
     backfill_range: BackfillRange | None = None
     """Job mode over a range of the bounded sources (see `BackfillRange`); needs `job_mode`."""

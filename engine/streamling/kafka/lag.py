@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from streamling.telemetry.logs import in_this_run
+
 log = logging.getLogger("streamling.kafka")
 WATERMARK_TIMEOUT_SEC = 5.0
 
@@ -37,7 +39,7 @@ class LagReporter:
 
     def start(self) -> None:
         if self._thread is None and self.interval_sec > 0:
-            self._thread = threading.Thread(target=self._run, name=f"lag {self.label}", daemon=True)
+            self._thread = threading.Thread(target=in_this_run(self._run), name=f"lag {self.label}", daemon=True)
             self._thread.start()
 
     def stop(self) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from streamling.telemetry.logs import in_this_run
+
 
 class Committer:
     def __init__(self, name: str) -> None:
@@ -20,7 +22,7 @@ class Committer:
         self._busy = False
         self._closed = False
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._loop, name=f"streamling-commit-{name}", daemon=True)
+        self._thread = threading.Thread(target=in_this_run(self._loop), name=f"streamling-commit-{name}", daemon=True)
         self._thread.start()
 
     def submit(self, job: Callable[[], None]) -> bool:

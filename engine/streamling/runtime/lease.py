@@ -24,6 +24,7 @@ from pathlib import Path
 
 from streamling.errors import StreamlingError, first_line
 from streamling.state import JsonDoc, LeaseHolder, StateBackend
+from streamling.telemetry.logs import in_this_run
 
 log = logging.getLogger("streamling.runtime")
 HEARTBEATS_PER_TTL = 6
@@ -145,7 +146,9 @@ class RunLease:
                 previous.holder.get("pid"),
                 previous.holder.get("host"),
             )
-        self._thread = threading.Thread(target=self._beat, name=f"streamling-lease-{self.pipeline}", daemon=True)
+        self._thread = threading.Thread(
+            target=in_this_run(self._beat), name=f"streamling-lease-{self.pipeline}", daemon=True
+        )
         self._thread.start()
 
     def _beat(self) -> None:

@@ -34,6 +34,7 @@ from streamling.runtime.offset_log import read_batch_offsets
 from streamling.runtime.plan import Plan
 from streamling.runtime.summary import RunSummary, SourceProgress
 from streamling.state import StateBackend
+from streamling.telemetry.logs import RUN_SCOPE, in_this_run
 from streamling.telemetry.run import RunTelemetry
 
 if TYPE_CHECKING:
@@ -137,6 +138,7 @@ class SourceQuery:
         self.committer = Committer(source.name)
         self.progress = runner.summary.sources.setdefault(source.name, SourceProgress(position=dict(start)))
         self.commit = EpochCommit(runner, source, self.downstream, self.progress)
+        self.log_scope = RUN_SCOPE.get()  # foreachBatch runs on py4j's threads: its log lines are still this run's
 
     def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
         settings = self.runner.settings
@@ -160,6 +162,13 @@ class SourceQuery:
             log.info("Started %s from position %s", self.source.label, self.position)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        scope = RUN_SCOPE.set(self.log_scope)
+        try:
+            self._on_batch(batch, batch_id)
+        finally:
+            RUN_SCOPE.reset(scope)
+
+    def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
         with self.lock:
             if self.stopping or self.error is not None or self.committer.error is not None:
                 return  # not committed: the rows are read again by the next run
@@ -286,7 +295,10 @@ class DriverSourceQuery(SourceQuery):
 
     def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
         self._thread = threading.Thread(
-            target=self._loop, args=(spark, replay_end), name=f"streamling-read-{self.source.name}", daemon=True
+            target=in_this_run(self._loop),
+            args=(spark, replay_end),
+            name=f"streamling-read-{self.source.name}",
+            daemon=True,
         )
         self._thread.start()
         log.info("Started %s from position %s", self.source.label, self.position)

@@ -1,0 +1,173 @@
+"""Submitting pipelines to a warm engine (`streamling serve`): `EngineClient`, and ``streamling submit``.
+
+``streamling submit PIPELINE [--engine URL] [--config NAME]`` behaves as ``streamling PIPELINE`` does — the same
+settings (this shell's config file and ``STREAMLING__`` variables, relative paths taken from here), the run's log
+lines on stderr, SIGTERM/SIGINT to finish the in-flight epoch and stop, the same exit codes — but the pipeline runs
+in the engine. A second signal leaves at once; the run still drains on the engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from streamling.errors import StreamlingError
+
+DEFAULT_URL = "http://127.0.0.1:18070"
+POLL_SEC = 0.2
+FORWARDED_ENV = ("STREAMLING__", "OTEL_")
+PATH_SETTINGS = (
+    "state_backend.sqlite.database_path",
+    "spark.checkpoint_root",
+    "clickhouse_source.path",
+    "clickhouse_sink.path",
+)
+"""Settings that name files: a relative one means relative to the submitter's directory, not the engine's."""
+
+
+class EngineClient:
+    """The engine's HTTP API. Every failure to reach it is a retriable `StreamlingError`."""
+
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise StreamlingError.unavailable(f"the engine at {self.url} is unreachable: {exc}") from None
+        body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+        if response.status_code >= 400:
+            message = body.get("error") or f"HTTP {response.status_code}"
+            if response.status_code >= 500:
+                raise StreamlingError.unavailable(f"the engine at {self.url}: {message}")
+            raise StreamlingError.user(f"the engine at {self.url}: {message}")
+        return body
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/health")
+
+    def submit(
+        self,
+        pipeline: str | Path,
+        config: str | Path | None = None,
+        environ: dict[str, str] | None = None,
+        overrides: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        body = {
+            "pipeline": str(pipeline),
+            "config": str(config) if config is not None else None,
+            "environ": environ or {},
+            "overrides": overrides or {},
+        }
+        return self._call("POST", "/runs", json=body)
+
+    def status(self, run_id: str, logs_from: int = 0) -> dict[str, Any]:
+        return self._call("GET", f"/runs/{run_id}", params={"logs_from": logs_from})
+
+    def stop(self, run_id: str) -> dict[str, Any]:
+        return self._call("POST", f"/runs/{run_id}/stop")
+
+    def follow(
+        self,
+        run_id: str,
+        on_log: Callable[[str], None] = lambda _line: None,
+        on_status: Callable[[dict[str, Any]], None] = lambda _view: None,
+        stop: threading.Event | None = None,
+    ) -> dict[str, Any]:
+        """Poll the run until it is done, handing over its log lines and views; `stop` set asks it to stop (once).
+        An engine that goes away meanwhile raises: the run's positions are in its state backend."""
+        logs_from, stop_sent = 0, False
+        while True:
+            if stop is not None and stop.is_set() and not stop_sent:
+                self.stop(run_id)
+                stop_sent = True
+            try:
+                view = self.status(run_id, logs_from)
+            except StreamlingError as exc:
+                raise StreamlingError.unavailable(
+                    f"{exc.message}; run {run_id} was in flight: its committed positions are in the state backend, "
+                    "submit it again to resume"
+                ) from None
+            for line in view["logs"]:
+                on_log(line)
+            logs_from = view["next_log"]
+            on_status(view)
+            if view["done"]:
+                return view
+            (stop or threading.Event()).wait(POLL_SEC)
+
+
+def submission_of(
+    pipeline: str | None, config: str | None, environ: dict[str, str] | None = None
+) -> tuple[Path, Path | None, dict[str, str], dict[str, Any]]:
+    """What to send for a pipeline run from here: its path, the config file, the ``STREAMLING__``/``OTEL_``
+    variables and the file settings made absolute."""
+    from streamling.api import resolve_location
+    from streamling.config import load_settings
+    from streamling.config.layers import find_config_file
+
+    environ = dict(os.environ if environ is None else environ)
+    settings = load_settings(config, environ=environ)
+    location = resolve_location(pipeline, settings).absolute()
+    config_file = find_config_file(config)
+    overrides: dict[str, Any] = {}
+    for dotted in PATH_SETTINGS:
+        value = functools.reduce(getattr, dotted.split("."), settings)
+        if isinstance(value, str) and value and not os.path.isabs(value):
+            overrides[dotted] = os.path.abspath(value)
+    if settings.plugin.path:
+        overrides["plugin.path"] = ":".join(os.path.abspath(p) for p in settings.plugin.path.split(":") if p)
+    forwarded = {k: v for k, v in environ.items() if k.startswith(FORWARDED_ENV)}
+    return location, config_file.absolute() if config_file else None, forwarded, overrides
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="streamling submit", description="Run a pipeline on a warm engine.")
+    p.add_argument("pipeline", nargs="?", help="pipeline YAML/JSON (default: STREAMLING__PIPELINE_DEFINITION_LOCATION)")
+    p.add_argument("--engine", metavar="URL", help=f"the engine (default: engine_url, else {DEFAULT_URL})")
+    p.add_argument("--config", metavar="NAME_OR_PATH", help="config file (default base name 'config')")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from streamling.config import load_settings
+
+    args = parser().parse_args(argv)
+    stop = threading.Event()
+    signals = []
+
+    def on_signal(_signum: int, _frame: Any) -> None:
+        signals.append(_signum)
+        if len(signals) > 1:
+            print("Error: stopped waiting; the run finishes its epoch on the engine", file=sys.stderr)
+            os._exit(1)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    try:
+        location, config, environ, overrides = submission_of(args.pipeline, args.config)
+        url = args.engine or load_settings(args.config).engine_url or DEFAULT_URL
+        client = EngineClient(url)
+        run = client.submit(location, config, environ, overrides)
+        view = client.follow(run["id"], on_log=lambda line: print(line, file=sys.stderr, flush=True), stop=stop)
+    except StreamlingError as exc:
+        print(f"Error: {exc.message}", file=sys.stderr)
+        return 2 if exc.user_facing and not exc.retriable else 1
+    if view["error"]:
+        print(f"Error: {view['error']}", file=sys.stderr)
+    return int(view["exit_code"] if view["exit_code"] is not None else 1)

@@ -1,0 +1,182 @@
+"""``streamling serve``: a warm engine that runs submitted pipelines side by side.
+
+One driver keeps its JVM, SparkContext and Spark's Python daemons up between pipelines, so a submitted pipeline
+starts in about a second instead of a cold start's ten (bench scenario 3). Its HTTP API (JSON, loopback by
+default; there is no authentication, so bind it where only trusted clients reach it):
+
+- ``POST /runs`` ``{"pipeline": path, "config": path|null, "environ": {STREAMLING__…}, "overrides": {…}}``:
+  start a run (201, its view); paths are read on the engine's host.
+- ``GET /runs/{id}?logs_from=N``: its state (starting, running, succeeded, stopped, failed, invalid), exit
+  code, error, summary, and its log lines from line N on.
+- ``POST /runs/{id}/stop``: finish and commit the in-flight epoch, then end (as SIGTERM does to a CLI run).
+- ``GET /runs``, ``GET /health``.
+
+SIGTERM or SIGINT stops every run that way, then the engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from streamling.errors import StreamlingError
+from streamling.serve.runs import Run, RunLogHandler, Runs, Submission
+
+log = logging.getLogger("streamling.serve")
+
+DEFAULT_PORT = 18070
+STARTUP_TIMEOUT_SEC = 30.0
+
+
+def app(runs: Runs) -> Starlette:
+    def found(request: Request) -> Run:
+        run = runs.get(request.path_params["run_id"])
+        if run is None:
+            raise LookupError(request.path_params["run_id"])
+        return run
+
+    async def submit(request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return JSONResponse({"error": "the body must be JSON"}, status_code=400)
+        try:
+            run = runs.submit(Submission.parse(body))
+        except StreamlingError as exc:
+            return JSONResponse({"error": exc.message}, status_code=400 if not runs.closed else 503)
+        return JSONResponse(run.view(), status_code=201)
+
+    async def status(request: Request) -> JSONResponse:
+        try:
+            logs_from = int(request.query_params.get("logs_from", "0"))
+            return JSONResponse(found(request).view(logs_from))
+        except LookupError as exc:
+            return JSONResponse({"error": f"no run {exc}"}, status_code=404)
+        except ValueError:
+            return JSONResponse({"error": "logs_from must be an integer"}, status_code=400)
+
+    async def stop(request: Request) -> JSONResponse:
+        try:
+            run = found(request)
+        except LookupError as exc:
+            return JSONResponse({"error": f"no run {exc}"}, status_code=404)
+        run.stop.set()
+        return JSONResponse(run.view(run.log_count), status_code=202)
+
+    async def listing(_: Request) -> JSONResponse:
+        views = [r.view(r.log_count) for r in runs.all()]
+        return JSONResponse({"runs": [{k: v for k, v in view.items() if k != "logs"} for view in views]})
+
+    async def health(_: Request) -> JSONResponse:
+        running = sum(not r.done.is_set() for r in runs.all())
+        return JSONResponse(
+            {"status": "stopping" if runs.closed else "ok", "runs": running},
+            status_code=503 if runs.closed else 200,
+        )
+
+    return Starlette(
+        routes=[
+            Route("/runs", submit, methods=["POST"]),
+            Route("/runs", listing, methods=["GET"]),
+            Route("/runs/{run_id}", status, methods=["GET"]),
+            Route("/runs/{run_id}/stop", stop, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+        ]
+    )
+
+
+def listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise StreamlingError.user(f"streamling serve: cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    return sock
+
+
+def serve(runs: Runs, sock: socket.socket, stopping: threading.Event) -> None:
+    """Answer on `sock` until `stopping` is set; then stop every run (each drains) and the HTTP server."""
+    import uvicorn
+
+    config = uvicorn.Config(app(runs), log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the main thread owns signals
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="streamling-serve", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + STARTUP_TIMEOUT_SEC
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not server.started:
+        raise StreamlingError(f"streamling serve: the HTTP server did not start within {STARTUP_TIMEOUT_SEC:g}s")
+    host, port = sock.getsockname()[:2]
+    log.info("Engine ready on http://%s:%d/ (streamling submit --engine http://%s:%d PIPELINE)", host, port, host, port)
+    try:
+        while not stopping.wait(0.5):
+            pass
+    finally:
+        log.info("Stopping: every run finishes its in-flight epoch")
+        runs.stop_all()
+        server.should_exit = True
+        thread.join(10)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="streamling serve", description="Keep a Spark engine warm and run the pipelines submitted to it."
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
+    p.add_argument("--config", metavar="NAME_OR_PATH", help="the engine's config file: its spark.* and logging")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from streamling.config import load_settings
+    from streamling.runtime.session import build_session
+    from streamling.telemetry.logs import configure_logging
+
+    args = parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+        sock = listen(args.host, args.port)
+    except StreamlingError as exc:
+        print(f"Error: {exc.message}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, settings.log_format)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("Received %s", signal.Signals(signum).name)
+        stopping.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    spark = build_session(settings.spark)
+    runs = Runs(spark)
+    handler = RunLogHandler(runs)
+    engine_logger = logging.getLogger("streamling")
+    handler.setFormatter(engine_logger.handlers[0].formatter if engine_logger.handlers else None)
+    engine_logger.addHandler(handler)
+    try:
+        serve(runs, sock, stopping)
+    except StreamlingError as exc:
+        print(f"Error: {exc.message}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    return 0
