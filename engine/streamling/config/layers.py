@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
+from pydantic_core import to_jsonable_python
 
 from streamling.config.model import Settings
 from streamling.errors import StreamlingError
@@ -178,8 +179,34 @@ def load_settings(
     for dotted, value in (overrides or {}).items():
         _set_path(merged, dotted, value)
         origins[dotted] = "command line"
+    settings = _validated(merged, origins)
+    settings._notices.extend(notices)
+    return settings
+
+
+def settings_document(settings: Settings) -> dict[str, Any]:
+    """The settings as a JSON document, secrets in clear: what a process running a pipeline for another one
+    (`streamling serve`) reads back with `settings_from_document`. Never log it."""
+
+    def reveal(value: Any) -> Any:
+        if isinstance(value, SecretStr):
+            return value.get_secret_value()
+        if isinstance(value, dict):
+            return {k: reveal(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [reveal(v) for v in value]
+        return value
+
+    return to_jsonable_python(reveal(settings.model_dump(mode="python", by_alias=True)))
+
+
+def settings_from_document(document: Mapping[str, Any]) -> Settings:
+    return _validated(dict(document), {key: "the submitted settings" for key in document})
+
+
+def _validated(merged: dict[str, Any], origins: Mapping[str, str]) -> Settings:
     try:
-        settings = Settings.model_validate(merged)
+        return Settings.model_validate(merged)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -191,5 +218,3 @@ def load_settings(
             value = "" if err["type"] in SECTION_ERRORS else _shown(dotted, err.get("input"))
             problems.append(f"{dotted}{value} (from {_origin_of(dotted, origins)}): {reason}")
         raise StreamlingError.user("invalid configuration: " + "; ".join(problems)) from None
-    settings._notices.extend(notices)
-    return settings

@@ -16,15 +16,17 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from streamling.errors import StreamlingError
 
+if TYPE_CHECKING:
+    from streamling.config.model import Settings
+
 DEFAULT_URL = "http://127.0.0.1:18070"
 POLL_SEC = 0.2
-FORWARDED_ENV = ("STREAMLING__", "OTEL_")
 PATH_SETTINGS = (
     "state_backend.sqlite.database_path",
     "spark.checkpoint_root",
@@ -60,20 +62,10 @@ class EngineClient:
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/health")
 
-    def submit(
-        self,
-        pipeline: str | Path,
-        config: str | Path | None = None,
-        environ: dict[str, str] | None = None,
-        overrides: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        body = {
-            "pipeline": str(pipeline),
-            "config": str(config) if config is not None else None,
-            "environ": environ or {},
-            "overrides": overrides or {},
-        }
-        return self._call("POST", "/runs", json=body)
+    def submit(self, pipeline: str | Path, settings: Settings) -> dict[str, Any]:
+        """Start `pipeline` (a path on the engine's host) with `settings`: file settings given relative are taken
+        from this process's directory."""
+        return self._call("POST", "/runs", json={"pipeline": str(pipeline), "settings": submitted_settings(settings)})
 
     def status(self, run_id: str, logs_from: int = 0) -> dict[str, Any]:
         return self._call("GET", f"/runs/{run_id}", params={"logs_from": logs_from})
@@ -111,28 +103,20 @@ class EngineClient:
             (stop or threading.Event()).wait(POLL_SEC)
 
 
-def submission_of(
-    pipeline: str | None, config: str | None, environ: dict[str, str] | None = None
-) -> tuple[Path, Path | None, dict[str, str], dict[str, Any]]:
-    """What to send for a pipeline run from here: its path, the config file, the ``STREAMLING__``/``OTEL_``
-    variables and the file settings made absolute."""
-    from streamling.api import resolve_location
-    from streamling.config import load_settings
-    from streamling.config.layers import find_config_file
+def submitted_settings(settings: Settings) -> dict[str, Any]:
+    """The settings document sent to the engine, with the file settings made absolute from here."""
+    from streamling.config.layers import settings_document
 
-    environ = dict(os.environ if environ is None else environ)
-    settings = load_settings(config, environ=environ)
-    location = resolve_location(pipeline, settings).absolute()
-    config_file = find_config_file(config)
-    overrides: dict[str, Any] = {}
+    document = settings_document(settings)
     for dotted in PATH_SETTINGS:
-        value = functools.reduce(getattr, dotted.split("."), settings)
-        if isinstance(value, str) and value and not os.path.isabs(value):
-            overrides[dotted] = os.path.abspath(value)
-    if settings.plugin.path:
-        overrides["plugin.path"] = ":".join(os.path.abspath(p) for p in settings.plugin.path.split(":") if p)
-    forwarded = {k: v for k, v in environ.items() if k.startswith(FORWARDED_ENV)}
-    return location, config_file.absolute() if config_file else None, forwarded, overrides
+        *sections, leaf = dotted.split(".")
+        node = functools.reduce(lambda d, key: d[key], sections, document)
+        if isinstance(node.get(leaf), str) and node[leaf] and not os.path.isabs(node[leaf]):
+            node[leaf] = os.path.abspath(node[leaf])
+    plugins = document["plugin"].get("path")
+    if plugins:
+        document["plugin"]["path"] = ":".join(os.path.abspath(p) for p in plugins.split(":") if p)
+    return document
 
 
 def parser() -> argparse.ArgumentParser:
@@ -144,6 +128,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    from streamling.api import resolve_location
     from streamling.config import load_settings
 
     args = parser().parse_args(argv)
@@ -160,10 +145,10 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     try:
-        location, config, environ, overrides = submission_of(args.pipeline, args.config)
-        url = args.engine or load_settings(args.config).engine_url or DEFAULT_URL
-        client = EngineClient(url)
-        run = client.submit(location, config, environ, overrides)
+        settings = load_settings(args.config)
+        location = resolve_location(args.pipeline, settings).absolute()
+        client = EngineClient(args.engine or settings.engine_url or DEFAULT_URL)
+        run = client.submit(location, settings)
         view = client.follow(run["id"], on_log=lambda line: print(line, file=sys.stderr, flush=True), stop=stop)
     except StreamlingError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)

@@ -1,16 +1,15 @@
 """The pipelines a warm engine (`streamling serve`) runs side by side, each on a thread of its own.
 
 A run gets its own `SparkSession.newSession()` of the engine's one SparkContext (its own SQL configuration, temp
-views and data sources), its own settings (the submitter's config file and ``STREAMLING__`` variables), its own
-stop flag and its own log: every engine log line is tagged with its run (`RUN_SCOPE`) and kept for the submitter.
-A failing run ends alone. Positions live in each run's state backend, as in a CLI run, so a run lost with the
-engine resumes where it committed when submitted again.
+views and data sources), its own settings (resolved by the submitter: its config file, ``STREAMLING__`` variables
+and Dagster resource), its own stop flag and its own log: every engine log line is tagged with its run
+(`RUN_SCOPE`) and kept for the submitter. A failing run ends alone. Positions live in each run's state backend, as
+in a CLI run, so a run lost with the engine resumes where it committed when submitted again.
 """
 
 from __future__ import annotations
 
 import logging
-import tempfile
 import threading
 import time
 import uuid
@@ -37,23 +36,16 @@ EXIT_CODES = {"succeeded": 0, "stopped": 0, "failed": 1, "invalid": 2}
 @dataclass
 class Submission:
     pipeline: str
-    config: str | None = None
-    environ: dict[str, str] = field(default_factory=dict)
-    overrides: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any]
+    """The run's whole settings (`settings_document`), as the submitter resolved them."""
 
     @classmethod
     def parse(cls, body: object) -> Submission:
         if not isinstance(body, dict) or not isinstance(body.get("pipeline"), str) or not body["pipeline"]:
             raise StreamlingError.user("a submission needs 'pipeline': the pipeline file's path on the engine's host")
-        environ, overrides = body.get("environ") or {}, body.get("overrides") or {}
-        if not isinstance(environ, dict) or not all(isinstance(v, str) for v in environ.values()):
-            raise StreamlingError.user("'environ' must map variable names to strings")
-        if not isinstance(overrides, dict):
-            raise StreamlingError.user("'overrides' must map dotted setting names to values")
-        config = body.get("config")
-        if config is not None and not isinstance(config, str):
-            raise StreamlingError.user("'config' must be a path")
-        return cls(body["pipeline"], config, {str(k): v for k, v in environ.items()}, overrides)
+        if not isinstance(body.get("settings"), dict):
+            raise StreamlingError.user("a submission needs 'settings': the run's settings document")
+        return cls(body["pipeline"], body["settings"])
 
 
 @dataclass
@@ -126,9 +118,6 @@ class Runs:
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        # A submission without a config file must not pick up the engine's working directory's config.yaml.
-        self.no_config = Path(tempfile.mkdtemp(prefix="streamling-serve-")) / "no-config.yaml"
-        self.no_config.write_text("{}\n")
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
         self.closed = False
@@ -164,16 +153,14 @@ class Runs:
     def _execute(self, run: Run) -> None:
         from streamling.api import check_structure, execute_plan, prepare_pipeline, resolve_location
         from streamling.cli import log_summary
-        from streamling.config import load_settings
+        from streamling.config.layers import settings_from_document
 
         scope = RUN_SCOPE.set(run.id)
         submission = run.submission
         try:
             log.info("run %s: %s submitted", run.id, submission.pipeline)
             try:
-                settings = load_settings(
-                    submission.config or self.no_config, environ=submission.environ, overrides=submission.overrides
-                )
+                settings = settings_from_document(submission.settings)
                 location = resolve_location(submission.pipeline, settings)
                 check_structure(location, settings)
                 spark = self._session(settings.spark.conf, settings.spark.shuffle_partitions)

@@ -4,8 +4,9 @@ One driver keeps its JVM, SparkContext and Spark's Python daemons up between pip
 starts in about a second instead of a cold start's ten (bench scenario 3). Its HTTP API (JSON, loopback by
 default; there is no authentication, so bind it where only trusted clients reach it):
 
-- ``POST /runs`` ``{"pipeline": path, "config": path|null, "environ": {STREAMLING__…}, "overrides": {…}}``:
-  start a run (201, its view); paths are read on the engine's host.
+- ``POST /runs`` ``{"pipeline": path, "settings": {…}}``: start a run (201, its view). The pipeline file is read
+  on the engine's host; the settings document is the run's whole settings, secrets included (`settings_document`),
+  which is why the engine listens on loopback unless told otherwise.
 - ``GET /runs/{id}?logs_from=N``: its state (starting, running, succeeded, stopped, failed, invalid), exit
   code, error, summary, and its log lines from line N on.
 - ``POST /runs/{id}/stop``: finish and commit the in-flight epoch, then end (as SIGTERM does to a CLI run).
