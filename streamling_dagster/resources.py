@@ -26,9 +26,13 @@ class StreamlingResource(dg.ConfigurableResource):
 
     config_file: str | None = None
     overrides: dict[str, str] = {}
+    engine_url: str | None = None
+    """A warm engine (`streamling serve`) that the stream and backfill ops run their pipelines on; unset (or not
+    answering when an op starts): each run starts its own Spark session. ``STREAMLING__ENGINE_URL`` also sets it."""
 
     def settings(self, **extra: Any) -> Settings:
-        return load_settings(self.config_file, os.environ, {**self.overrides, **extra})
+        engine = {"engine_url": self.engine_url} if self.engine_url else {}
+        return load_settings(self.config_file, os.environ, {**engine, **self.overrides, **extra})
 
     def pipeline_settings(self, pf: PipelineFile, **extra: Any) -> Settings:
         """Settings for one pipeline: its own state-backend namespace (see `Orchestration.application_id`)."""

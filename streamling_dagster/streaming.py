@@ -14,6 +14,7 @@ the run there (see `stopped_cleanly`), so terminating is a normal end: no step f
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -22,8 +23,8 @@ from typing import Any
 
 import dagster as dg
 
-from streamling import RunSummary, Settings, run_pipeline, source_status
-from streamling.errors import first_line
+from streamling import EngineClient, RunSummary, Settings, run_on_engine, run_pipeline, source_status
+from streamling.errors import StreamlingError, first_line
 from streamling_dagster.guard import check_no_other_run, engine_refusal
 from streamling_dagster.observations import named_position, sink_observations
 from streamling_dagster.pipelines import PipelineFile
@@ -156,13 +157,17 @@ def run_engine(
     summary = summary if summary is not None else RunSummary()
     stop = threading.Event()
     outcome: dict[str, Any] = {}
-    session = spark() if callable(spark) else spark
+    warm = warm_engine(context, settings)
+    session = None if warm is not None else spark() if callable(spark) else spark
 
     done = threading.Event()  # not Thread.join/is_alive: see `_drain`
 
     def engine() -> None:
         try:
-            outcome["summary"] = run_pipeline(pf.path, settings, session, stop=stop, summary=summary)
+            if warm is not None:
+                outcome["summary"] = run_on_engine(warm, pf.path, settings, stop, summary, on_log=_to_stderr)
+            else:
+                outcome["summary"] = run_pipeline(pf.path, settings, session, stop=stop, summary=summary)
         except BaseException as exc:  # handed to the op's thread
             outcome["error"] = exc
         finally:
@@ -200,6 +205,27 @@ def run_engine(
             raise refused from None
         raise outcome["error"]
     return outcome["summary"]
+
+
+def warm_engine(context: dg.OpExecutionContext, settings: Settings) -> EngineClient | None:
+    """The warm engine (`streamling serve`) the run goes to when `engine_url` is set and it answers; else None,
+    and the run starts its own Spark session (said in the run's log when an engine was configured)."""
+    if not settings.engine_url:
+        return None
+    client = EngineClient(settings.engine_url)
+    try:
+        client.health()
+    except StreamlingError as exc:
+        client.close()
+        context.log.warning(f"{exc.message}; running on a Spark session of this run instead")
+        return None
+    context.log.info(f"Running on the warm engine at {client.url}")
+    return client
+
+
+def _to_stderr(line: str) -> None:
+    """A warm engine's log line for this run, where a local run's would go: the run worker's stderr."""
+    print(line, file=sys.stderr, flush=True)
 
 
 ADMIN_PAGE_TAG = "streamling/admin_page"

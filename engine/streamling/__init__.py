@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from streamling.config import Settings, load_settings
     from streamling.errors import StreamlingError
     from streamling.runtime.summary import RunSummary
+    from streamling.serve.client import EngineClient, run_on_engine
     from streamling.topology.pipeline import ValidationReport, load_pipeline
 
 try:
@@ -30,6 +31,7 @@ except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+local"
 
 _HOMES = {
+    "EngineClient": "streamling.serve.client",
     "RunSummary": "streamling.runtime.summary",
     "Settings": "streamling.config",
     "SourceStatus": "streamling.api",
@@ -39,12 +41,14 @@ _HOMES = {
     "load_settings": "streamling.config",
     "plan_pipeline": "streamling.api",
     "reset_positions": "streamling.api",
+    "run_on_engine": "streamling.serve.client",
     "run_pipeline": "streamling.api",
     "source_status": "streamling.api",
     "validate_pipeline": "streamling.api",
 }
 
 __all__ = [
+    "EngineClient",
     "RunSummary",
     "Settings",
     "SourceStatus",
@@ -55,6 +59,7 @@ __all__ = [
     "load_settings",
     "plan_pipeline",
     "reset_positions",
+    "run_on_engine",
     "run_pipeline",
     "source_status",
     "validate_pipeline",

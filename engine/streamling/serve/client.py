@@ -24,6 +24,7 @@ from streamling.errors import StreamlingError
 
 if TYPE_CHECKING:
     from streamling.config.model import Settings
+    from streamling.runtime.summary import RunSummary
 
 DEFAULT_URL = "http://127.0.0.1:18070"
 POLL_SEC = 0.2
@@ -103,6 +104,39 @@ class EngineClient:
             (stop or threading.Event()).wait(POLL_SEC)
 
 
+def run_on_engine(
+    client: EngineClient,
+    pipeline: str | Path,
+    settings: Settings,
+    stop: threading.Event | None = None,
+    summary: RunSummary | None = None,
+    on_log: Callable[[str], None] = lambda _line: None,
+) -> RunSummary:
+    """`run_pipeline`'s twin on a warm engine: the same arguments and result, `summary` filled as the engine's
+    epochs commit, `stop` honoured, and the run's failure raised here as a `StreamlingError`."""
+    from streamling.runtime.summary import RunSummary, SourceProgress
+
+    summary = summary if summary is not None else RunSummary()
+
+    def update(view: dict[str, Any]) -> None:
+        reported = view["summary"]
+        for name, progress in reported["sources"].items():
+            mine = summary.sources.setdefault(name, SourceProgress())
+            mine.epochs, mine.rows_in, mine.position = progress["epochs"], progress["rows_in"], progress["position"]
+        summary.sink_rows.update(reported["sink_rows"])
+        summary.sink_ops.update(reported["sink_ops"])
+        summary.duration_sec = reported["duration_sec"]
+        summary.stopped_by_signal = reported["stopped_by_signal"]
+
+    run = client.submit(Path(pipeline).absolute(), settings)
+    view = client.follow(run["id"], on_log=on_log, on_status=update, stop=stop)
+    if view["error"]:
+        if view["state"] == "invalid":
+            raise StreamlingError.user(view["error"])
+        raise StreamlingError(view["error"])
+    return summary
+
+
 def submitted_settings(settings: Settings) -> dict[str, Any]:
     """The settings document sent to the engine, with the file settings made absolute from here."""
     from streamling.config.layers import settings_document
@@ -148,11 +182,8 @@ def main(argv: list[str]) -> int:
         settings = load_settings(args.config)
         location = resolve_location(args.pipeline, settings).absolute()
         client = EngineClient(args.engine or settings.engine_url or DEFAULT_URL)
-        run = client.submit(location, settings)
-        view = client.follow(run["id"], on_log=lambda line: print(line, file=sys.stderr, flush=True), stop=stop)
+        run_on_engine(client, location, settings, stop, on_log=lambda line: print(line, file=sys.stderr, flush=True))
     except StreamlingError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)
         return 2 if exc.user_facing and not exc.retriable else 1
-    if view["error"]:
-        print(f"Error: {view['error']}", file=sys.stderr)
-    return int(view["exit_code"] if view["exit_code"] is not None else 1)
+    return 0
