@@ -12,7 +12,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from streamling.config import Settings, load_settings
-from streamling.errors import InvalidPipelineError, StreamlingError
+from streamling.config.layers import resolve_location
+from streamling.errors import InvalidPipelineError
 from streamling.plugins.shipping import ship_plugins
 from streamling.runtime.executor import PipelineRunner, RunSummary, epoch_key
 from streamling.runtime.plan import Plan
@@ -21,15 +22,6 @@ from streamling.state import open_state_backend
 from streamling.topology.pipeline import Pipeline, ValidationReport, load_pipeline, read_pipeline_text
 
 log = logging.getLogger("streamling.api")
-
-
-def resolve_location(location: str | Path | None, settings: Settings) -> Path:
-    chosen = location or settings.pipeline_definition_location
-    if not chosen:
-        raise StreamlingError.user(
-            "no pipeline given: pass PIPELINE_FILE or set STREAMLING__PIPELINE_DEFINITION_LOCATION"
-        )
-    return Path(chosen)
 
 
 def plan_pipeline(

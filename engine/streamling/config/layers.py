@@ -184,6 +184,16 @@ def load_settings(
     return settings
 
 
+def resolve_location(location: str | os.PathLike[str] | None, settings: Settings) -> Path:
+    """The pipeline file: the one given, else ``pipeline_definition_location``."""
+    chosen = location or settings.pipeline_definition_location
+    if not chosen:
+        raise StreamlingError.user(
+            "no pipeline given: pass PIPELINE_FILE or set STREAMLING__PIPELINE_DEFINITION_LOCATION"
+        )
+    return Path(chosen)
+
+
 def settings_document(settings: Settings) -> dict[str, Any]:
     """The settings as a JSON document, secrets in clear: what a process running a pipeline for another one
     (`streamling serve`) reads back with `settings_from_document`. Never log it."""

@@ -162,8 +162,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from streamling.api import resolve_location
     from streamling.config import load_settings
+    from streamling.config.layers import resolve_location
 
     args = parser().parse_args(argv)
     stop = threading.Event()
