@@ -12,9 +12,11 @@ def test_the_first_epoch_takes_a_fiftieth_then_epochs_run_full_size() -> None:
     assert pacer.take(745_000) == 250_000
 
 
-def test_the_first_epoch_is_never_under_a_thousand_rows_nor_over_an_epoch() -> None:
+def test_the_first_epoch_is_never_under_five_thousand_rows_nor_over_an_epoch() -> None:
     assert first_epoch_rows(250_000) == 5_000
-    assert first_epoch_rows(20_000) == 1_000
+    assert first_epoch_rows(1_000_000) == 20_000
+    assert first_epoch_rows(20_000) == 5_000
+    assert first_epoch_rows(3_000) == 3_000
     assert first_epoch_rows(400) == 400
     small = Pacer(max_rows=400, interval_sec=5.0)
     assert [small.take(1_000), small.take(600)] == [400, 400]

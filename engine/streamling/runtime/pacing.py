@@ -17,12 +17,12 @@ import math
 import time
 from dataclasses import dataclass, field
 
-FIRST_EPOCH_MIN_ROWS = 1_000
+FIRST_EPOCH_MIN_ROWS = 5_000
 FIRST_EPOCH_SHARE = 50
 
 
 def first_epoch_rows(max_rows: int) -> int:
-    """A fiftieth of an epoch (5,000 rows of the default 250,000), never under 1,000 (nor over `max_rows`)."""
+    """A fiftieth of an epoch, never under 5,000 rows: epochs of up to 5,000 rows are not ramped at all."""
     return min(max_rows, max(FIRST_EPOCH_MIN_ROWS, max_rows // FIRST_EPOCH_SHARE))
 
 
