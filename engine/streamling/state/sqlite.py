@@ -41,6 +41,9 @@ CREATE TABLE IF NOT EXISTS leases (
 """
 
 
+BUSY_TIMEOUT_MS = 10_000
+
+
 class SqliteStateBackend(StateBackend):
     def __init__(self, namespace: str, database_path: str) -> None:
         super().__init__(namespace)
@@ -49,13 +52,29 @@ class SqliteStateBackend(StateBackend):
             if self.path.parent and not self.path.parent.exists():
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA busy_timeout=10000")
+            self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self._use_wal()
             self._conn.execute(DDL)
             self._conn.execute(LEASE_DDL)
         except (OSError, sqlite3.Error) as exc:
             raise StreamlingError.user(f"sqlite state backend '{self.path}': cannot open: {exc}") from exc
         self._lock = threading.Lock()
+
+    def _use_wal(self) -> None:
+        """Switch the file to WAL once. Switching takes an exclusive lock without waiting on the busy timeout, so
+        a second run opening the file while another writes (two pipelines on one engine, two CLI runs) would fail
+        with "database is locked": the mode is read first (a file already in WAL is left alone) and a switch that
+        meets a lock is retried."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                if self._conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def get(self, key: str) -> JsonDoc | None:
         with self._lock:
