@@ -58,11 +58,11 @@ def test_job_mode_bounded_filter_print_exact_count(tmp_path: Path) -> None:
     assert all(" -> (sample_every=7) [Insert] {" in line for line in lines)
     assert sqlite_state(tmp_path / "state.db")["raw.transactions:generator"]["offset"] == 100_000
     assert "sink 'out': 10000 rows written" in result.stderr
-    for epoch in (1, 2, 3, 4, 5):  # 100k rows: a first epoch of 5,000 (pacing's ramp), then epochs of at most 30k
+    for epoch in (1, 2, 3, 4):  # 100k rows in epochs of at most 30k
         assert (
             f"DEBUG streamling.runtime: Epoch finalized: {epoch} (generator source 'raw.transactions'" in result.stderr
         )
-    assert "Epoch finalized: 6 " not in result.stderr
+    assert "Epoch finalized: 5 " not in result.stderr
 
 
 def test_runtime_failure_exits_1_without_traceback_and_keeps_position(tmp_path: Path) -> None:
