@@ -34,23 +34,28 @@ PIPELINE = """
 def schema(pg_connect):
     name = f"e_{uuid.uuid4().hex[:10]}"
     with pg_connect() as conn:
-        conn.execute(f'CREATE SCHEMA "{name}"')
-        conn.execute(
-            f'CREATE TABLE "{name}".events (id bigint PRIMARY KEY, amount double precision, name text, '
-            "created_at timestamptz)"
-        )
-        conn.execute(f'CREATE TABLE "{name}".audit (id bigint, op text)')
-        conn.execute(
-            f'CREATE FUNCTION "{name}".audit() RETURNS trigger LANGUAGE plpgsql AS $$ '
-            f'BEGIN INSERT INTO "{name}".audit VALUES (NEW.id, TG_OP); RETURN NULL; END $$'
-        )
-        conn.execute(
-            f'CREATE TRIGGER audit AFTER INSERT OR UPDATE ON "{name}".events '
-            f'FOR EACH ROW EXECUTE FUNCTION "{name}".audit()'
-        )
+        create_audited_events(conn, name)
     yield name
     with pg_connect() as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def create_audited_events(conn, name: str, check: str = "true") -> None:
+    """Schema `name` with an `events` table (the generator's columns) whose every insert and update is logged in
+    `audit`: an epoch applied twice shows up there."""
+    conn.execute(f'CREATE SCHEMA "{name}"')
+    conn.execute(
+        f'CREATE TABLE "{name}".events (id bigint PRIMARY KEY CHECK ({check}), amount double precision, name text, '
+        "created_at timestamptz)"
+    )
+    conn.execute(f'CREATE TABLE "{name}".audit (id bigint, op text)')
+    conn.execute(
+        f'CREATE FUNCTION "{name}".audit() RETURNS trigger LANGUAGE plpgsql AS $$ '
+        f'BEGIN INSERT INTO "{name}".audit VALUES (NEW.id, TG_OP); RETURN NULL; END $$'
+    )
+    conn.execute(
+        f'CREATE TRIGGER audit AFTER INSERT OR UPDATE ON "{name}".events FOR EACH ROW EXECUTE FUNCTION "{name}".audit()'
+    )
 
 
 def _one(pg_connect, query: str) -> tuple:

@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.cli import STREAMLING, cli_env, sqlite_state, start_cli, write
+from tests.e2e.cli import run_cli, sqlite_state, start_cli, write
+from tests.e2e.test_cli_postgres import create_audited_events
 
 READY = re.compile(r"Engine ready on (http://\S+?)/? ")
 
@@ -82,24 +83,10 @@ def schemas(pg_connect) -> Iterator[list[str]]:
 
 
 def audited_table(pg_connect, schemas: list[str], check: str = "true") -> str:
-    """A fresh schema whose `events` table logs every insert and update its rows get."""
     name = f"w_{uuid.uuid4().hex[:10]}"
     schemas.append(name)
     with pg_connect() as conn:
-        conn.execute(f'CREATE SCHEMA "{name}"')
-        conn.execute(
-            f'CREATE TABLE "{name}".events (id bigint PRIMARY KEY CHECK ({check}), amount double precision, '
-            "name text, created_at timestamptz)"
-        )
-        conn.execute(f'CREATE TABLE "{name}".audit (id bigint, op text)')
-        conn.execute(
-            f'CREATE FUNCTION "{name}".audit() RETURNS trigger LANGUAGE plpgsql AS $$ '
-            f'BEGIN INSERT INTO "{name}".audit VALUES (NEW.id, TG_OP); RETURN NULL; END $$'
-        )
-        conn.execute(
-            f'CREATE TRIGGER audit AFTER INSERT OR UPDATE ON "{name}".events '
-            f'FOR EACH ROW EXECUTE FUNCTION "{name}".audit()'
-        )
+        create_audited_events(conn, name, check)
     return name
 
 
@@ -210,14 +197,7 @@ def test_an_engine_killed_mid_run_loses_nothing_and_its_pipeline_resumes_exactly
 
 
 def test_the_engine_refuses_a_submission_it_cannot_read_with_a_clear_error(tmp_path: Path, engine: Engine) -> None:
-    done = subprocess.run(
-        [STREAMLING, "submit", "--engine", engine.url or ""],
-        cwd=tmp_path,
-        env=cli_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_cli(tmp_path, "submit", "--engine", engine.url or "", timeout=60)
     assert done.returncode == 2
     assert (
         done.stderr.strip()
