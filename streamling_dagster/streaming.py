@@ -165,7 +165,8 @@ def run_engine(
     def engine() -> None:
         try:
             if warm is not None:
-                outcome["summary"] = run_on_engine(warm, pf.path, settings, stop, summary, on_log=_to_stderr)
+                with warm:
+                    outcome["summary"] = run_on_engine(warm, pf.path, settings, stop, summary, on_log=_to_stderr)
             else:
                 outcome["summary"] = run_pipeline(pf.path, settings, session, stop=stop, summary=summary)
         except BaseException as exc:  # handed to the op's thread

@@ -47,6 +47,12 @@ class EngineClient:
     def close(self) -> None:
         self._http.close()
 
+    def __enter__(self) -> EngineClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         try:
             response = self._http.request(method, path, **kwargs)
@@ -153,6 +159,10 @@ def submitted_settings(settings: Settings) -> dict[str, Any]:
     return document
 
 
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="streamling submit", description="Run a pipeline on a warm engine.")
     p.add_argument("pipeline", nargs="?", help="pipeline YAML/JSON (default: STREAMLING__PIPELINE_DEFINITION_LOCATION)")
@@ -181,8 +191,8 @@ def main(argv: list[str]) -> int:
     try:
         settings = load_settings(args.config)
         location = resolve_location(args.pipeline, settings).absolute()
-        client = EngineClient(args.engine or settings.engine_url or DEFAULT_URL)
-        run_on_engine(client, location, settings, stop, on_log=lambda line: print(line, file=sys.stderr, flush=True))
+        with EngineClient(args.engine or settings.engine_url or DEFAULT_URL) as client:
+            run_on_engine(client, location, settings, stop, on_log=_to_stderr)
     except StreamlingError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)
         return 2 if exc.user_facing and not exc.retriable else 1
