@@ -73,7 +73,8 @@ def test_smoke_suite_records_every_scenario_and_peer(tmp_path: Path, postgres_en
     assert upsert["expected_rows"] == 1125  # ids 0..1249 (5,000 records, key space 1,250) without multiples of 10
 
     cold = scenarios["cold_start_first_row"]
-    assert set(cold["contenders"]) == CONTENDERS
+    assert set(cold["contenders"]) == CONTENDERS | {"streamling_warm"}  # ours also on a warm `streamling serve`
+    assert cold["warm_engine_rss_mb"] > 0
     for stats in cold["contenders"].values():
         _numbers(stats, "first_row_sec", "peak_rss_mb")
         _exact(stats["runs"], "rows_in_sink")
