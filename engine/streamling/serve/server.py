@@ -33,6 +33,7 @@ from starlette.routing import Route
 
 from streamling.errors import StreamlingError
 from streamling.serve.runs import Run, RunLogHandler, Runs, Submission
+from streamling.telemetry.admin import listen
 
 log = logging.getLogger("streamling.serve")
 
@@ -97,19 +98,6 @@ def app(runs: Runs) -> Starlette:
     )
 
 
-def listen(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise StreamlingError.user(f"streamling serve: cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(128)
-    return sock
-
-
 def serve(runs: Runs, sock: socket.socket, stopping: threading.Event) -> None:
     """Answer on `sock` until `stopping` is set; then stop every run (each drains) and the HTTP server."""
     import uvicorn
@@ -154,7 +142,7 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
         settings = load_settings(args.config)
-        sock = listen(args.host, args.port)
+        sock = listen(args.host, args.port, f"streamling serve: cannot listen on {args.host}:{args.port}")
     except StreamlingError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)
         return 2

@@ -44,6 +44,20 @@ STREAM_HEARTBEAT_SEC = 15.0
 STARTUP_TIMEOUT_SEC = 10.0
 
 
+def listen(host: str, port: int, failure: str) -> socket.socket:
+    """A listening socket bound before uvicorn starts, so a taken port is a clear user error (`failure`: …)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise StreamlingError.user(f"{failure}: {exc.strerror}") from None
+    sock.listen(128)
+    return sock
+
+
 class AdminServer:
     def __init__(self, telemetry: RunTelemetry, host: str, port: int) -> None:
         self.telemetry = telemetry
@@ -60,17 +74,11 @@ class AdminServer:
     def start(self) -> None:
         import uvicorn
 
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self.port))
-        except OSError as exc:
-            sock.close()
-            raise StreamlingError.user(
-                f"admin API: cannot listen on {self.host}:{self.port} (admin_api_host, admin_api_port): {exc.strerror}"
-            ) from None
-        sock.listen(128)
+        sock = listen(
+            self.host,
+            self.port,
+            f"admin API: cannot listen on {self.host}:{self.port} (admin_api_host, admin_api_port)",
+        )
         config = uvicorn.Config(
             self.app(),
             log_level="warning",
