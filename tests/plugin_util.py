@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -125,6 +126,8 @@ class Keep(ArrowTransform[KeepOptions]):
 class FileOptions(Options):
     path: str
     fail_on_epoch: int | None = None
+    fail_detail_lines: int = 0
+    fail_delay_sec: float = 0
 
 
 class FileSink(ArrowSink[FileOptions]):
@@ -138,7 +141,11 @@ class FileSink(ArrowSink[FileOptions]):
 
     def write(self, batch, epoch):
         if self.options.fail_on_epoch == epoch.id:
-            raise ValueError(f"cannot write epoch {{epoch.id}}")
+            # As a failed Spark call on the driver reports itself, with a long Java stack under it.
+            detail = "".join(f"\\n  at frame {{i}}" for i in range(self.options.fail_detail_lines))
+            detail = detail and "\\npy4j.protocol.Py4JJavaError: An error occurred while calling o1.write." + detail
+            time.sleep(self.options.fail_delay_sec)
+            raise ValueError(f"cannot write epoch {{epoch.id}}{{detail}}")
         self.pending += batch.to_pylist()
         self.state.put("rows", (self.state.get("rows") or 0) + batch.num_rows)
 

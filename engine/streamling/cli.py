@@ -9,7 +9,9 @@ invalid pipeline or configuration. User errors print one message without a trace
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
+import signal
 import sys
 import traceback
 
@@ -45,6 +47,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: how a run that will not stop is diagnosed.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if argv[:1] == ["inspect"]:
         from streamling.telemetry.follow import main as inspect
 

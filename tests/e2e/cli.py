@@ -97,6 +97,29 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
     raise AssertionError("condition not reached in time")
 
 
+def exit_code(proc: subprocess.Popen, timeout: float = 60) -> int:
+    """The engine's exit code; if it is still running after `timeout`, fail with what it was doing: every Python
+    thread's stack (the CLI dumps them on SIGUSR1) and its JVM's (`jstack`), then kill its process group."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    jvm_stacks = ""
+    for child in Path(f"/proc/{proc.pid}/task").glob("*/children"):
+        for pid in child.read_text().split():
+            if Path(f"/proc/{pid}/exe").resolve().name == "java":
+                jstack = subprocess.run(["jstack", pid], capture_output=True, text=True, timeout=60)
+                jvm_stacks += jstack.stdout[-20000:]
+    os.kill(proc.pid, signal.SIGUSR1)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    stderr = proc.stderr.read() if proc.stderr else ""
+    proc.wait(timeout=30)
+    raise AssertionError(
+        f"engine still running after {timeout:.0f} s\n--- stderr ---\n{stderr}\n--- JVM ---\n{jvm_stacks}"
+    )
+
+
 def run_processes(cwd: Path) -> list[int]:
     """Every live process of runs started by `start_cli`/`run_cli` in `cwd` — the driver, its JVM and Spark's
     Python workers — recognised by the environment they inherit (the checkpoint root under `cwd`)."""

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cli import (
+    exit_code,
     printed_ids,
     run_cli,
     sqlite_leases,
@@ -184,7 +185,7 @@ def test_a_frozen_holder_loses_its_lease_after_the_ttl_and_stops_without_committ
     assert _run_folders(tmp_path) >= frozen_folders  # the frozen run's folder was left alone
 
     os.kill(first.pid, signal.SIGCONT)
-    assert first.wait(timeout=60) == 1
+    assert exit_code(first) == 1
     first_out.close()
     stderr = first.stderr.read()
     errors = [line for line in stderr.splitlines() if line.startswith("Error:")]

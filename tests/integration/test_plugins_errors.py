@@ -130,6 +130,34 @@ def test_a_sink_raising_on_the_driver_fails_the_epoch_and_commits_nothing_of_it(
     assert (tmp_path / "out.jsonl.committed").read_text().split() == ["1"]
 
 
+def test_an_epoch_failing_while_its_query_is_stopped_ends_quietly_however_long_its_error(tmp_path: Path) -> None:
+    """One source's sink fails, so the run stops the other query while its epoch is still in flight; that epoch
+    then fails with a long error embedding a Py4J error, as an interrupted Spark call does. Spark matches the text
+    of what ends a stopped query against a regular expression that overflows the stack on long input: the run
+    printed a JVM stack trace of ~70 KB (and hung where nobody read stderr)."""
+    ns = fresh()
+    plugin = write_six_kinds(tmp_path, ns)
+    path = write(
+        tmp_path,
+        f"""
+        sources:
+          a: {{type: {ns}.counter, primary_key: id, rows: 12, step: 4}}
+          b: {{type: {ns}.counter, primary_key: id, rows: 12, step: 4}}
+        sinks:
+          fails_first: {{type: {ns}.file, from: a, path: {tmp_path / "a.jsonl"}, fail_on_epoch: 1}}
+          fails_later: {{type: {ns}.file, from: b, path: {tmp_path / "b.jsonl"}, fail_on_epoch: 1,
+                         fail_delay_sec: 5, fail_detail_lines: 50000}}
+        """,
+    )
+    env = {"STREAMLING__PLUGIN__PATH": str(plugin), "STREAMLING__JOB_MODE": "true"}
+    result = run_cli(tmp_path, str(path), env=env, timeout=180)
+    assert result.returncode == 1, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert errors == [f"Error: plugin '{ns}.file' (node 'fails_first'): ValueError: cannot write epoch 1"]
+    assert "StackOverflowError" not in result.stderr and "Traceback" not in result.stderr
+    assert "a:__epoch__" not in sqlite_state(tmp_path / "state.db")
+
+
 def test_a_source_raising_in_a_spark_task_fails_the_epoch_and_commits_nothing_of_it(tmp_path: Path) -> None:
     ns = fresh()
     plugin = write_six_kinds(tmp_path, ns)

@@ -165,6 +165,11 @@ class SourceQuery:
         scope = RUN_SCOPE.set(self.log_scope)
         try:
             self._on_batch(batch, batch_id)
+        except Exception as exc:
+            # Spark gets one line back; the whole error is `self.error`, for the supervisor. Spark matches the text
+            # of what ends a stopped query against a regular expression that recurses once per character (a
+            # Py4J error's JVM stack overflows it), and the query's thread then dies printing a ~70 KB trace.
+            raise StreamlingError(first_line(exc)[:1000]) from None
         finally:
             RUN_SCOPE.reset(scope)
 
@@ -255,7 +260,10 @@ class SourceQuery:
 
     def stop(self) -> None:
         if self.query is not None and self.query.isActive:
-            self.query.stop()
+            try:
+                self.query.stop()
+            except Exception as exc:  # spark.sql.streaming.stopTimeout: its thread ends with the process
+                log.warning("%s: its query did not stop in time: %s", self.source.label, first_line(exc))
 
     def close(self) -> None:
         """After the query stopped: let the committer finish what was handed off, or drop it after a failure."""

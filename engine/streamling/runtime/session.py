@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from importlib import resources
 from pathlib import Path
-from typing import IO
 
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
@@ -21,9 +20,11 @@ from pyspark.sql import SparkSession
 
 import streamling
 from streamling.config.model import SparkSettings
-from streamling.runtime import class_archive
+from streamling.runtime import class_archive, jvm_stderr
 from streamling.runtime.spark_home import launch_home
 from streamling.runtime.warm_up import warm_up
+
+log = logging.getLogger("streamling.runtime")
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -32,6 +33,9 @@ DEFAULT_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    # A query that does not stop in this time is left to the process's exit (nothing commits after a stop was
+    # asked: see `SourceQuery`), rather than keeping a stopping run alive forever.
+    "spark.sql.streaming.stopTimeout": "60s",
     "spark.sql.timeType.enabled": "true",  # current_time() (the original's Time64) is a TIME
 }
 
@@ -109,39 +113,33 @@ def start_jvm(conf: Mapping[str, str]) -> None:
     for key, value in conf.items():
         spark_conf.set(key, value)
     gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True, "stderr": subprocess.PIPE})
-    forward = threading.Thread(target=_forward_stderr, args=(gateway.proc.stderr,), name="streamling-jvm-stderr")
+    forward = threading.Thread(target=jvm_stderr.forward, args=(gateway.proc.stderr,), name="streamling-jvm-stderr")
     forward.daemon = True
     forward.start()
     SparkContext._ensure_initialized(gateway=gateway)
-
-
-JVM_NOISE = (b"WARNING: Using incubator modules:",)
-"""Lines the JVM prints on every start that say nothing to a user (Spark's launcher adds the vector module)."""
-
-
-def _forward_stderr(stream: IO[bytes]) -> None:
-    """The JVM's standard error, line by line, onto the driver's, but its start-up noise: it starts while the
-    driver still validates the pipeline, whose errors are then the only output of an invalid run."""
-    for line in iter(stream.readline, b""):
-        if line.startswith(JVM_NOISE):
-            continue
-        try:
-            sys.stderr.buffer.write(line)
-            sys.stderr.buffer.flush()
-        except (OSError, ValueError, AttributeError):  # no usable stderr: keep draining so the JVM never blocks
-            continue
 
 
 def finish_session(spark: SparkSession, settings: SparkSettings) -> SparkSession:
     """Quiet logs, on a cluster ship the package, and start Spark's Python processes in the background
     (`warm_up`): for sessions built here or by a caller."""
     spark.sparkContext.setLogLevel("ERROR")
+    _quiet_accumulator_server(spark.sparkContext)
     # PySpark logs every analysis error with its JVM stack; the engine reports them itself.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     if not settings.master.startswith("local"):
         _ship_package(spark)
     warm_up(spark)
     return spark
+
+
+def _quiet_accumulator_server(sc: SparkContext) -> None:
+    """PySpark's accumulator server prints a traceback when the JVM cuts its connection, as it does when a run
+    stops in the middle of an epoch; the engine uses no accumulators, so that goes to the debug log."""
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, address: log.debug(
+            "Spark's accumulator connection from %s ended", address, exc_info=True
+        )
 
 
 def _ship_package(spark: SparkSession) -> None:

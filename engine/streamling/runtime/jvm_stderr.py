@@ -1,0 +1,67 @@
+"""The JVM's standard error (and its Python helpers', which inherit it) onto the driver's, without Spark's noise.
+
+Dropped: the JVM's start-up warning, printed while the driver still validates the pipeline, whose errors are then
+the only output of an invalid run; and the tracebacks of Spark's own Python helpers (the streaming source runner,
+the worker daemon) that only say their connection to the JVM was cut, which is how they end when a run stops a
+query in the middle of an epoch (a failure elsewhere, a lost lease). Any other traceback passes whole.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable
+from typing import IO
+
+JVM_NOISE = (b"WARNING: Using incubator modules:",)
+"""Lines the JVM prints on every start that say nothing to a user (Spark's launcher adds the vector module)."""
+
+TRACEBACK = b"Traceback (most recent call last):"
+CHAINED = (b"During handling of the above exception", b"The above exception was the direct cause")
+CUT_CONNECTION = re.compile(rb"^(EOFError|BrokenPipeError|ConnectionResetError)\b")
+FRAME_FILE = re.compile(rb'^\s+File "([^"]+)"')
+SPARK_OWN = (b"/pyspark/", b"<frozen", b"/socket.py", b"/contextlib.py", b"/socketserver.py")
+"""Frames of Spark's helpers: pyspark and the standard library modules it calls into."""
+
+
+def forward(stream: IO[bytes]) -> None:
+    """Until the JVM exits; keeps draining when the driver has no usable stderr, so the JVM never blocks."""
+    for line in filtered(iter(stream.readline, b"")):
+        try:
+            sys.stderr.buffer.write(line)
+            sys.stderr.buffer.flush()
+        except (OSError, ValueError, AttributeError):
+            continue
+
+
+def filtered(lines: Iterable[bytes]) -> Iterable[bytes]:
+    block: list[bytes] = []  # a traceback being read, held until its exception line says whether it is noise
+    dropped = False  # the last block was noise: a chaining line after it belongs to it
+    for line in lines:
+        if block:
+            block.append(line)
+            if line.startswith((b" ", b"\t")) or not line.strip() or line.startswith((*CHAINED, TRACEBACK)):
+                continue
+            dropped = _cut_connection(block)
+            if not dropped:
+                yield from block
+            block = []
+        elif line.startswith(TRACEBACK):
+            block = [line]
+        elif dropped and (not line.strip() or line.startswith(CHAINED)):
+            continue
+        elif line.startswith(JVM_NOISE):
+            continue
+        else:
+            dropped = False
+            yield line
+    yield from block  # cut short by the JVM's exit: shown as it is
+
+
+def _cut_connection(block: list[bytes]) -> bool:
+    """A traceback of Spark's own Python code ending in a closed connection."""
+    files = [m.group(1) for line in block if (m := FRAME_FILE.match(line))]
+    in_pyspark = all(
+        b"/pyspark/" in f or f.startswith(b"<frozen") or b"/socket" in f or b"/contextlib" in f for f in files
+    )
+    return bool(files) and in_pyspark and CUT_CONNECTION.match(block[-1]) is not None
