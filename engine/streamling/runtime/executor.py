@@ -116,9 +116,11 @@ class PipelineRunner:
                 return self.summary
             self.folders.claim()
             for op in self.plan.operators.values():
+                began = time.monotonic()
                 with error_context(op.label):
                     op.initialize(ctx)
                 initialized.append(op)
+                log.debug("%s initialized in %.3f s", op.label, time.monotonic() - began)
             self.folders.sweep([node.name for node in pipeline.sources])
             positions: dict[str, dict[str, Any]] = {}
             for source_node in self.plan.pipeline.sources:
