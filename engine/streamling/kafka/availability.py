@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from streamling.core.retry import RetryPolicy, is_retriable
@@ -135,3 +135,8 @@ def wait_out(attempt: Callable[[], T], outage: Outage) -> T:
             continue
         outage.recovered()
         return result
+
+
+def patience(options: Mapping[str, str]) -> float:
+    """How long an unreachable broker or registry is waited out (`unavailable_timeout_sec`)."""
+    return float(options.get("unavailable_timeout_sec", "300"))

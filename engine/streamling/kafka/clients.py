@@ -102,6 +102,11 @@ def kafka_config(options: Mapping[str, str], **extra: Any) -> dict[str, Any]:
     return config
 
 
+def subject_of(topic: str) -> str:
+    """The Schema Registry subject of a topic's values (the default TopicNameStrategy)."""
+    return f"{topic}-value"
+
+
 def registry(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
     """One Schema Registry client per process and connection (it caches schemas by id)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient

@@ -12,10 +12,10 @@ import pyarrow as pa
 
 from streamling.dead_letters import DeadLetter
 from streamling.errors import StreamlingError
-from streamling.kafka.availability import Outage, wait_out
+from streamling.kafka.availability import Outage, patience, wait_out
 from streamling.kafka.avro import AvroDecoder
-from streamling.kafka.clients import registry
-from streamling.kafka.source.spec import METADATA_COLUMNS, patience, subject_of
+from streamling.kafka.clients import registry, subject_of
+from streamling.kafka.source.metadata import METADATA_COLUMNS
 from streamling.types import GS_OP
 
 log = logging.getLogger("streamling.kafka")

@@ -21,12 +21,13 @@ from pyspark.sql import types as T
 
 from streamling.dead_letters import DeadLetterTarget
 from streamling.errors import StreamlingError, first_line
-from streamling.kafka.availability import Outage, describe, is_unavailable, wait_out
+from streamling.kafka.availability import Outage, describe, is_unavailable, patience, wait_out
 from streamling.kafka.avro import doc_primary_keys
 from streamling.kafka.avro import spark_schema as avro_spark_schema
-from streamling.kafka.clients import connection_options, registry
+from streamling.kafka.clients import connection_options, registry, subject_of
 from streamling.kafka.lag import LagReporter
 from streamling.kafka.objects import topic_object
+from streamling.kafka.source.metadata import METADATA_COLUMNS
 from streamling.kafka.source.offsets import (
     high_watermark,
     initial_offsets,
@@ -35,7 +36,7 @@ from streamling.kafka.source.offsets import (
     range_offsets,
 )
 from streamling.kafka.source.reader import KafkaDataSource
-from streamling.kafka.source.spec import METADATA_COLUMNS, KafkaSourceSpec, patience, subject_of
+from streamling.kafka.source.spec import KafkaSourceSpec
 from streamling.plugin import ExternalObject, RunContext, Source
 from streamling.runtime.pacing import Pacer
 from streamling.state import StateBackend

@@ -20,10 +20,9 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from streamling.dead_letters import DeadLetterTarget
 from streamling.errors import StreamlingError
-from streamling.kafka.availability import Outage, is_unavailable, transient_kafka_error
+from streamling.kafka.availability import Outage, is_unavailable, patience, transient_kafka_error
 from streamling.kafka.source.decoding import dead_letter_of, decode_json, decoder_for, op_of_headers
 from streamling.kafka.source.offsets import high_watermark, initial_offsets, list_partitions, open_consumer
-from streamling.kafka.source.spec import patience
 from streamling.runtime.pacing import Pacer
 from streamling.telemetry.logs import configure_worker_logging
 from streamling.telemetry.tasks import OFF, NodeRecorder

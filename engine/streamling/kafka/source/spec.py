@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
-from pyspark.sql import types as T
 
 from streamling.topology.spec import ErrorHandlingSpec, SourceSpec
 from streamling.types import check_column_types
 
 log = logging.getLogger("streamling.kafka")
-
-METADATA_COLUMNS = T.StructType(
-    [
-        T.StructField("_partition", T.IntegerType(), False),
-        T.StructField("_offset", T.LongType(), False),
-        T.StructField("_timestamp", T.TimestampType(), True),
-    ]
-)
 
 
 class SchemaIdOverride(BaseModel):
@@ -83,12 +73,3 @@ class KafkaSourceSpec(SourceSpec, ErrorHandlingSpec):
 
     def overrides(self) -> dict[int, int]:
         return {o.from_: o.to for o in self.schema_id_overrides}
-
-
-def subject_of(topic: str) -> str:
-    return f"{topic}-value"
-
-
-def patience(options: Mapping[str, str]) -> float:
-    """How long an unreachable broker or registry is waited out (`unavailable_timeout_sec`)."""
-    return float(options.get("unavailable_timeout_sec", "300"))
