@@ -7,7 +7,7 @@ import time
 import pyarrow as pa
 
 from streamling.builtins.generator import GeneratorSourceSpec, generate
-from streamling.runtime.pacing import Pacer
+from streamling.runtime.pacing import FIRST_EPOCH_ROWS, Pacer
 
 
 def config(**spec: object) -> dict:
@@ -62,3 +62,11 @@ def test_pacer_offers_full_batches_at_once_and_partials_after_the_interval() -> 
     assert pacer.next_end(111, 150) == 150
     assert pacer.next_end(150, 150) == 150  # nothing pending
     assert pacer.next_end(150, 1000, limit=20) == 170  # Spark's read limit wins
+
+
+def test_a_runs_first_epoch_takes_a_short_slice_of_a_backlog_then_full_ones() -> None:
+    pacer = Pacer(max_rows=50_000, interval_sec=5)
+    assert pacer.take(120_000) == FIRST_EPOCH_ROWS == 10_000
+    assert pacer.take(110_000) == 50_000
+    small = Pacer(max_rows=700, interval_sec=5)  # below the first slice, epochs are as configured
+    assert small.take(5_000) == 700
