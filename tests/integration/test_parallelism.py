@@ -26,7 +26,7 @@ def test_source_and_transform_parallelism_set_the_partitions_of_their_output(
     key = f"par_{uuid.uuid4().hex[:8]}"
     path = write_pipeline(f"""
         sources:
-          src: {{type: generator, rows: 30000, record_batch_size: 30000, key_space: 50, parallelism: 3}}
+          src: {{type: generator, rows: 40000, record_batch_size: 30000, key_space: 50, parallelism: 3}}
         transforms:
           at_source: {{type: sql, primary_key: id, sql: "SELECT id, spark_partition_id() AS part FROM src"}}
           wide: {{type: sql, primary_key: id, sql: "SELECT id, name FROM src", parallelism: 5}}
@@ -49,7 +49,7 @@ def test_source_and_transform_parallelism_set_the_partitions_of_their_output(
     assert set().union(*source.values()) == {0, 1, 2}  # the generator's 3 input partitions
     assert set().union(*wide.values()) == {0, 1, 2, 3, 4}
     assert set().union(*scripted.values()) == {0, 1}
-    # Hashed by the primary key: every id (50 keys, each repeated 600 times) stays in one partition.
+    # Hashed by the primary key: every id (50 keys, each repeated 800 times) stays in one partition, in every epoch.
     assert len(wide) == len(scripted) == 50
     assert all(len(p) == 1 for p in [*wide.values(), *scripted.values()])
 

@@ -69,5 +69,5 @@ def test_a_traceback_through_the_engine_or_ending_otherwise_is_shown_whole() -> 
 
 
 def test_a_traceback_cut_short_by_the_jvm_exit_is_shown_as_it_is() -> None:
-    partial = "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+    partial = 'Traceback (most recent call last):\n  File "x.py", line 1, in f\n'
     assert shown(partial) == partial
