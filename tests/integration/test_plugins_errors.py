@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -19,6 +20,13 @@ pytestmark = pytest.mark.integration
 
 def fresh(prefix: str = "acme") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:6]}"
+
+
+def run_job(tmp_path: Path, plugin: Path, pipeline: str) -> subprocess.CompletedProcess[str]:
+    """The pipeline through the CLI in job mode, with the test's plugin on the plugin path."""
+    path = write(tmp_path, pipeline)
+    env = {"STREAMLING__PLUGIN__PATH": str(plugin), "STREAMLING__JOB_MODE": "true"}
+    return run_cli(tmp_path, str(path), env=env, timeout=180)
 
 
 def test_a_syntax_error_names_file_and_line(tmp_path: Path) -> None:
@@ -111,8 +119,9 @@ def test_validate_checks_plugin_sql_function_calls_without_plugin_io(tmp_path: P
 def test_a_sink_raising_on_the_driver_fails_the_epoch_and_commits_nothing_of_it(tmp_path: Path) -> None:
     ns = fresh()
     plugin = write_six_kinds(tmp_path, ns)
-    path = write(
+    result = run_job(
         tmp_path,
+        plugin,
         f"""
         sources:
           src: {{type: {ns}.counter, primary_key: id, rows: 12, step: 4}}
@@ -120,7 +129,6 @@ def test_a_sink_raising_on_the_driver_fails_the_epoch_and_commits_nothing_of_it(
           out: {{type: {ns}.file, from: src, path: {tmp_path / "out.jsonl"}, fail_on_epoch: 2}}
         """,
     )
-    result = run_cli(tmp_path, str(path), env={"STREAMLING__PLUGIN__PATH": str(plugin), "STREAMLING__JOB_MODE": "true"})
     assert result.returncode == 1, result.stderr
     assert f"Error: plugin '{ns}.file' (node 'out'): ValueError: cannot write epoch 2" in result.stderr
     state = sqlite_state(tmp_path / "state.db")
@@ -137,8 +145,9 @@ def test_an_epoch_failing_while_its_query_is_stopped_ends_quietly_however_long_i
     printed a JVM stack trace of ~70 KB (and hung where nobody read stderr)."""
     ns = fresh()
     plugin = write_six_kinds(tmp_path, ns)
-    path = write(
+    result = run_job(
         tmp_path,
+        plugin,
         f"""
         sources:
           a: {{type: {ns}.counter, primary_key: id, rows: 12, step: 4}}
@@ -149,8 +158,6 @@ def test_an_epoch_failing_while_its_query_is_stopped_ends_quietly_however_long_i
                          fail_delay_sec: 5, fail_detail_lines: 50000}}
         """,
     )
-    env = {"STREAMLING__PLUGIN__PATH": str(plugin), "STREAMLING__JOB_MODE": "true"}
-    result = run_cli(tmp_path, str(path), env=env, timeout=180)
     assert result.returncode == 1, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert errors == [f"Error: plugin '{ns}.file' (node 'fails_first'): ValueError: cannot write epoch 1"]
@@ -161,8 +168,9 @@ def test_an_epoch_failing_while_its_query_is_stopped_ends_quietly_however_long_i
 def test_a_source_raising_in_a_spark_task_fails_the_epoch_and_commits_nothing_of_it(tmp_path: Path) -> None:
     ns = fresh()
     plugin = write_six_kinds(tmp_path, ns)
-    path = write(
+    result = run_job(
         tmp_path,
+        plugin,
         f"""
         sources:
           src: {{type: {ns}.counter, primary_key: id, rows: 12, step: 4, fail_at: 9}}
@@ -170,7 +178,6 @@ def test_a_source_raising_in_a_spark_task_fails_the_epoch_and_commits_nothing_of
           out: {{type: {ns}.file, from: src, path: {tmp_path / "out.jsonl"}}}
         """,
     )
-    result = run_cli(tmp_path, str(path), env={"STREAMLING__PLUGIN__PATH": str(plugin), "STREAMLING__JOB_MODE": "true"})
     assert result.returncode == 1, result.stderr
     assert f"Error: plugin '{ns}.counter' (node 'src'): RuntimeError: row 9 is cursed" in result.stderr
     state = sqlite_state(tmp_path / "state.db")
