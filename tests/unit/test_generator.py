@@ -65,8 +65,10 @@ def test_pacer_offers_full_batches_at_once_and_partials_after_the_interval() -> 
 
 
 def test_a_runs_first_epoch_takes_a_short_slice_of_a_backlog_then_full_ones() -> None:
-    pacer = Pacer(max_rows=50_000, interval_sec=5)
+    pacer = Pacer.from_options(Pacer.options(50_000, 5, FIRST_EPOCH_ROWS))
     assert pacer.take(120_000) == FIRST_EPOCH_ROWS == 10_000
     assert pacer.take(110_000) == 50_000
-    small = Pacer(max_rows=700, interval_sec=5)  # below the first slice, epochs are as configured
+    small = Pacer(max_rows=700, interval_sec=5, first_rows=FIRST_EPOCH_ROWS)  # below the slice: as configured
     assert small.take(5_000) == 700
+    whole = Pacer.from_options(Pacer.options(50_000, 5))  # the generator's: no slice
+    assert whole.take(120_000) == 50_000

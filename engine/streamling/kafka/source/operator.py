@@ -38,7 +38,7 @@ from streamling.kafka.source.offsets import (
 from streamling.kafka.source.reader import KafkaDataSource
 from streamling.kafka.source.spec import KafkaSourceSpec
 from streamling.plugin import ExternalObject, RunContext, Source
-from streamling.runtime.pacing import Pacer
+from streamling.runtime.pacing import FIRST_EPOCH_ROWS, Pacer
 from streamling.state import StateBackend
 from streamling.types import GS_OP, parse_type
 
@@ -343,7 +343,9 @@ class KafkaSource(Source[KafkaSourceSpec]):
             "parallelism": str(parallelism),
             "batch_rows": str(min(self.spec.record_batch_size or self.settings.record_batch_size, 50_000)),
             **Pacer.options(
-                self.spec.record_batch_size or self.settings.record_batch_size, self.settings.checkpoint_interval_sec
+                self.spec.record_batch_size or self.settings.record_batch_size,
+                self.settings.checkpoint_interval_sec,
+                FIRST_EPOCH_ROWS,
             ),
         }
         if self.spec.data_format == "avro":
