@@ -22,8 +22,9 @@ def fresh(prefix: str = "acme") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:6]}"
 
 
-def run_job(tmp_path: Path, plugin: Path, pipeline: str) -> subprocess.CompletedProcess[str]:
-    """The pipeline through the CLI in job mode, with the test's plugin on the plugin path."""
+def run_job(tmp_path: Path, ns: str, pipeline: str) -> subprocess.CompletedProcess[str]:
+    """The pipeline through the CLI in job mode, with the six-kinds plugin of namespace `ns` on the plugin path."""
+    plugin = write_six_kinds(tmp_path, ns)
     path = write(tmp_path, pipeline)
     env = {"STREAMLING__PLUGIN__PATH": str(plugin), "STREAMLING__JOB_MODE": "true"}
     return run_cli(tmp_path, str(path), env=env, timeout=180)
@@ -118,10 +119,9 @@ def test_validate_checks_plugin_sql_function_calls_without_plugin_io(tmp_path: P
 
 def test_a_sink_raising_on_the_driver_fails_the_epoch_and_commits_nothing_of_it(tmp_path: Path) -> None:
     ns = fresh()
-    plugin = write_six_kinds(tmp_path, ns)
     result = run_job(
         tmp_path,
-        plugin,
+        ns,
         f"""
         sources:
           src: {{type: {ns}.counter, primary_key: id, rows: 12, step: 4}}
@@ -144,10 +144,9 @@ def test_an_epoch_failing_while_its_query_is_stopped_ends_quietly_however_long_i
     of what ends a stopped query against a regular expression that overflows the stack on long input: the run
     printed a JVM stack trace of ~70 KB (and hung where nobody read stderr)."""
     ns = fresh()
-    plugin = write_six_kinds(tmp_path, ns)
     result = run_job(
         tmp_path,
-        plugin,
+        ns,
         f"""
         sources:
           a: {{type: {ns}.counter, primary_key: id, rows: 12, step: 4}}
@@ -167,10 +166,9 @@ def test_an_epoch_failing_while_its_query_is_stopped_ends_quietly_however_long_i
 
 def test_a_source_raising_in_a_spark_task_fails_the_epoch_and_commits_nothing_of_it(tmp_path: Path) -> None:
     ns = fresh()
-    plugin = write_six_kinds(tmp_path, ns)
     result = run_job(
         tmp_path,
-        plugin,
+        ns,
         f"""
         sources:
           src: {{type: {ns}.counter, primary_key: id, rows: 12, step: 4, fail_at: 9}}

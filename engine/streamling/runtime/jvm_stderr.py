@@ -40,7 +40,7 @@ def filtered(lines: Iterable[bytes]) -> Iterable[bytes]:
     for line in lines:
         if block:
             block.append(line)
-            if line.startswith((b" ", b"\t")) or not line.strip() or line.startswith((*CHAINED, TRACEBACK)):
+            if line.startswith((b" ", b"\t")) or not line.strip():  # frames, code, carets
                 continue
             dropped = _cut_connection(block)
             if not dropped:
