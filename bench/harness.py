@@ -59,16 +59,17 @@ class Measurement:
 SETTLED = ("command", "jvm", "python_workers")
 
 
-def role(process: psutil.Process, root: int) -> str:
+def role(process: psutil.Process, root: int) -> str | None:
     """What a process of the tree is: the command itself, Spark's JVM, Spark's Python workers (the daemon and the
     workers it forks: the readers, `mapInArrow` and UDF code), Spark's other Python processes (the streaming
-    source's planner), or anything else."""
+    source's planner), or anything else; None when it cannot be told (an exiting process's command line is gone,
+    and it must keep the role it had, or its CPU would be counted under another role than its memory)."""
     if process.pid == root:
         return "command"
     try:
         cmdline = " ".join(process.cmdline())
     except psutil.Error:
-        return "other"
+        return None
     if "java" in process.name() or "org.apache.spark" in cmdline:
         return "jvm"
     if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
@@ -133,7 +134,7 @@ def measure(
             try:
                 with p.oneshot():
                     if role_of.get(p.pid) not in SETTLED:  # launch scripts exec into the JVM under one pid
-                        role_of[p.pid] = role(p, root.pid)
+                        role_of[p.pid] = role(p, root.pid) or role_of.get(p.pid, "other")
                     used = p.memory_info().rss
                     rss += used
                     split[role_of[p.pid]] = split.get(role_of[p.pid], 0) + used
