@@ -71,6 +71,7 @@ def main() -> None:
             "fetch.max.bytes": 16 * 1024 * 1024,
             "receive.message.max.bytes": 1_000_000_000,
             "queued.min.messages": 20000,
+            "fetch.queue.backoff.ms": 10,
         }
     )
     partitions = sorted(consumer.list_topics(opts.topic, timeout=30).topics[opts.topic].partitions)

@@ -31,6 +31,11 @@ def open_consumer(options: Mapping[str, str], purpose: str):  # type: ignore[no-
                 "fetch.max.bytes": 16 * 1024 * 1024,
                 "queued.max.messages.kbytes": 32 * 1024,
                 "queued.min.messages": 20000,
+                # librdkafka 2.x waits this long before the next fetch once a partition's queue passed the two
+                # thresholds above (default 1 s). A broker that answers with more than asked fills it at once, and
+                # a range read then waited ~1 s after each assign for its first record (measured: 125k records of
+                # one partition in 1.1 s at the default, 0.12 s at 10 ms, same CPU).
+                "fetch.queue.backoff.ms": 10,
                 "session.timeout.ms": 45000,
             },
         )
