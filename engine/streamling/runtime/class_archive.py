@@ -154,7 +154,7 @@ def _dump_classes(dump: Path, conf: dict[str, str]) -> None:
 
     from streamling.api import run_pipeline
     from streamling.config import load_settings
-    from streamling.runtime.session import build_session, session_conf
+    from streamling.runtime.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="streamling-class-archive-"))
     try:
@@ -172,8 +172,10 @@ def _dump_classes(dump: Path, conf: dict[str, str]) -> None:
                 "spark.conf": conf,
             },
         )
-        java = session_conf(settings.spark)["spark.driver.extraJavaOptions"]
-        settings.spark.conf["spark.driver.extraJavaOptions"] = f"{java} -XX:ArchiveClassesAtExit={dump} {QUIET}"
+        # Appended to the user's options, which come after the engine's own (`driver_java_options`).
+        user = settings.spark.conf.get("spark.driver.extraJavaOptions", "")
+        archive = f"-XX:ArchiveClassesAtExit={dump} {QUIET}"
+        settings.spark.conf["spark.driver.extraJavaOptions"] = f"{user} {archive}".lstrip()
         spark = build_session(settings.spark)
         run_pipeline(pipeline, settings, spark)
         frame = spark.range(1000).selectExpr("id", "cast(id AS string) AS s", "current_timestamp() AS t")
