@@ -27,6 +27,7 @@ PRELOAD = (
     "pyarrow",
     "pandas",
     "streamling.kafka.source.reader",
+    "confluent_kafka.schema_registry",  # the Avro reader's registry client: 0.17 s on each worker's first read
     "streamling.plugins.source_reader",
     "streamling.builtins.generator",
 )
