@@ -62,7 +62,7 @@ from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError, first_line
 from streamling.plugin import Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.topology.spec import SinkSpec, flush_interval, ignored_field
-from streamling.types import GS_OP, exact_columns
+from streamling.types import GS_OP, select_exact
 
 log = logging.getLogger("streamling.clickhouse")
 IS_DELETED = "is_deleted"
@@ -435,7 +435,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
     def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
         """Collect the epoch as Arrow now (Spark); insert it on the committer thread (driver)."""
         assert self._client is not None, "initialize() opens the client"
-        table = df.select(*exact_columns([*self.send, GS_OP])).toArrow()
+        table = select_exact(df, [*self.send, GS_OP]).toArrow()
         return lambda: self.deliver(table)
 
     def deliver(self, table: pa.Table) -> Written:

@@ -29,7 +29,7 @@ from streamling.postgres.progress import ProgressKey
 from streamling.postgres.types import Column, columns_of
 from streamling.postgres.writer import ORDER_COLUMN, WritePlan, write_partition, write_stream
 from streamling.topology.spec import ErrorHandlingSpec, SinkSpec
-from streamling.types import GS_OP, exact_columns, map_in_arrow
+from streamling.types import GS_OP, exact_columns, map_in_arrow, select_exact
 
 log = logging.getLogger("streamling.postgres")
 COMPARISONS = ("=", ">", ">=", "<", "<=", "!=", "<>")
@@ -155,7 +155,7 @@ class PostgresWriterSink(Sink[Any]):
         applied than counted), and nothing from a stream that had already applied the epoch."""
         assert self.plan is not None, "initialize() builds the write plan"
         plan = self.plan
-        selected = df.select(*exact_columns([c.name for c in plan.columns] + [GS_OP]))
+        selected = select_exact(df, [c.name for c in plan.columns] + [GS_OP])
         if self.streams == 1:
             table = selected.toArrow()
             return lambda: write_stream(table, plan, epoch)
