@@ -70,6 +70,8 @@ def role(process: psutil.Process, root: int) -> str | None:
         cmdline = " ".join(process.cmdline())
     except psutil.Error:
         return None
+    if not cmdline:  # a zombie's command line reads as empty rather than failing
+        return None
     if "java" in process.name() or "org.apache.spark" in cmdline:
         return "jvm"
     if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
