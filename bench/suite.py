@@ -759,6 +759,40 @@ def delete_topics(env: dict[str, str], topics: list[str]) -> None:
                 print(f"could not delete a topic: {exc}", file=sys.stderr)
 
 
+BROKER_RECORDS_WARN = 1_000_000
+
+
+def broker_records(env: dict[str, str]) -> tuple[int, int]:
+    """(topics, records) the broker holds before the suite starts, internal topics aside."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": env["STREAMLING__KAFKA_SOURCE__BROKERS"]})
+    topics = {n: t for n, t in admin.list_topics(timeout=30).topics.items() if not n.startswith("__")}
+    wanted = {TopicPartition(n, p): OffsetSpec.latest() for n, t in topics.items() for p in t.partitions}
+    if not wanted:
+        return 0, 0
+    return len(topics), sum(f.result(timeout=30).offset for f in admin.list_offsets(wanted).values())
+
+
+def warn_if_broker_full(env: dict[str, str]) -> None:
+    """noida-db saves its whole store as one JSON file after changes (offset commits too): records left by
+    earlier tests or runs cost every contender CPU in the background, the multi-core one most."""
+    try:
+        topics, records = broker_records(env)
+    except Exception as exc:  # a check only
+        print(f"could not count the broker's records: {exc}", file=sys.stderr)
+        return
+    if records > BROKER_RECORDS_WARN:
+        print(
+            f"warning: the broker already holds {records:,} records in {topics} topics; a local noida-db saves its "
+            "whole store after each change (offset commits too), which takes CPU from the contenders. Delete "
+            "left-over topics (or start the broker on an empty data dir) to compare with the recorded figures.",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def main() -> None:
     args = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     args.add_argument("--smoke", action="store_true", help="tiny sizes, 1 counted run, no warm-up: harness check")
@@ -785,6 +819,7 @@ def main() -> None:
 
     ensure_quix_venv()
     env = kafka_data.services_env("postgres", "kafka", "registry")
+    warn_if_broker_full(env)
     suite = Suite(env, Path(tempfile.mkdtemp(prefix="streamling-bench-suite-")), sizes, runs, warmup)
     started = time.time()
     results = {}
@@ -792,9 +827,9 @@ def main() -> None:
         for n in only:
             name, run = SCENARIOS[n]
             results[name] = run(suite)
-            # noida-db keeps a topic's records in one JSON file that it rewrites whenever anything changes (each
-            # offset commit): a 1.6 GB store kept a core busy between and during later runs. Each scenario gets a
-            # broker holding its own topics only.
+            # noida-db saves its whole store, every topic's records, as one JSON file from a background thread
+            # after changes (offset commits too): with 1.6 GB stored that thread kept a core busy during and
+            # after later runs. Each scenario gets a broker holding its own topics only.
             delete_topics(env, suite.topics)
             suite.topics.clear()
     finally:
