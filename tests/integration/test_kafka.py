@@ -257,6 +257,32 @@ def test_writer_schema_newer_than_reader(spark, make_settings, write_pipeline, k
         assert "channel" not in rows_of(key)[-1]  # read with the reader schema captured at start
 
 
+def test_a_restart_in_the_same_process_reads_with_the_newer_reader_schema(spark, make_settings, write_pipeline, kafka):
+    """The writer-schema error says to restart; on a warm engine (`streamling serve`, one process and one Schema
+    Registry client for every run) the restarted run must still capture the subject's latest version, not the
+    one an earlier run fetched."""
+    from streamling import run_pipeline
+
+    topic = kafka.topic("relatest", partitions=1)
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(5)], partition_of=lambda i: 0)
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {topic}, ending_offsets: latest}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """)
+    settings = settings_for(make_settings, kafka, job_mode=True)
+    run_pipeline(path, settings, spark)
+    assert [r["id"] for r in rows_of(key)] == list(range(5)) and "channel" not in rows_of(key)[0]
+
+    v2 = {**TX_SCHEMA, "fields": [*TX_SCHEMA["fields"], {"name": "channel", "type": "string", "default": "web"}]}
+    kafka.produce_avro(topic, v2, [{**tx(i), "channel": "app"} for i in range(5, 8)], partition_of=lambda i: 0)
+    run_pipeline(path, settings, spark)  # resumes at offset 5, from the state backend
+
+    assert [(r["id"], r["channel"]) for r in rows_of(key)[5:]] == [(5, "app"), (6, "app"), (7, "app")]
+
+
 def test_restart_resumes_from_state_and_state_beats_group(spark, make_settings, write_pipeline, kafka, tmp_path):
     from confluent_kafka import Consumer, TopicPartition
 

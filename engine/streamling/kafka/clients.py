@@ -108,14 +108,18 @@ def subject_of(topic: str) -> str:
 
 
 def registry(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
-    """One Schema Registry client per process and connection (it caches schemas by id)."""
+    """One Schema Registry client per process and connection (it caches schemas by id, which never change).
+
+    Its cache of a subject's latest version is switched off (`cache.latest.ttl.sec` 0; by default it never
+    expires): a process that runs pipelines one after another (`streamling serve`, a test session) would
+    otherwise start every later run with the reader schema the first run fetched."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     key = (options["registry_url"], options.get("registry_username"), options.get("registry_password"))
     with _LOCK:
         client = _REGISTRIES.get(key)
         if client is None:
-            conf: dict[str, Any] = {"url": options["registry_url"]}
+            conf: dict[str, Any] = {"url": options["registry_url"], "cache.latest.ttl.sec": 0}
             if options.get("registry_username"):
                 conf["basic.auth.user.info"] = f"{options['registry_username']}:{options.get('registry_password', '')}"
             client = SchemaRegistryClient(conf)
