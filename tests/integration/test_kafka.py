@@ -31,6 +31,9 @@ TX_SCHEMA = {
     ],
 }
 
+TX_SCHEMA_V2 = {**TX_SCHEMA, "fields": [*TX_SCHEMA["fields"], {"name": "channel", "type": "string", "default": "web"}]}
+"""Version 2: one field added, with a default."""
+
 
 def tx(i: int) -> dict:
     return {
@@ -46,6 +49,16 @@ def tx(i: int) -> dict:
 
 def settings_for(make_settings, kafka, **extra):
     return make_settings(environ=kafka.env, **extra)
+
+
+def bounded_collect(write_pipeline, topic: str, key: str):
+    """A job reading the topic up to its end now into the collect sink under `key`."""
+    return write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {topic}, ending_offsets: latest}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """)
 
 
 def rows_of(key: str) -> list[dict]:
@@ -209,9 +222,8 @@ def test_bad_input_stops_pipeline_without_committing_it(
 
 def test_schema_evolution_added_field_reads_all_rows(spark, make_settings, write_pipeline, kafka):
     topic = kafka.topic("evo")
-    v2 = {**TX_SCHEMA, "fields": [*TX_SCHEMA["fields"], {"name": "channel", "type": "string", "default": "web"}]}
     kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(10)])
-    kafka.produce_avro(topic, v2, [{**tx(i), "channel": "app"} for i in range(10, 20)])
+    kafka.produce_avro(topic, TX_SCHEMA_V2, [{**tx(i), "channel": "app"} for i in range(10, 20)])
     key = uuid.uuid4().hex
     path = write_pipeline(f"""
         sources:
@@ -239,10 +251,13 @@ def test_writer_schema_newer_than_reader(spark, make_settings, write_pipeline, k
         """)
     run = Background(path, settings_for(make_settings, kafka), spark)
     run.wait_until(lambda: len(rows_of(key)) >= 5)
-    v2 = {**TX_SCHEMA, "fields": [*TX_SCHEMA["fields"], {"name": "channel", "type": "string", "default": "web"}]}
-    v2_id = kafka.register(topic, v2)
+    v2_id = kafka.register(topic, TX_SCHEMA_V2)
     kafka.produce_avro(
-        topic, v2, [{**tx(i), "channel": "app"} for i in range(5, 8)], schema_id=v2_id, partition_of=lambda i: 0
+        topic,
+        TX_SCHEMA_V2,
+        [{**tx(i), "channel": "app"} for i in range(5, 8)],
+        schema_id=v2_id,
+        partition_of=lambda i: 0,
     )
     if validate:
         error = run.failure()
@@ -266,18 +281,14 @@ def test_a_restart_in_the_same_process_reads_with_the_newer_reader_schema(spark,
     topic = kafka.topic("relatest", partitions=1)
     kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(5)], partition_of=lambda i: 0)
     key = uuid.uuid4().hex
-    path = write_pipeline(f"""
-        sources:
-          src: {{type: kafka, topic: {topic}, ending_offsets: latest}}
-        sinks:
-          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
-        """)
+    path = bounded_collect(write_pipeline, topic, key)
     settings = settings_for(make_settings, kafka, job_mode=True)
     run_pipeline(path, settings, spark)
     assert [r["id"] for r in rows_of(key)] == list(range(5)) and "channel" not in rows_of(key)[0]
 
-    v2 = {**TX_SCHEMA, "fields": [*TX_SCHEMA["fields"], {"name": "channel", "type": "string", "default": "web"}]}
-    kafka.produce_avro(topic, v2, [{**tx(i), "channel": "app"} for i in range(5, 8)], partition_of=lambda i: 0)
+    kafka.produce_avro(
+        topic, TX_SCHEMA_V2, [{**tx(i), "channel": "app"} for i in range(5, 8)], partition_of=lambda i: 0
+    )
     run_pipeline(path, settings, spark)  # resumes at offset 5, from the state backend
 
     assert [(r["id"], r["channel"]) for r in rows_of(key)[5:]] == [(5, "app"), (6, "app"), (7, "app")]
@@ -467,12 +478,7 @@ def test_a_topic_written_by_the_original_sink_reads_unchanged(spark, make_settin
     records = [{"id": i, "name": f"n{i}" if i % 3 else None, "price": Decimal(f"{i}.25")} for i in range(6)]
     kafka.produce_avro(topic, ORIGINAL_SINK_SCHEMA, records, partition_of=lambda i: i % 2)
     key = uuid.uuid4().hex
-    path = write_pipeline(f"""
-        sources:
-          src: {{type: kafka, topic: {topic}, ending_offsets: latest}}
-        sinks:
-          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
-        """)
+    path = bounded_collect(write_pipeline, topic, key)
     settings = settings_for(make_settings, kafka, job_mode=True)
     report = validate_pipeline(path, settings, spark)
     assert report.errors == []
