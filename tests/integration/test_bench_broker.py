@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _suite():
-    sys.path.insert(0, str(BENCH))  # suite.py imports its neighbours (harness, kafka_data)
-    try:
-        spec = importlib.util.spec_from_file_location("bench_suite", BENCH / "suite.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+from tests.bench_util import load_bench_module
 
 
 def test_counts_the_records_a_new_topic_adds_and_warns_above_the_limit(kafka, kafka_env, monkeypatch, capsys) -> None:
-    suite = _suite()
+    suite = load_bench_module("suite")
     topics, records = suite.broker_records(kafka_env)
     topic = kafka.topic("bench_check", partitions=4)
     kafka.produce_json(topic, [{"n": i} for i in range(25)])
