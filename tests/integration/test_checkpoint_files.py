@@ -1,0 +1,51 @@
+"""What the driver's JVM does per epoch for Spark's checkpoint logs, observed with the JVM's own flight recorder
+(`jdk.jfr`, part of every Java 17 runtime) on the shared session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamling import run_pipeline
+
+
+def processes_started_during(spark, action) -> list[str]:  # type: ignore[no-untyped-def]
+    """The command lines of every process the driver's JVM started while `action` ran."""
+    jvm = spark._jvm
+    recording = jvm.jdk.jfr.Recording()
+    recording.enable("jdk.ProcessStart")
+    recording.start()
+    try:
+        action()
+    finally:
+        recording.stop()
+    dump = Path(spark._jvm.java.io.File.createTempFile("streamling-test-", ".jfr").getPath())
+    try:
+        recording.dump(jvm.java.io.File(str(dump)).toPath())
+        events = jvm.jdk.jfr.consumer.RecordingFile.readAllEvents(jvm.java.io.File(str(dump)).toPath())
+        return [str(event.getString("command")) for event in events]
+    finally:
+        recording.close()
+        dump.unlink(missing_ok=True)
+
+
+def test_epochs_write_their_checkpoint_logs_without_starting_readlink(spark, make_settings, write_pipeline) -> None:
+    """Hadoop's FileContext, Spark's default for checkpoints, ran `readlink` twice per file it renamed when its
+    native library is missing (16 processes per epoch, ~100 ms of each epoch's offset and commit logs)."""
+    path = write_pipeline("""
+        sources:
+          src: {type: generator, rows: 4000, record_batch_size: 500}
+        sinks:
+          out: {type: blackhole, from: src}
+        """)
+    settings = make_settings(job_mode=True)
+    summaries = []
+    started = processes_started_during(spark, lambda: summaries.append(run_pipeline(path, settings, spark)))
+    assert summaries[0].sources["src"].epochs == 8
+    assert summaries[0].sink_rows == {"out": 4000}
+    hadoop = [command for command in started if not Path(command.split()[0]).name.startswith("python")]
+    assert [command for command in hadoop if command.startswith("readlink")] == []
+    # What is left is Hadoop's `chmod` (no native library) of the run's four folders and of each new file and its
+    # checksum: the query's metadata, and per epoch an offset and a commit log entry.
+    assert {command.split()[0] for command in hadoop} <= {"chmod"}
+    assert len([command for command in hadoop if command.startswith("chmod 0644 ")]) <= 2 * (1 + 2 * 8)
+    assert len([command for command in hadoop if command.startswith("chmod 0755 ")]) <= 4
