@@ -1,4 +1,4 @@
-"""Measuring a command's whole process tree: wall clock, CPU seconds, peak RSS.
+"""Measuring a command's whole process tree: wall clock, CPU seconds, peak RSS (and PSS).
 
 The engine runs as the real CLI in a subprocess, so start-up (JVM, Python workers) is included, as a
 user would experience it. Children (the JVM, Spark's Python workers) are sampled with psutil.
@@ -42,6 +42,11 @@ class Measurement:
     """The peak RSS split by role (`role`): which process the memory is in."""
     cpu_sec_by_role: dict[str, float] = field(default_factory=dict)
     """CPU seconds per role over the whole run: where the CPU goes (the JVM is invisible to py-spy)."""
+    peak_pss_mb: float | None = None
+    """The tree's memory with each page counted once (the sum of proportional set sizes), at its largest. Summed
+    RSS counts a page once per process that maps it: the pages Spark's Python workers share with the daemon they
+    were forked from, and the shared libraries every Python process maps. Read every `PSS_EVERY` samples and at
+    each new RSS peak (it walks each process's page tables, so not at every sample)."""
 
     def recorded(self) -> dict:
         """What goes into the results JSON (no logs, no samples)."""
@@ -57,6 +62,18 @@ class Measurement:
 
 
 SETTLED = ("command", "jvm", "python_workers")
+PSS_EVERY = 5
+
+
+def tree_pss(tree: list[psutil.Process]) -> int:
+    """Bytes: the tree's proportional set sizes summed (Linux; 0 where the kernel does not report them)."""
+    total = 0
+    for p in tree:
+        try:
+            total += getattr(p.memory_full_info(), "pss", 0)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total
 
 
 def role(process: psutil.Process, root: int) -> str | None:
@@ -103,7 +120,7 @@ def measure(
     root = psutil.Process(proc.pid)
     cpu_by_pid: dict[int, float] = {}
     role_of: dict[int, str] = {}
-    peak = 0
+    peak = peak_pss = 0
     peak_split: dict[str, int] = {}
     series: list[tuple[float, float]] = []
     stderr_chunks: list[str] = []
@@ -144,6 +161,8 @@ def measure(
                     cpu_by_pid[p.pid] = t.user + t.system
             except psutil.NoSuchProcess:
                 continue
+        if rss > peak or len(series) % PSS_EVERY == 0:
+            peak_pss = max(peak_pss, tree_pss(tree))
         if rss > peak:
             peak, peak_split = rss, split
         series.append((time.time(), sum(cpu_by_pid.values())))
@@ -164,6 +183,7 @@ def measure(
         first_row_sec=round(first[0], 3) if first else None,
         rss_at_peak_mb={k: round(v / 2**20, 1) for k, v in sorted(peak_split.items())},
         cpu_sec_by_role=_by_role(cpu_by_pid, role_of),
+        peak_pss_mb=round(peak_pss / 2**20, 1) if peak_pss else None,
     )
 
 

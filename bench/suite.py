@@ -282,7 +282,9 @@ def progress(label: str, contender: str, m: Measurement, extra: str = "") -> Non
     fields = m.extra
     rate = f"{fields['rec_per_sec']:>9,} rec/s, {fields['cpu_sec_per_million']:6.2f} CPU-s/M, " if fields else ""
     print(
-        f"  {label:>8} {contender:>10}: {m.wall_sec:6.1f}s, {rate}peak RSS {m.peak_rss_mb:,.0f} MB{extra}", flush=True
+        f"  {label:>8} {contender:>10}: {m.wall_sec:6.1f}s, {rate}peak RSS {m.peak_rss_mb:,.0f} MB"
+        f"{f' (PSS {m.peak_pss_mb:,.0f})' if m.peak_pss_mb else ''}{extra}",
+        flush=True,
     )
     if len(m.rss_at_peak_mb) > 1:  # a process tree: where the memory and the CPU are
         at_peak = ", ".join(f"{k} {v:,.0f}" for k, v in m.rss_at_peak_mb.items())
@@ -315,7 +317,7 @@ def ratios(contenders: dict, keys: tuple[str, ...]) -> dict:
     }
 
 
-THROUGHPUT = ("rec_per_sec", "cpu_sec_per_million", "peak_rss_mb", "wall_sec")
+THROUGHPUT = ("rec_per_sec", "cpu_sec_per_million", "peak_rss_mb", "peak_pss_mb", "wall_sec")
 
 
 # --- scenarios -------------------------------------------------------------------------------------------------
@@ -644,8 +646,11 @@ def markdown(payload: dict) -> str:
         "",
     ]
     sc = payload["scenarios"]
-    head = "| contender | rec/s | CPU-s / M records | peak RSS MB | wall s | ours / peer (rec/s, CPU-s/M, RSS) |"
-    sep = "|---|---|---|---|---|---|"
+    head = (
+        "| contender | rec/s | CPU-s / M records | peak RSS MB | peak PSS MB | wall s | "
+        "ours / peer (rec/s, CPU-s/M, RSS) |"
+    )
+    sep = "|---|---|---|---|---|---|---|"
 
     def throughput_rows(block: dict) -> list[str]:
         rows = [head, sep]
@@ -658,7 +663,8 @@ def markdown(payload: dict) -> str:
             )
             rows.append(
                 f"| {name} | {_cell(c.get('rec_per_sec'))} | {_cell(c.get('cpu_sec_per_million'), '{:,.1f}')} | "
-                f"{_cell(c.get('peak_rss_mb'))} | {_cell(c.get('wall_sec'), '{:,.1f}')} | {ratio} |"
+                f"{_cell(c.get('peak_rss_mb'))} | {_cell(c.get('peak_pss_mb'))} | "
+                f"{_cell(c.get('wall_sec'), '{:,.1f}')} | {ratio} |"
             )
         return rows
 

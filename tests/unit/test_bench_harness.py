@@ -21,3 +21,27 @@ def test_a_child_that_exits_before_its_parent_keeps_its_role() -> None:
     assert m.returncode == 0, m.stderr
     assert "spark_python_other" in m.rss_at_peak_mb
     assert set(m.rss_at_peak_mb) <= set(m.cpu_sec_by_role) == {"command", "spark_python_other"}
+
+
+def test_pages_a_forked_child_shares_with_its_parent_count_once_in_pss() -> None:
+    """Spark's Python workers are forked from a daemon that imported pyarrow and the engine first: summed RSS
+    counts those pages once per worker, the tree's PSS once."""
+    harness = load_bench_module("harness")
+    parent = (
+        "import os, time\n"
+        "block = bytearray(os.urandom(1 << 20)) * 200\n"  # 200 MiB, written: resident in the parent
+        "children = []\n"
+        "for _ in range(2):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        time.sleep(1.5)\n"
+        "        os._exit(0)\n"
+        "    children.append(pid)\n"
+        "for pid in children:\n"
+        "    os.waitpid(pid, 0)\n"
+    )
+    m = harness.measure([sys.executable, "-c", parent], env={}, cwd=Path.cwd(), interval=0.05)
+    assert m.returncode == 0, m.stderr
+    assert m.peak_rss_mb > 3 * 200  # the parent and its two children each report the block
+    assert m.peak_pss_mb is not None
+    assert 200 < m.peak_pss_mb < 300  # counted once
