@@ -8,27 +8,28 @@ from pathlib import Path
 from streamling import run_pipeline
 
 
-def processes_started_during(spark, action) -> list[str]:  # type: ignore[no-untyped-def]
-    """The command lines of every process the driver's JVM started while `action` ran."""
-    jvm = spark._jvm
-    recording = jvm.jdk.jfr.Recording()
+def processes_started_during(spark, dump: Path, action) -> list[str]:  # type: ignore[no-untyped-def]
+    """The command lines of every process the driver's JVM started while `action` ran (recorded into `dump`)."""
+    recording = spark._jvm.jdk.jfr.Recording()
     recording.enable("jdk.ProcessStart")
     recording.start()
     try:
         action()
     finally:
         recording.stop()
-    dump = Path(spark._jvm.java.io.File.createTempFile("streamling-test-", ".jfr").getPath())
     try:
-        recording.dump(jvm.java.io.File(str(dump)).toPath())
-        events = jvm.jdk.jfr.consumer.RecordingFile.readAllEvents(jvm.java.io.File(str(dump)).toPath())
-        return [str(event.getString("command")) for event in events]
+        path = spark._jvm.java.io.File(str(dump)).toPath()
+        recording.dump(path)
+        return [
+            str(event.getString("command")) for event in spark._jvm.jdk.jfr.consumer.RecordingFile.readAllEvents(path)
+        ]
     finally:
         recording.close()
-        dump.unlink(missing_ok=True)
 
 
-def test_epochs_write_their_checkpoint_logs_without_starting_readlink(spark, make_settings, write_pipeline) -> None:
+def test_epochs_write_their_checkpoint_logs_without_starting_readlink(
+    spark, make_settings, write_pipeline, tmp_path
+) -> None:
     """Hadoop's FileContext, Spark's default for checkpoints, ran `readlink` twice per file it renamed when its
     native library is missing (16 processes per epoch, ~100 ms of each epoch's offset and commit logs)."""
     path = write_pipeline("""
@@ -39,7 +40,9 @@ def test_epochs_write_their_checkpoint_logs_without_starting_readlink(spark, mak
         """)
     settings = make_settings(job_mode=True)
     summaries = []
-    started = processes_started_during(spark, lambda: summaries.append(run_pipeline(path, settings, spark)))
+    started = processes_started_during(
+        spark, tmp_path / "run.jfr", lambda: summaries.append(run_pipeline(path, settings, spark))
+    )
     assert summaries[0].sources["src"].epochs == 8
     assert summaries[0].sink_rows == {"out": 4000}
     hadoop = [command for command in started if not Path(command.split()[0]).name.startswith("python")]

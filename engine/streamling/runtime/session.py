@@ -38,15 +38,14 @@ DEFAULT_CONF = {
     # asked: see `SourceQuery`), rather than keeping a stopping run alive forever.
     "spark.sql.streaming.stopTimeout": "60s",
     "spark.sql.timeType.enabled": "true",  # current_time() (the original's Time64) is a TIME
+    # Spark's default checkpoint file manager goes through Hadoop's FileContext, whose local rename runs `readlink`
+    # twice per file it looks at when Hadoop's native library is missing (every pip-installed pyspark): 16
+    # processes per epoch, ~50 ms each for the offset and the commit log. This one renames with `File.renameTo`,
+    # atomic on the local disk the engine's checkpoints live on (`RunFolders`): 13 and 10 ms (bench/README.md).
     "spark.sql.streaming.checkpointFileManagerClass": (
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
     ),
 }
-"""The checkpoint file manager: Spark's default goes through Hadoop's FileContext, whose local rename runs the
-`readlink` command twice per file it looks at when Hadoop's native library is missing (as in every pip-installed
-pyspark): 8 processes per log entry, 16 per epoch, the offset and commit logs' ~50 ms each per epoch. The
-FileSystem-based manager renames with `File.renameTo`, atomic on the local disk the engine's checkpoints live on
-(`RunFolders` holds them there): 13 and 10 ms (bench/README.md)."""
 
 LOCAL_CONF = {"spark.python.daemon.module": "streamling.runtime.worker_daemon"}
 """Where the workers run this interpreter, with this engine installed (local mode): see `worker_daemon`."""
