@@ -7,6 +7,7 @@ keeper sees) and opt out of Dagster's run retries: the stream keeper sensor rest
 Terminating one is a normal end: the run is CANCELED with its positions committed (`streaming.stopped_cleanly`).
 """
 
+import threading
 from collections.abc import Iterator
 
 import dagster as dg
@@ -16,7 +17,7 @@ from streamling_dagster.backfill import backfill_checks, sink_metadata
 from streamling_dagster.guard import STREAM_TAG, check_no_other_run, op_tags
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
-from streamling_dagster.streaming import StreamConfig, run_engine, stopped_cleanly
+from streamling_dagster.streaming import StreamConfig, run_engine, stop_on_signal, stopped_cleanly
 
 __all__ = ["STREAM_TAG", "backfill_then_stream_job", "stream_job", "stream_tags"]
 
@@ -78,18 +79,22 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         check_no_other_run(context, pf)  # before reading positions and starting Spark
         before = source_status(pf.path, settings)
         session = lambda: spark.spark_session  # noqa: E731 - started after the one-run-per-pipeline check
-        summary = yield from run_engine(context, pf, settings, session, config, observe=False, clean_stop=True)
-        if summary.stopped_by_signal:  # terminated during the backfill: the stream does not start
-            return
-        # Stored, not yielded: an interrupt that meets a yield is raised outside the op (see streaming.py).
-        for sink, metadata in sink_metadata(pf, summary, settings=settings).items():
-            context.log_event(dg.AssetMaterialization(asset_key=pf.asset_key(sink), metadata=metadata))
-        for evaluation in backfill_checks(pf, before, summary):
-            context.log_event(evaluation)
-        boundary = {name: progress.position for name, progress in summary.sources.items()}
-        context.log.info(f"Backfill done; streaming from the committed positions {boundary}")
-        streaming = settings.model_copy(update={"job_mode": False})
-        yield from run_engine(context, pf, streaming, session, config, observe=True, clean_stop=True)
+        stop = threading.Event()
+        with stop_on_signal(stop):  # a stop between the phases, too, is a clean end: the stream does not start
+            summary = yield from run_engine(
+                context, pf, settings, session, config, observe=False, clean_stop=True, stop=stop
+            )
+            if summary.stopped_by_signal:  # terminated during the backfill: the stream does not start
+                return
+            # Stored, not yielded: Dagster raises an interrupt that meets a yield outside the op (see streaming.py).
+            for sink, metadata in sink_metadata(pf, summary, settings=settings).items():
+                context.log_event(dg.AssetMaterialization(asset_key=pf.asset_key(sink), metadata=metadata))
+            for evaluation in backfill_checks(pf, before, summary):
+                context.log_event(evaluation)
+            boundary = {name: progress.position for name, progress in summary.sources.items()}
+            context.log.info(f"Backfill done; streaming from the committed positions {boundary}")
+            streaming = settings.model_copy(update={"job_mode": False})
+            yield from run_engine(context, pf, streaming, session, config, observe=True, clean_stop=True, stop=stop)
 
     @dg.job(
         name=f"{pf.name}__backfill_then_stream",

@@ -1,24 +1,28 @@
 """Running the engine inside a Dagster op: progress in the run log, observations, and a graceful stop.
 
-The engine runs in a thread with a stop Event (signal handlers belong to Dagster's main thread). The op's
-own thread watches it: a progress line in the run log every `progress_interval_sec` and, for streams, an
-AssetObservation per sink as soon as the first epoch commits and then every `observe_interval_sec`. Those are
-written to the run's event log from inside the op (`log_event` stores them at once), not yielded: after a yield,
-Dagster holds an interrupt that arrives while it handles the event and raises it outside the op, where no
-graceful stop can run and a bare signal ends the run FAILURE. So while the engine runs, the op never yields. A
-termination request from the UI or the API, or a SIGTERM/SIGINT to the run worker, interrupts the op's thread:
-it sets the stop Event (the in-flight epoch finishes and commits, nothing after it starts), waits for the
-engine and records the final positions. A stream then marks its run CANCELED and returns; its job's hook ends
-the run there (see `stopped_cleanly`), so terminating is a normal end: no step failure, no traceback.
+The engine runs in a thread with a stop Event. The op's own thread watches it: a progress line in the run log
+every `progress_interval_sec` and, for streams, an AssetObservation per sink as soon as the first epoch commits
+and then every `observe_interval_sec`. Those are written to the run's event log from inside the op (`log_event`
+stores them at once), not yielded: after a yield, Dagster holds an interrupt that arrives while it handles the
+event and raises it outside the op, where no graceful stop can run and a bare signal ends the run FAILURE. So
+while the engine runs, the op never yields. A termination request from the UI or the API reaches the run worker
+as a SIGINT, like a SIGTERM/SIGINT sent to it; while the op runs the engine those set the stop Event
+(`stop_on_signal`) rather than raising into whatever the op's thread was doing. The op's thread then marks the
+run CANCELING, waits for the engine (the in-flight epoch finishes and commits, nothing after it starts) and
+records the final positions. A stream then marks its run CANCELED and returns; its job's hook ends the run there
+(see `stopped_cleanly`), so terminating is a normal end: no step failure, no traceback.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import dagster as dg
@@ -144,22 +148,63 @@ def run_engine(
     observe: bool,
     summary: RunSummary | None = None,
     clean_stop: bool = False,
+    stop: threading.Event | None = None,
 ) -> Generator[dg.AssetObservation, None, RunSummary]:
     """Run the pipeline in a thread until its sources end, it fails, or the run is terminated; observations while
     it runs are stored as they are made (module docstring), the final ones are yielded once it stopped. A given
-    `summary` is filled as epochs commit, so the caller knows what a terminated run did.
+    `summary` is filled as epochs commit, so the caller knows what a terminated run did; a given `stop` is the
+    caller's (see `stop_on_signal`), and once set the engine does not start.
 
     `spark` is the session, or a function giving it, called after the one-run-per-pipeline check so that a
     refused run never starts Spark. With `clean_stop`, a stop request returns the summary (`stopped_by_signal`
     set) once the run is marked CANCELED, and the job's `stopped_cleanly` hook ends it there, without a step
-    failure; otherwise the interrupt is re-raised after the graceful stop."""
-    check_no_other_run(context, pf)
+    failure; otherwise the interrupt is raised after the graceful stop."""
+    stop = stop if stop is not None else threading.Event()
     summary = summary if summary is not None else RunSummary()
-    stop = threading.Event()
     outcome: dict[str, Any] = {}
+    interrupt: BaseException | None = None
+    with stop_on_signal(stop):
+        check_no_other_run(context, pf)
+        progress = Progress(context, pf, settings, summary, config, observe)
+        if not stop.is_set():  # a stop that came first: the engine does not start, Spark is not started for it
+            try:
+                _run_until_done_or_stopped(context, pf, settings, spark, summary, progress, stop, outcome)
+            except BaseException as exc:
+                if not stop.is_set():  # the engine did not start: a refusal, or Spark would not start
+                    raise
+                interrupt = exc  # Dagster's interrupt off the main thread; the engine has stopped
+        yield from _final(progress, observe)
+    if stop.is_set():
+        if "error" in outcome:
+            context.log.error(f"the pipeline failed while stopping: {first_line(outcome['error'])}")
+        if not clean_stop or "error" in outcome:
+            raise interrupt if interrupt is not None else dg.DagsterExecutionInterruptedError()
+        _report_stopping(context)  # marked at the request already; here for a stop before the engine started
+        _report_canceled(context, summary)
+        summary.stopped_by_signal = True
+        return summary
+    if "error" in outcome:
+        refused = engine_refusal(context, pf, outcome["error"])
+        if refused is not None:
+            raise refused from None
+        raise outcome["error"]
+    return outcome["summary"]
+
+
+def _run_until_done_or_stopped(
+    context: dg.OpExecutionContext,
+    pf: PipelineFile,
+    settings: Settings,
+    spark: Callable[[], Any] | Any,
+    summary: RunSummary,
+    progress: Progress,
+    stop: threading.Event,
+    outcome: dict[str, Any],
+) -> None:
+    """Starts the engine's thread and reports progress until it ends; a stop request is reported (the run marked
+    CANCELING) and waited for, so this returns only once the engine has stopped, with its result in `outcome`."""
     warm = warm_engine(context, settings)
     session = None if warm is not None else spark() if callable(spark) else spark
-
     done = threading.Event()  # not Thread.join/is_alive: see `_drain`
 
     def engine() -> None:
@@ -175,37 +220,50 @@ def run_engine(
             done.set()
 
     thread = threading.Thread(target=engine, name=f"streamling-{pf.name}", daemon=True)
-    progress = Progress(context, pf, settings, summary, config, observe)
     _link_admin_page(context, settings)
     thread.start()
     held = 0
     try:
-        while not done.wait(timeout=0.5):
+        while not done.wait(timeout=0.5) and not stop.is_set():
             held = _log_events(context, progress.tick(time.monotonic()), held)
-    except GeneratorExit:  # closed without being resumed: stop and drain, but a closing generator cannot yield
-        stop.set()
-        _drain(done)
+    except BaseException:  # Dagster's interrupt, where the signal handlers cannot be ours
+        _stopping(context, stop, done)
         raise
-    except BaseException:  # Dagster's interrupt: a termination request or a signal to the run worker
+    if stop.is_set():
+        _stopping(context, stop, done)
+
+
+def _stopping(context: dg.OpExecutionContext, stop: threading.Event, done: threading.Event) -> None:
+    stop.set()
+    _report_stopping(context)
+    context.log.info("Stop requested: finishing the in-flight epoch, then stopping")
+    _drain(done)
+
+
+@contextmanager
+def stop_on_signal(stop: threading.Event) -> Iterator[None]:
+    """While inside, SIGINT and SIGTERM set `stop` instead of raising. Dagster delivers a termination request to
+    the run worker as a SIGINT, and its own handler raises it into whatever the op's thread is doing: between the
+    backfill and the stream, or while a run's log event is stored, that was a step failure and a lost record.
+    Nested, the inner handler restores the outer one, which sets the same kind of Event. Off the main thread
+    handlers cannot be set, and Dagster's interrupt stays an exception (`run_engine` stops on it too)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {signo: signal.getsignal(signo) for signo in signals}
+
+    def request_stop(signo: int, frame: FrameType | None) -> None:
         stop.set()
-        _report_stopping(context)
-        context.log.info("Stop requested: finishing the in-flight epoch, then stopping")
-        _drain(done)
-        yield from _final(progress, observe)
-        if "error" in outcome:
-            context.log.error(f"the pipeline failed while stopping: {first_line(outcome['error'])}")
-        if not clean_stop or "error" in outcome:
-            raise
-        _report_canceled(context, summary)
-        summary.stopped_by_signal = True
-        return summary
-    yield from _final(progress, observe)
-    if "error" in outcome:
-        refused = engine_refusal(context, pf, outcome["error"])
-        if refused is not None:
-            raise refused from None
-        raise outcome["error"]
-    return outcome["summary"]
+
+    for signo in signals:
+        signal.signal(signo, request_stop)
+    try:
+        yield
+    finally:
+        for signo, handler in previous.items():
+            if handler is not None:  # None: set outside Python, cannot be put back
+                signal.signal(signo, handler)
 
 
 def warm_engine(context: dg.OpExecutionContext, settings: Settings) -> EngineClient | None:
