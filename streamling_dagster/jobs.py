@@ -39,9 +39,12 @@ def stream_job(pf: PipelineFile) -> dg.JobDefinition:
         streamling: StreamlingResource,
         spark: StreamlingSparkResource,
     ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization]:
-        settings = streamling.pipeline_settings(pf, job_mode="false")
-        context.log.info(f"Streaming {pf.path} (state namespace {settings.application_id})")
-        yield from run_engine(context, pf, settings, lambda: spark.spark_session, config, observe=True, clean_stop=True)
+        stop = threading.Event()
+        with stop_on_signal(stop):  # from the op's first line: a stop before the engine starts ends the run cleanly
+            settings = streamling.pipeline_settings(pf, job_mode="false")
+            context.log.info(f"Streaming {pf.path} (state namespace {settings.application_id})")
+            session = lambda: spark.spark_session  # noqa: E731 - started after the one-run-per-pipeline check
+            yield from run_engine(context, pf, settings, session, config, observe=True, clean_stop=True, stop=stop)
 
     @dg.job(
         name=f"{pf.name}__stream",
@@ -74,13 +77,13 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         streamling: StreamlingResource,
         spark: StreamlingSparkResource,
     ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization | dg.AssetCheckEvaluation]:
-        settings = streamling.pipeline_settings(pf, job_mode="true")
-        context.log.info(f"Backfilling {pf.path} (state namespace {settings.application_id})")
-        check_no_other_run(context, pf)  # before reading positions and starting Spark
-        before = source_status(pf.path, settings)
-        session = lambda: spark.spark_session  # noqa: E731 - started after the one-run-per-pipeline check
         stop = threading.Event()
-        with stop_on_signal(stop):  # a stop between the phases, too, is a clean end: the stream does not start
+        with stop_on_signal(stop):  # a stop before or between the phases, too, is a clean end
+            settings = streamling.pipeline_settings(pf, job_mode="true")
+            context.log.info(f"Backfilling {pf.path} (state namespace {settings.application_id})")
+            check_no_other_run(context, pf)  # before reading positions and starting Spark
+            before = source_status(pf.path, settings)
+            session = lambda: spark.spark_session  # noqa: E731 - started after the one-run-per-pipeline check
             summary = yield from run_engine(
                 context, pf, settings, session, config, observe=False, clean_stop=True, stop=stop
             )
