@@ -29,7 +29,14 @@ from streamling_dagster.observations import feeding, named_positions
 from streamling_dagster.partitions import partition_namespace
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
-from streamling_dagster.streaming import StreamConfig, run_engine, stop_on_signal, stopped_cleanly
+from streamling_dagster.streaming import (
+    StopRequested,
+    StopSignals,
+    StreamConfig,
+    end_if_stopped,
+    run_engine,
+    stopped_cleanly,
+)
 
 RECONCILE_CHECK = "rows_reconcile"
 """Transforms that keep or drop rows, never make more (the stateless guard rules out joins and explode); a transform
@@ -143,22 +150,30 @@ def backfill_events(
 ) -> Iterator[Any]:
     """The backfill of `pf` inside an asset op: its materializations and `rows_reconcile` results. Terminated,
     it records what it wrote, marks the run CANCELED and returns (the `stopped_cleanly` hook ends the run
-    without a step failure)."""
+    without a step failure). The results are yielded last, after all the work (see `StopSignals`)."""
     stop = threading.Event()
-    with stop_on_signal(stop):  # a stop before the engine starts or while the result is recorded ends cleanly too
-        check_no_other_run(context.op_execution_context, pf)  # before resetting positions or starting Spark
-        job = plan_run(context, pf, streamling)
-        settings = job.settings
-        if job.fresh:
-            removed = reset_positions(pf.path, settings)
-            context.log.info(f"Starting over in namespace {settings.application_id}: reset {removed or 'nothing'}")
-        carried = {} if job.fresh else carried_rows(context.instance, pf, job.partition)
-        before = source_status(pf.path, settings)
+    op_context = context.op_execution_context
+    with StopSignals(stop) as signals:
+        try:
+            with signals.interruptible():  # the event log and the state backend; nothing is read or written yet
+                check_no_other_run(op_context, pf)  # before resetting positions or starting Spark
+                job = plan_run(context, pf, streamling)
+                settings = job.settings
+                if job.fresh:
+                    removed = reset_positions(pf.path, settings)
+                    context.log.info(
+                        f"Starting over in namespace {settings.application_id}: reset {removed or 'nothing'}"
+                    )
+                carried = {} if job.fresh else carried_rows(context.instance, pf, job.partition)
+                before = source_status(pf.path, settings)
+        except StopRequested:
+            end_if_stopped(op_context, stop)
+            return
         context.log.info(f"Running {pf.path} in job mode, {job.why} (state namespace {settings.application_id})")
         summary = RunSummary()
         try:
-            yield from run_engine(
-                context.op_execution_context,
+            yield from run_engine(  # observe=False: yields nothing
+                op_context,
                 pf,
                 settings,
                 lambda: spark.spark_session,
@@ -171,19 +186,23 @@ def backfill_events(
         except BaseException:  # failed while stopping: what was written is recorded all the same
             yield from incomplete(pf, summary, carried, job.partition)
             raise
+        results: list[Any] = []
         if summary.stopped_by_signal:  # terminated: recorded, and counted when the backfill resumes
-            yield from incomplete(pf, summary, carried, job.partition)
+            results += incomplete(pf, summary, carried, job.partition)
             for sink in reconciled_sinks(pf):  # a declared check must report: what the partial run shows, as a warning
                 result = reconcile(pf, pf.asset_key(sink), before, summary)
-                yield result._replace(
-                    severity=dg.AssetCheckSeverity.WARN,
-                    description=f"terminated before the end (resume to complete): {result.description}",
+                results.append(
+                    result._replace(
+                        severity=dg.AssetCheckSeverity.WARN,
+                        description=f"terminated before the end (resume to complete): {result.description}",
+                    )
                 )
-            return
-        for sink, metadata in sink_metadata(pf, summary, carried, settings).items():
-            yield dg.MaterializeResult(asset_key=pf.asset_key(sink), metadata=metadata)
-        for sink in reconciled_sinks(pf):
-            yield reconcile(pf, pf.asset_key(sink), before, summary)
+        else:
+            for sink, metadata in sink_metadata(pf, summary, carried, settings).items():
+                results.append(dg.MaterializeResult(asset_key=pf.asset_key(sink), metadata=metadata))
+            results += [reconcile(pf, pf.asset_key(sink), before, summary) for sink in reconciled_sinks(pf)]
+            end_if_stopped(op_context, stop)  # a stop after the engine finished: the backfill is whole, and recorded
+    yield from results
 
 
 def carried_rows(instance: dg.DagsterInstance, pf: PipelineFile, partition: str | None) -> dict[str, int]:

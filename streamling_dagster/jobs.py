@@ -17,7 +17,14 @@ from streamling_dagster.backfill import backfill_checks, sink_metadata
 from streamling_dagster.guard import STREAM_TAG, check_no_other_run, op_tags
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
-from streamling_dagster.streaming import StreamConfig, run_engine, stop_on_signal, stopped_cleanly
+from streamling_dagster.streaming import (
+    StopRequested,
+    StopSignals,
+    StreamConfig,
+    end_if_stopped,
+    run_engine,
+    stopped_cleanly,
+)
 
 __all__ = ["STREAM_TAG", "backfill_then_stream_job", "stream_job", "stream_tags"]
 
@@ -40,7 +47,7 @@ def stream_job(pf: PipelineFile) -> dg.JobDefinition:
         spark: StreamlingSparkResource,
     ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization]:
         stop = threading.Event()
-        with stop_on_signal(stop):  # from the op's first line: a stop before the engine starts ends the run cleanly
+        with StopSignals(stop):  # from the op's first line: a stop before the engine starts ends the run cleanly
             settings = streamling.pipeline_settings(pf, job_mode="false")
             context.log.info(f"Streaming {pf.path} (state namespace {settings.application_id})")
             session = lambda: spark.spark_session  # noqa: E731 - started after the one-run-per-pipeline check
@@ -78,11 +85,16 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         spark: StreamlingSparkResource,
     ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization | dg.AssetCheckEvaluation]:
         stop = threading.Event()
-        with stop_on_signal(stop):  # a stop before or between the phases, too, is a clean end
+        with StopSignals(stop) as signals:  # a stop before or between the phases, too, is a clean end
             settings = streamling.pipeline_settings(pf, job_mode="true")
             context.log.info(f"Backfilling {pf.path} (state namespace {settings.application_id})")
-            check_no_other_run(context, pf)  # before reading positions and starting Spark
-            before = source_status(pf.path, settings)
+            try:
+                with signals.interruptible():
+                    check_no_other_run(context, pf)  # before reading positions and starting Spark
+                    before = source_status(pf.path, settings)
+            except StopRequested:
+                end_if_stopped(context, stop)
+                return
             session = lambda: spark.spark_session  # noqa: E731 - started after the one-run-per-pipeline check
             summary = yield from run_engine(
                 context, pf, settings, session, config, observe=False, clean_stop=True, stop=stop

@@ -5,12 +5,13 @@ every `progress_interval_sec` and, for streams, an AssetObservation per sink as 
 and then every `observe_interval_sec`. Those are written to the run's event log from inside the op (`log_event`
 stores them at once), not yielded: after a yield, Dagster holds an interrupt that arrives while it handles the
 event and raises it outside the op, where no graceful stop can run and a bare signal ends the run FAILURE. So
-while the engine runs, the op never yields. A termination request from the UI or the API reaches the run worker
-as a SIGINT, like a SIGTERM/SIGINT sent to it; while the op runs the engine those set the stop Event
-(`stop_on_signal`) rather than raising into whatever the op's thread was doing. The op's thread then marks the
-run CANCELING, waits for the engine (the in-flight epoch finishes and commits, nothing after it starts) and
-records the final positions. A stream then marks its run CANCELED and returns; its job's hook ends the run there
-(see `stopped_cleanly`), so terminating is a normal end: no step failure, no traceback.
+an op yields only last, once everything else is done. A termination request from the UI or the API reaches the
+run worker as a SIGINT, like a SIGTERM/SIGINT sent to it; in the ops, those set the stop Event (`StopSignals`)
+rather than raising into whatever the op's thread was doing, except in blocking work that cannot watch the Event
+(the state backend, Spark's start), which they break into. The op's thread then marks the run CANCELING, waits
+for the engine (the in-flight epoch finishes and commits, nothing after it starts) and records the final
+positions. A stream then marks its run CANCELED and returns; its job's hook ends the run there (see
+`stopped_cleanly`), so terminating is a normal end: no step failure, no traceback.
 """
 
 from __future__ import annotations
@@ -151,9 +152,9 @@ def run_engine(
     stop: threading.Event | None = None,
 ) -> Generator[dg.AssetObservation, None, RunSummary]:
     """Run the pipeline in a thread until its sources end, it fails, or the run is terminated; observations while
-    it runs are stored as they are made (module docstring), the final ones are yielded once it stopped. A given
-    `summary` is filled as epochs commit, so the caller knows what a terminated run did; a given `stop` is the
-    caller's (see `stop_on_signal`), and once set the engine does not start.
+    it runs are stored as they are made (module docstring), the final ones are yielded last, once everything else
+    is done. A given `summary` is filled as epochs commit, so the caller knows what a terminated run did; a given
+    `stop` is the caller's (see `StopSignals`), and once set the engine does not start.
 
     `spark` is the session, or a function giving it, called after the one-run-per-pipeline check so that a
     refused run never starts Spark. With `clean_stop`, a stop request returns the summary (`stopped_by_signal`
@@ -163,25 +164,36 @@ def run_engine(
     summary = summary if summary is not None else RunSummary()
     outcome: dict[str, Any] = {}
     interrupt: BaseException | None = None
-    with stop_on_signal(stop):
-        check_no_other_run(context, pf)
+    warm: EngineClient | None = None
+    session: Any = None
+    with StopSignals(stop) as signals:
         progress = Progress(context, pf, settings, summary, config, observe)
-        if not stop.is_set():  # a stop that came first: the engine does not start, Spark is not started for it
+        try:
+            with signals.interruptible():  # blocking work that cannot watch the stop Event
+                check_no_other_run(context, pf)
+                warm = warm_engine(context, settings)
+                session = None if warm is not None else spark() if callable(spark) else spark
+        except StopRequested:  # the engine does not start
+            pass
+        if not stop.is_set():
             try:
-                _run_until_done_or_stopped(context, pf, settings, spark, summary, progress, stop, outcome)
-            except BaseException as exc:
-                if not stop.is_set():  # the engine did not start: a refusal, or Spark would not start
-                    raise
-                interrupt = exc  # Dagster's interrupt off the main thread; the engine has stopped
-        yield from _final(progress, observe)
+                _run_until_done_or_stopped(context, pf, settings, warm, session, summary, progress, stop, outcome)
+            except INTERRUPTS as exc:  # Dagster's interrupt, where the signal handlers cannot be ours
+                interrupt = exc
+        elif warm is not None:
+            warm.close()
+        final = _final(progress, observe)
+        if stop.is_set():
+            if "error" in outcome:
+                context.log.error(f"the pipeline failed while stopping: {first_line(outcome['error'])}")
+            if clean_stop and "error" not in outcome:
+                _report_stopping(context)  # marked at the request already; here for a stop before the engine started
+                _report_canceled(context, summary)
+                summary.stopped_by_signal = True
+    yield from final  # last: Dagster handles yielded events with its own signal handler (`StopSignals`)
     if stop.is_set():
-        if "error" in outcome:
-            context.log.error(f"the pipeline failed while stopping: {first_line(outcome['error'])}")
-        if not clean_stop or "error" in outcome:
+        if not summary.stopped_by_signal:
             raise interrupt if interrupt is not None else dg.DagsterExecutionInterruptedError()
-        _report_stopping(context)  # marked at the request already; here for a stop before the engine started
-        _report_canceled(context, summary)
-        summary.stopped_by_signal = True
         return summary
     if "error" in outcome:
         refused = engine_refusal(context, pf, outcome["error"])
@@ -195,16 +207,16 @@ def _run_until_done_or_stopped(
     context: dg.OpExecutionContext,
     pf: PipelineFile,
     settings: Settings,
-    spark: Callable[[], Any] | Any,
+    warm: EngineClient | None,
+    session: Any,
     summary: RunSummary,
     progress: Progress,
     stop: threading.Event,
     outcome: dict[str, Any],
 ) -> None:
     """Starts the engine's thread and reports progress until it ends; a stop request is reported (the run marked
-    CANCELING) and waited for, so this returns only once the engine has stopped, with its result in `outcome`."""
-    warm = warm_engine(context, settings)
-    session = None if warm is not None else spark() if callable(spark) else spark
+    CANCELING) and waited for, so this returns only once the engine has stopped, with its result in `outcome`.
+    Anything else that goes wrong on the op's thread stops the engine too, and is raised once it stopped."""
     done = threading.Event()  # not Thread.join/is_alive: see `_drain`
 
     def engine() -> None:
@@ -226,8 +238,12 @@ def _run_until_done_or_stopped(
     try:
         while not done.wait(timeout=0.5) and not stop.is_set():
             held = _log_events(context, progress.tick(time.monotonic()), held)
-    except BaseException:  # Dagster's interrupt, where the signal handlers cannot be ours
+    except INTERRUPTS:
         _stopping(context, stop, done)
+        raise
+    except BaseException:  # not a stop request: the engine must not run on unwatched
+        stop.set()
+        _drain(done)
         raise
     if stop.is_set():
         _stopping(context, stop, done)
@@ -240,30 +256,72 @@ def _stopping(context: dg.OpExecutionContext, stop: threading.Event, done: threa
     _drain(done)
 
 
-@contextmanager
-def stop_on_signal(stop: threading.Event) -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM set `stop` instead of raising. Dagster delivers a termination request to
-    the run worker as a SIGINT, and its own handler raises it into whatever the op's thread is doing: between the
-    backfill and the stream, or while a run's log event is stored, that was a step failure and a lost record.
-    Nested, the inner handler restores the outer one, which sets the same kind of Event. Off the main thread
-    handlers cannot be set, and Dagster's interrupt stays an exception (`run_engine` stops on it too)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signals = (signal.SIGINT, signal.SIGTERM)
-    previous = {signo: signal.getsignal(signo) for signo in signals}
+def end_if_stopped(context: dg.OpExecutionContext, stop: threading.Event) -> None:
+    """A stop requested after the engine had finished on its own: the op's work is done and recorded, and the run
+    ends CANCELED as asked (the job's `stopped_cleanly` hook), not SUCCESS under a pending termination."""
+    if stop.is_set():
+        _report_stopping(context)
+        _report_canceled(context, RunSummary())
 
-    def request_stop(signo: int, frame: FrameType | None) -> None:
-        stop.set()
 
-    for signo in signals:
-        signal.signal(signo, request_stop)
-    try:
-        yield
-    finally:
-        for signo, handler in previous.items():
-            if handler is not None:  # None: set outside Python, cannot be put back
-                signal.signal(signo, handler)
+class StopRequested(BaseException):
+    """A stop request breaking into blocking work that cannot watch the stop Event (`StopSignals.interruptible`).
+    A BaseException, like KeyboardInterrupt, so that no `except Exception` on the way swallows it."""
+
+
+INTERRUPTS = (KeyboardInterrupt, dg.DagsterExecutionInterruptedError, StopRequested)
+"""What a stop request arrives as on the op's thread, when it is raised at all."""
+
+
+class StopSignals:
+    """While inside, on the main thread, SIGINT and SIGTERM set `stop` instead of raising. Dagster delivers a
+    termination request to the run worker as a SIGINT, and its own handler raises it into whatever the op's thread
+    is doing: between a backfill and its stream, or while a record is stored, that was a step failure and a lost
+    record. Inside `interruptible()` — blocking work that cannot watch the Event: the state backend, Spark's
+    start — a signal also raises `StopRequested` there, once.
+
+    Dagster puts its own handler in place around each resumption of an op's generator, so guarded code must not
+    yield: results are yielded last. On leaving, the previous handlers come back only if ours is still in place.
+    Nested, the inner one restores the outer one. Off the main thread no handler can be set (nor does Dagster set
+    one there)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self._raising = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signo in self.SIGNALS:
+                self._previous[signo] = signal.getsignal(signo)
+                signal.signal(signo, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # a generator closed from another thread: the handlers are no longer ours to restore
+        for signo, handler in self._previous.items():
+            if signal.getsignal(signo) == self._handle:
+                signal.signal(signo, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def _handle(self, signo: int, frame: FrameType | None) -> None:
+        self.stop.set()
+        if self._raising:
+            self._raising = False
+            raise StopRequested
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        if self.stop.is_set():
+            raise StopRequested
+        self._raising = True
+        try:
+            yield
+        finally:
+            self._raising = False
 
 
 def warm_engine(context: dg.OpExecutionContext, settings: Settings) -> EngineClient | None:
@@ -335,7 +393,7 @@ def _report_stopping(context: dg.OpExecutionContext) -> None:
     """A termination request already marked the run CANCELING; a bare signal did not — mark it, so the run
     ends CANCELED, and tag it so the stream keeper knows nobody asked for the stop."""
     run = context.instance.get_run_by_id(context.run_id)
-    if run is None or run.status == dg.DagsterRunStatus.CANCELING:
+    if run is None or run.status in (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED):
         return
     context.instance.add_run_tags(context.run_id, {STOPPED_BY_TAG: "signal"})
     context.instance.report_run_canceling(run, message="The run worker received a stop signal")

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import dagster as dg
 
+import streamling_dagster.backfill as backfill
 import streamling_dagster.jobs as jobs
 import streamling_dagster.streaming as streaming
 from streamling import RunSummary
 from streamling.runtime.summary import SourceProgress
+from streamling_dagster import build_definitions
 from streamling_dagster.pipelines import discover
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 from streamling_dagster.streaming import StreamConfig, run_engine
@@ -71,18 +73,9 @@ def test_a_stop_between_the_backfill_and_the_stream_ends_the_run_canceled_with_t
     """The SIGINT that Dagster's termination sends lands after the bounded phase, while its check is recorded
     (a CI run caught one in the op's next log line: a step failure, and the check missing from the result). The
     engine is a stand-in that ends at once, so the signal's moment is chosen, not raced."""
-    (tmp_path / "gen.yaml").write_text(
-        "sources:\n  g: {type: generator, rows: 5, primary_key: id}\nsinks:\n  o: {type: blackhole, from: g}\n"
-    )
+    (tmp_path / "gen.yaml").write_text(GENERATOR)
     (pf,) = discover(tmp_path)
     phases: list[bool] = []
-
-    def bounded(path, settings, session, *, stop, summary: RunSummary) -> RunSummary:  # type: ignore[no-untyped-def]
-        phases.append(settings.job_mode)
-        summary.sources["g"] = SourceProgress(epochs=1, rows_in=5)
-        summary.sink_rows["o"] = 5
-        return summary
-
     real_checks = jobs.backfill_checks
 
     def checks_then_signal(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -90,12 +83,9 @@ def test_a_stop_between_the_backfill_and_the_stream_ends_the_run_canceled_with_t
         signal.raise_signal(signal.SIGINT)  # as Dagster's run worker gets a termination request
         return evaluations
 
-    monkeypatch.setattr(streaming, "run_pipeline", bounded)
+    monkeypatch.setattr(streaming, "run_pipeline", bounded_stand_in(phases))
     monkeypatch.setattr(jobs, "backfill_checks", checks_then_signal)
-    resources = {
-        "streamling": StreamlingResource(overrides={"state_backend.sqlite.database_path": str(tmp_path / "state.db")}),
-        "spark": NoSpark(spark_config={}),
-    }
+    resources = stand_in_resources(tmp_path)
     with dg.instance_for_test() as instance:
         result = jobs.backfill_then_stream_job(pf).execute_in_process(
             instance=instance, resources=resources, raise_on_error=False
@@ -109,3 +99,87 @@ def test_a_stop_between_the_backfill_and_the_stream_ends_the_run_canceled_with_t
     assert materialization.materialization.metadata["rows_written"].value == 5
     (check,) = result.get_asset_check_evaluations()
     assert (check.check_name, check.passed) == ("rows_reconcile", True)
+
+
+def test_a_stop_while_a_finished_backfill_is_recorded_records_it_and_ends_the_run_canceled(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The signal lands after the engine finished, while the asset op computes what it records (a stand-in engine
+    again, so its moment is chosen): the backfill is whole, so it is recorded in full, and the run ends as asked."""
+    (tmp_path / "gen.yaml").write_text(GENERATOR)
+    phases: list[bool] = []
+    monkeypatch.setattr(streaming, "run_pipeline", bounded_stand_in(phases))
+    real_metadata = backfill.sink_metadata
+
+    def metadata_then_signal(*args, **kwargs):  # type: ignore[no-untyped-def]
+        signal.raise_signal(signal.SIGINT)
+        return real_metadata(*args, **kwargs)
+
+    monkeypatch.setattr(backfill, "sink_metadata", metadata_then_signal)
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            run_assets(tmp_path), instance=instance, resources=stand_in_resources(tmp_path), raise_on_error=False
+        )
+        run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status == dg.DagsterRunStatus.CANCELED
+    kinds = [e.event_type_value for e in result.all_events]
+    assert "STEP_FAILURE" not in kinds and "RUN_FAILURE" not in kinds
+    assert phases == [True]
+    (materialization,) = result.get_asset_materialization_events()
+    assert materialization.materialization.metadata["rows_written"].value == 5
+    (check,) = result.get_asset_check_evaluations()
+    assert (check.check_name, check.passed) == ("rows_reconcile", True)
+
+
+def test_a_stop_while_spark_starts_interrupts_the_start_and_the_engine_never_runs(tmp_path: Path, monkeypatch) -> None:
+    """Starting Spark blocks and cannot watch the stop Event; a stop request breaks into it, as Dagster's own
+    interrupt did, and the run ends CANCELED instead of failing. The session start is a stand-in that signals and
+    then blocks for a minute."""
+    (tmp_path / "gen.yaml").write_text(GENERATOR)
+    (pf,) = discover(tmp_path)
+    phases: list[bool] = []
+    monkeypatch.setattr(streaming, "run_pipeline", bounded_stand_in(phases))
+    resources = {**stand_in_resources(tmp_path), "spark": SlowSpark(spark_config={})}
+    started = time.monotonic()
+    with dg.instance_for_test() as instance:
+        result = jobs.stream_job(pf).execute_in_process(instance=instance, resources=resources, raise_on_error=False)
+        run = instance.get_run_by_id(result.run_id)
+    assert time.monotonic() - started < 30  # the start was interrupted, not waited out
+    assert run is not None and run.status == dg.DagsterRunStatus.CANCELED
+    kinds = [e.event_type_value for e in result.all_events]
+    assert "STEP_FAILURE" not in kinds and "RUN_FAILURE" not in kinds
+    assert phases == []  # the engine never ran
+
+
+class SlowSpark(StreamlingSparkResource):
+    @property
+    def spark_session(self) -> object:
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(60)
+        return object()
+
+
+GENERATOR = "sources:\n  g: {type: generator, rows: 5, primary_key: id}\nsinks:\n  o: {type: blackhole, from: g}\n"
+
+
+def bounded_stand_in(phases: list[bool]):  # type: ignore[no-untyped-def]
+    """`run_pipeline` for a run of 5 rows that ends at once; records each call's job mode."""
+
+    def run(path, settings, session, *, stop, summary: RunSummary) -> RunSummary:  # type: ignore[no-untyped-def]
+        phases.append(settings.job_mode)
+        summary.sources["g"] = SourceProgress(epochs=1, rows_in=5)
+        summary.sink_rows["o"] = 5
+        return summary
+
+    return run
+
+
+def stand_in_resources(tmp_path: Path) -> dict:
+    return {
+        "streamling": StreamlingResource(overrides={"state_backend.sqlite.database_path": str(tmp_path / "state.db")}),
+        "spark": NoSpark(spark_config={}),
+    }
+
+
+def run_assets(directory: Path) -> list[dg.AssetsDefinition]:
+    return [a for a in build_definitions(directory).assets or [] if isinstance(a, dg.AssetsDefinition)]
