@@ -155,15 +155,14 @@ def backfill_events(
     op_context = context.op_execution_context
     with StopSignals(stop) as signals:
         try:
-            with signals.interruptible():  # the event log and the state backend; nothing is read or written yet
+            with signals.interruptible():  # the event log and the state backend, which can block
                 check_no_other_run(op_context, pf)  # before resetting positions or starting Spark
                 job = plan_run(context, pf, streamling)
-                settings = job.settings
-                if job.fresh:
-                    removed = reset_positions(pf.path, settings)
-                    context.log.info(
-                        f"Starting over in namespace {settings.application_id}: reset {removed or 'nothing'}"
-                    )
+            settings = job.settings
+            if job.fresh:  # not broken into: one source reset and another not would be resumed from as they are
+                removed = reset_positions(pf.path, settings)
+                context.log.info(f"Starting over in namespace {settings.application_id}: reset {removed or 'nothing'}")
+            with signals.interruptible():
                 carried = {} if job.fresh else carried_rows(context.instance, pf, job.partition)
                 before = source_status(pf.path, settings)
         except StopRequested:
@@ -201,7 +200,7 @@ def backfill_events(
             for sink, metadata in sink_metadata(pf, summary, carried, settings).items():
                 results.append(dg.MaterializeResult(asset_key=pf.asset_key(sink), metadata=metadata))
             results += [reconcile(pf, pf.asset_key(sink), before, summary) for sink in reconciled_sinks(pf)]
-            end_if_stopped(op_context, stop)  # a stop after the engine finished: the backfill is whole, and recorded
+            end_if_stopped(op_context, stop, summary)  # a stop after the engine finished: whole, and recorded
     yield from results
 
 

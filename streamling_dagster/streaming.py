@@ -166,32 +166,38 @@ def run_engine(
     interrupt: BaseException | None = None
     warm: EngineClient | None = None
     session: Any = None
+    finished = False  # the engine ended on its own, before any stop request
     with StopSignals(stop) as signals:
         progress = Progress(context, pf, settings, summary, config, observe)
         try:
             with signals.interruptible():  # blocking work that cannot watch the stop Event
                 check_no_other_run(context, pf)
+                _link_admin_page(context, settings)
                 warm = warm_engine(context, settings)
                 session = None if warm is not None else spark() if callable(spark) else spark
         except StopRequested:  # the engine does not start
             pass
         if not stop.is_set():
             try:
-                _run_until_done_or_stopped(context, pf, settings, warm, session, summary, progress, stop, outcome)
+                finished = _run_until_done_or_stopped(
+                    context, pf, settings, warm, session, summary, progress, stop, outcome
+                )
             except INTERRUPTS as exc:  # Dagster's interrupt, where the signal handlers cannot be ours
                 interrupt = exc
         elif warm is not None:
             warm.close()
         final = _final(progress, observe)
-        if stop.is_set():
-            if "error" in outcome:
-                context.log.error(f"the pipeline failed while stopping: {first_line(outcome['error'])}")
-            if clean_stop and "error" not in outcome:
-                _report_stopping(context)  # marked at the request already; here for a stop before the engine started
-                _report_canceled(context, summary)
-                summary.stopped_by_signal = True
+        requested = stop.is_set() and not finished
+        if requested and "error" in outcome:
+            context.log.error(f"the pipeline failed while stopping: {first_line(outcome['error'])}")
+        if stop.is_set() and clean_stop and "error" not in outcome:
+            # Marked at the request already; here for a stop before the engine started, or after it finished: the
+            # run's work is then whole, and the run still ends as asked.
+            _report_stopping(context)
+            _report_canceled(context, summary)
+            summary.stopped_by_signal = requested
     yield from final  # last: Dagster handles yielded events with its own signal handler (`StopSignals`)
-    if stop.is_set():
+    if requested:
         if not summary.stopped_by_signal:
             raise interrupt if interrupt is not None else dg.DagsterExecutionInterruptedError()
         return summary
@@ -213,10 +219,11 @@ def _run_until_done_or_stopped(
     progress: Progress,
     stop: threading.Event,
     outcome: dict[str, Any],
-) -> None:
+) -> bool:
     """Starts the engine's thread and reports progress until it ends; a stop request is reported (the run marked
-    CANCELING) and waited for, so this returns only once the engine has stopped, with its result in `outcome`.
-    Anything else that goes wrong on the op's thread stops the engine too, and is raised once it stopped."""
+    CANCELING) and waited for, so this returns only once the engine has stopped, with its result in `outcome`:
+    True when it ended on its own, before any stop request. Anything else that goes wrong on the op's thread stops
+    the engine too, and is raised once it stopped."""
     done = threading.Event()  # not Thread.join/is_alive: see `_drain`
 
     def engine() -> None:
@@ -232,7 +239,6 @@ def _run_until_done_or_stopped(
             done.set()
 
     thread = threading.Thread(target=engine, name=f"streamling-{pf.name}", daemon=True)
-    _link_admin_page(context, settings)
     thread.start()
     held = 0
     try:
@@ -247,6 +253,8 @@ def _run_until_done_or_stopped(
         raise
     if stop.is_set():
         _stopping(context, stop, done)
+        return False
+    return True
 
 
 def _stopping(context: dg.OpExecutionContext, stop: threading.Event, done: threading.Event) -> None:
@@ -256,12 +264,12 @@ def _stopping(context: dg.OpExecutionContext, stop: threading.Event, done: threa
     _drain(done)
 
 
-def end_if_stopped(context: dg.OpExecutionContext, stop: threading.Event) -> None:
-    """A stop requested after the engine had finished on its own: the op's work is done and recorded, and the run
-    ends CANCELED as asked (the job's `stopped_cleanly` hook), not SUCCESS under a pending termination."""
+def end_if_stopped(context: dg.OpExecutionContext, stop: threading.Event, summary: RunSummary | None = None) -> None:
+    """A stop requested while the op did work of its own, before the engine started or after it finished: the
+    run ends CANCELED as asked (the job's `stopped_cleanly` hook), not SUCCESS under a pending termination."""
     if stop.is_set():
         _report_stopping(context)
-        _report_canceled(context, RunSummary())
+        _report_canceled(context, summary if summary is not None else RunSummary())
 
 
 class StopRequested(BaseException):
@@ -336,6 +344,9 @@ def warm_engine(context: dg.OpExecutionContext, settings: Settings) -> EngineCli
         client.close()
         context.log.warning(f"{exc.message}; running on a Spark session of this run instead")
         return None
+    except BaseException:  # a stop request breaking in (`StopSignals.interruptible`)
+        client.close()
+        raise
     context.log.info(f"Running on the warm engine at {client.url}")
     return client
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 import streamling_dagster.backfill as backfill
 import streamling_dagster.jobs as jobs
@@ -67,24 +68,22 @@ class NoSpark(StreamlingSparkResource):
         return object()
 
 
+@pytest.mark.parametrize("moment", ["while the checks are recorded", "as the engine's final line is logged"])
 def test_a_stop_between_the_backfill_and_the_stream_ends_the_run_canceled_with_the_backfill_recorded(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch, moment: str
 ) -> None:
-    """The SIGINT that Dagster's termination sends lands after the bounded phase, while its check is recorded
-    (a CI run caught one in the op's next log line: a step failure, and the check missing from the result). The
+    """The SIGINT that Dagster's termination sends lands after the bounded phase: while its check is recorded (a
+    CI run caught one in the op's next log line: a step failure, and the check missing from the result), or once
+    the engine had finished but before the op looked at the stop (then the backfill is whole, not cut short). The
     engine is a stand-in that ends at once, so the signal's moment is chosen, not raced."""
     (tmp_path / "gen.yaml").write_text(GENERATOR)
     (pf,) = discover(tmp_path)
     phases: list[bool] = []
-    real_checks = jobs.backfill_checks
-
-    def checks_then_signal(*args, **kwargs):  # type: ignore[no-untyped-def]
-        evaluations = list(real_checks(*args, **kwargs))
-        signal.raise_signal(signal.SIGINT)  # as Dagster's run worker gets a termination request
-        return evaluations
-
     monkeypatch.setattr(streaming, "run_pipeline", bounded_stand_in(phases))
-    monkeypatch.setattr(jobs, "backfill_checks", checks_then_signal)
+    if moment == "while the checks are recorded":
+        monkeypatch.setattr(jobs, "backfill_checks", signal_first(jobs.backfill_checks))
+    else:
+        monkeypatch.setattr(streaming, "_final", signal_first(streaming._final))
     resources = stand_in_resources(tmp_path)
     with dg.instance_for_test() as instance:
         result = jobs.backfill_then_stream_job(pf).execute_in_process(
@@ -109,13 +108,7 @@ def test_a_stop_while_a_finished_backfill_is_recorded_records_it_and_ends_the_ru
     (tmp_path / "gen.yaml").write_text(GENERATOR)
     phases: list[bool] = []
     monkeypatch.setattr(streaming, "run_pipeline", bounded_stand_in(phases))
-    real_metadata = backfill.sink_metadata
-
-    def metadata_then_signal(*args, **kwargs):  # type: ignore[no-untyped-def]
-        signal.raise_signal(signal.SIGINT)
-        return real_metadata(*args, **kwargs)
-
-    monkeypatch.setattr(backfill, "sink_metadata", metadata_then_signal)
+    monkeypatch.setattr(backfill, "sink_metadata", signal_first(backfill.sink_metadata))
     with dg.instance_for_test() as instance:
         result = dg.materialize(
             run_assets(tmp_path), instance=instance, resources=stand_in_resources(tmp_path), raise_on_error=False
@@ -133,30 +126,73 @@ def test_a_stop_while_a_finished_backfill_is_recorded_records_it_and_ends_the_ru
 
 def test_a_stop_while_spark_starts_interrupts_the_start_and_the_engine_never_runs(tmp_path: Path, monkeypatch) -> None:
     """Starting Spark blocks and cannot watch the stop Event; a stop request breaks into it, as Dagster's own
-    interrupt did, and the run ends CANCELED instead of failing. The session start is a stand-in that signals and
-    then blocks for a minute."""
+    interrupt did, and the run ends CANCELED instead of failing. The session start is a stand-in that blocks for a
+    minute; the SIGINT comes from another thread meanwhile, as Dagster's termination thread sends it."""
     (tmp_path / "gen.yaml").write_text(GENERATOR)
     (pf,) = discover(tmp_path)
     phases: list[bool] = []
     monkeypatch.setattr(streaming, "run_pipeline", bounded_stand_in(phases))
     resources = {**stand_in_resources(tmp_path), "spark": SlowSpark(spark_config={})}
+    main = threading.main_thread().ident
+    assert main is not None and threading.current_thread().ident == main
     started = time.monotonic()
     with dg.instance_for_test() as instance:
+        interrupt = threading.Timer(1.0, signal.pthread_kill, args=(main, signal.SIGINT))
+        interrupt.start()
         result = jobs.stream_job(pf).execute_in_process(instance=instance, resources=resources, raise_on_error=False)
+        interrupt.join()
         run = instance.get_run_by_id(result.run_id)
-    assert time.monotonic() - started < 30  # the start was interrupted, not waited out
+    assert time.monotonic() - started < 30  # the start was broken into, not waited out
     assert run is not None and run.status == dg.DagsterRunStatus.CANCELED
     kinds = [e.event_type_value for e in result.all_events]
     assert "STEP_FAILURE" not in kinds and "RUN_FAILURE" not in kinds
     assert phases == []  # the engine never ran
 
 
+def test_an_error_on_the_ops_thread_stops_the_engine_and_fails_the_run_as_an_error(tmp_path: Path, monkeypatch) -> None:
+    """Not every exception on the op's thread is a stop request: one from the progress report stops the engine,
+    which is waited for, and the run fails with that error — it is not marked as stopped on request."""
+    (tmp_path / "gen.yaml").write_text(GENERATOR)
+    (pf,) = discover(tmp_path)
+    engine_stopped = threading.Event()
+
+    def until_stopped(path, settings, session, *, stop, summary: RunSummary) -> RunSummary:  # type: ignore[no-untyped-def]
+        stop.wait(30)
+        engine_stopped.set()
+        return summary
+
+    def broken_tick(self, now):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the event log is gone")
+
+    monkeypatch.setattr(streaming, "run_pipeline", until_stopped)
+    monkeypatch.setattr(streaming.Progress, "tick", broken_tick)
+    with dg.instance_for_test() as instance:
+        result = jobs.stream_job(pf).execute_in_process(
+            instance=instance, resources=stand_in_resources(tmp_path), raise_on_error=False
+        )
+        run = instance.get_run_by_id(result.run_id)
+    assert engine_stopped.is_set()
+    assert run is not None and run.status == dg.DagsterRunStatus.FAILURE
+    assert streaming.STOPPED_BY_TAG not in run.tags
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert "RuntimeError: the event log is gone" in failure.event_specific_data.error.to_string()
+
+
 class SlowSpark(StreamlingSparkResource):
     @property
     def spark_session(self) -> object:
-        signal.raise_signal(signal.SIGINT)
         time.sleep(60)
         return object()
+
+
+def signal_first(function):  # type: ignore[no-untyped-def]
+    """`function`, with a SIGINT to this process first (as Dagster's run worker gets a termination request)."""
+
+    def signalled(*args, **kwargs):  # type: ignore[no-untyped-def]
+        signal.raise_signal(signal.SIGINT)
+        return function(*args, **kwargs)
+
+    return signalled
 
 
 GENERATOR = "sources:\n  g: {type: generator, rows: 5, primary_key: id}\nsinks:\n  o: {type: blackhole, from: g}\n"
