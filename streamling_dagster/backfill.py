@@ -29,14 +29,7 @@ from streamling_dagster.observations import feeding, named_positions
 from streamling_dagster.partitions import partition_namespace
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
-from streamling_dagster.streaming import (
-    StopRequested,
-    StopSignals,
-    StreamConfig,
-    end_if_stopped,
-    run_engine,
-    stopped_cleanly,
-)
+from streamling_dagster.streaming import StopSignals, StreamConfig, end_if_stopped, run_engine, stopped_cleanly
 
 RECONCILE_CHECK = "rows_reconcile"
 """Transforms that keep or drop rows, never make more (the stateless guard rules out joins and explode); a transform
@@ -154,18 +147,20 @@ def backfill_events(
     stop = threading.Event()
     op_context = context.op_execution_context
     with StopSignals(stop) as signals:
-        try:
-            with signals.interruptible():  # the event log and the state backend, which can block
-                check_no_other_run(op_context, pf)  # before resetting positions or starting Spark
-                job = plan_run(context, pf, streamling)
-            settings = job.settings
-            if job.fresh:  # not broken into: one source reset and another not would be resumed from as they are
-                removed = reset_positions(pf.path, settings)
-                context.log.info(f"Starting over in namespace {settings.application_id}: reset {removed or 'nothing'}")
-            with signals.interruptible():
-                carried = {} if job.fresh else carried_rows(context.instance, pf, job.partition)
-                before = source_status(pf.path, settings)
-        except StopRequested:
+        with signals.interruptible():  # the event log and the state backend, which can block
+            check_no_other_run(op_context, pf)  # before resetting positions or starting Spark
+            job = plan_run(context, pf, streamling)
+        if stop.is_set():
+            end_if_stopped(op_context, stop)
+            return
+        settings = job.settings
+        if job.fresh:  # not broken into: one source reset and another not would be resumed from as they are
+            removed = reset_positions(pf.path, settings)
+            context.log.info(f"Starting over in namespace {settings.application_id}: reset {removed or 'nothing'}")
+        with signals.interruptible():
+            carried = {} if job.fresh else carried_rows(context.instance, pf, job.partition)
+            before = source_status(pf.path, settings)
+        if stop.is_set():
             end_if_stopped(op_context, stop)
             return
         context.log.info(f"Running {pf.path} in job mode, {job.why} (state namespace {settings.application_id})")

@@ -17,14 +17,7 @@ from streamling_dagster.backfill import backfill_checks, sink_metadata
 from streamling_dagster.guard import STREAM_TAG, check_no_other_run, op_tags
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
-from streamling_dagster.streaming import (
-    StopRequested,
-    StopSignals,
-    StreamConfig,
-    end_if_stopped,
-    run_engine,
-    stopped_cleanly,
-)
+from streamling_dagster.streaming import StopSignals, StreamConfig, end_if_stopped, run_engine, stopped_cleanly
 
 __all__ = ["STREAM_TAG", "backfill_then_stream_job", "stream_job", "stream_tags"]
 
@@ -88,11 +81,10 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         with StopSignals(stop) as signals:  # a stop before or between the phases, too, is a clean end
             settings = streamling.pipeline_settings(pf, job_mode="true")
             context.log.info(f"Backfilling {pf.path} (state namespace {settings.application_id})")
-            try:
-                with signals.interruptible():
-                    check_no_other_run(context, pf)  # before reading positions and starting Spark
-                    before = source_status(pf.path, settings)
-            except StopRequested:
+            with signals.interruptible():
+                check_no_other_run(context, pf)  # before reading positions and starting Spark
+                before = source_status(pf.path, settings)
+            if stop.is_set():
                 end_if_stopped(context, stop)
                 return
             session = lambda: spark.spark_session  # noqa: E731 - started after the one-run-per-pipeline check

@@ -169,14 +169,12 @@ def run_engine(
     finished = False  # the engine ended on its own, before any stop request
     with StopSignals(stop) as signals:
         progress = Progress(context, pf, settings, summary, config, observe)
-        try:
+        if not stop.is_set():  # a stop that came first: nothing is started for the engine
             with signals.interruptible():  # blocking work that cannot watch the stop Event
                 check_no_other_run(context, pf)
                 _link_admin_page(context, settings)
                 warm = warm_engine(context, settings)
                 session = None if warm is not None else spark() if callable(spark) else spark
-        except StopRequested:  # the engine does not start
-            pass
         if not stop.is_set():
             try:
                 finished = _run_until_done_or_stopped(
@@ -193,8 +191,7 @@ def run_engine(
         if stop.is_set() and clean_stop and "error" not in outcome:
             # Marked at the request already; here for a stop before the engine started, or after it finished: the
             # run's work is then whole, and the run still ends as asked.
-            _report_stopping(context)
-            _report_canceled(context, summary)
+            end_if_stopped(context, stop, summary)
             summary.stopped_by_signal = requested
     yield from final  # last: Dagster handles yielded events with its own signal handler (`StopSignals`)
     if requested:
@@ -273,11 +270,12 @@ def end_if_stopped(context: dg.OpExecutionContext, stop: threading.Event, summar
 
 
 class StopRequested(BaseException):
-    """A stop request breaking into blocking work that cannot watch the stop Event (`StopSignals.interruptible`).
-    A BaseException, like KeyboardInterrupt, so that no `except Exception` on the way swallows it."""
+    """A stop request breaking into blocking work that cannot watch the stop Event (`StopSignals.interruptible`,
+    which catches it). A BaseException, like KeyboardInterrupt, so that no `except Exception` on the way swallows
+    it."""
 
 
-INTERRUPTS = (KeyboardInterrupt, dg.DagsterExecutionInterruptedError, StopRequested)
+INTERRUPTS = (KeyboardInterrupt, dg.DagsterExecutionInterruptedError)
 """What a stop request arrives as on the op's thread, when it is raised at all."""
 
 
@@ -286,7 +284,7 @@ class StopSignals:
     termination request to the run worker as a SIGINT, and its own handler raises it into whatever the op's thread
     is doing: between a backfill and its stream, or while a record is stored, that was a step failure and a lost
     record. Inside `interruptible()` — blocking work that cannot watch the Event: the state backend, Spark's
-    start — a signal also raises `StopRequested` there, once.
+    start — a signal also cuts that work short; afterwards, the caller looks at `stop`.
 
     Dagster puts its own handler in place around each resumption of an op's generator, so guarded code must not
     yield: results are yielded last. On leaving, the previous handlers come back only if ours is still in place.
@@ -323,11 +321,12 @@ class StopSignals:
 
     @contextmanager
     def interruptible(self) -> Iterator[None]:
-        if self.stop.is_set():
-            raise StopRequested
+        """The block runs to its end, or up to the first stop request; either way the caller goes on after it."""
         self._raising = True
         try:
             yield
+        except StopRequested:
+            pass
         finally:
             self._raising = False
 
