@@ -1,4 +1,5 @@
 """What makes a new driver start faster, seen from outside: its JVM maps the class-data archive (/proc/<pid>/maps);
+it loads the code generator's classes (janino) from an unsigned jar, which the archive can hold;
 it launches from a Spark home without bundled zips, so a planner process Spark starts for a Python data source
 imports the installed pyspark, not the zip compiled from source in every process; the session's warm-up has
 started Spark's Python daemons before any pipeline reads; the JVM's start-up noise stays off stderr. Real JVM,
@@ -63,9 +64,12 @@ DRIVER = textwrap.dedent("""
     spark.dataSource.register(Origin)
     planner = spark.read.format("origin").load().columns
     maps = {line.split()[-1] for line in open(f"/proc/{SparkContext._gateway.proc.pid}/maps") if ".jsa" in line}
-    print(json.dumps(
-        {"home": os.environ["SPARK_HOME"], "planner": planner, "archives": sorted(maps), "daemons": sorted(daemons)}
-    ))
+    janino = spark._jvm.java.lang.Class.forName("org.codehaus.janino.ClassBodyEvaluator")
+    signers = janino.getProtectionDomain().getCodeSource().getCertificates()
+    print(json.dumps({
+        "home": os.environ["SPARK_HOME"], "planner": planner, "archives": sorted(maps), "daemons": sorted(daemons),
+        "janino_signed": signers is not None,
+    }))
     spark.stop()
 """)
 
@@ -91,6 +95,7 @@ def test_a_new_driver_maps_the_archive_and_its_planners_import_the_installed_pys
     assert not (Path(facts["home"]) / "python").exists()
     assert facts["planner"] == ["installed"]
     assert str(archive) in facts["archives"]
+    assert facts["janino_signed"] is False
     assert "[warning][cds" not in done.stdout + done.stderr
     assert "Using incubator modules" not in done.stderr
     assert {  # started by the session's warm-up, before any pipeline read
