@@ -100,7 +100,7 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from streamling.api import check_structure, execute_plan, prepare_pipeline, resolve_location
+    from streamling.config.layers import resolve_location
     from streamling.runtime.session import start_session
 
     spark = None
@@ -108,7 +108,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         try:
             location = resolve_location(args.pipeline, settings)
             starting = start_session(settings.spark)
-            check_structure(location, settings)  # while Spark starts
+            # The rest of the engine is imported, and the pipeline checked, while the JVM starts.
+            from streamling.api import check_structure, execute_plan, prepare_pipeline
+
+            check_structure(location, settings)
             spark = starting.result()
             plan = prepare_pipeline(args.pipeline, settings, spark)
         except StreamlingError as exc:

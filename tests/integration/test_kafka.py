@@ -420,6 +420,33 @@ def test_ending_offsets_latest_makes_a_bounded_job(spark, make_settings, write_p
     assert state_offsets(tmp_path, "src", topic) == {0: 25, 1: 25}
 
 
+def test_a_runs_small_first_epoch_is_taken_from_one_partition_and_later_epochs_from_all(
+    spark, make_settings, write_pipeline, kafka, tmp_path
+):
+    """The first epoch (at most 10,000 rows, here `record_batch_size`) is read by one task, not one per partition."""
+    from streamling import run_pipeline
+
+    topic = kafka.topic("packed", partitions=4)
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(1200)], partition_of=lambda i: i % 4)
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {topic}, ending_offsets: latest, include_metadata: true, record_batch_size: 200}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """)
+    run_pipeline(path, settings_for(make_settings, kafka, job_mode=True), spark)
+    by_epoch: dict[int, list[tuple[int, int]]] = {}
+    for epoch, row in COLLECTED[key]:
+        by_epoch.setdefault(epoch, []).append((row["_partition"], row["_offset"]))
+    assert sorted(by_epoch[1]) == [(0, offset) for offset in range(200)]
+    # Then in proportion to what each partition has pending: 100 left in partition 0, 300 in each other one.
+    assert sorted({p for p, _ in by_epoch[2]}) == [0, 1, 2, 3]
+    assert sorted(p for p, _ in by_epoch[2]).count(0) == 20
+    assert sorted(r["id"] for _, r in COLLECTED[key]) == list(range(1200))
+    assert state_offsets(tmp_path, "src", topic) == {0: 300, 1: 300, 2: 300, 3: 300}
+
+
 def test_partitions_added_while_running_are_read_from_starting_offsets(
     spark, make_settings, write_pipeline, kafka, tmp_path
 ):

@@ -26,7 +26,7 @@ from streamling.kafka.avro import (
 )
 from streamling.kafka.clients import connection_options, kafka_config
 from streamling.kafka.source.decoding import decode_json, op_of_headers
-from streamling.kafka.source.reader import allocate
+from streamling.kafka.source.reader import allocate, pack
 
 
 def test_connection_options_put_secrets_under_redacted_keys() -> None:
@@ -339,6 +339,14 @@ def test_allocation_is_proportional_and_exact() -> None:
     assert shares == {"0": 450, "1": 50, "2": 0}
     shares = {k: s for k, _, s in allocate({"0": 0, "1": 0}, {"0": 1, "1": 2}, 2)}
     assert sum(shares.values()) == 2 and shares["0"] <= 1 and shares["1"] <= 2
+
+
+def test_packing_takes_from_as_few_partitions_as_possible_most_pending_first() -> None:
+    shares = {k: s for k, _, s in pack({"0": 5, "1": 0, "2": 0, "3": 9}, {"0": 300, "1": 900, "2": 900}, 1000)}
+    assert shares == {"0": 0, "1": 900, "2": 100, "3": 0}  # ties by partition; a partition with nothing pending: 0
+    shares = {k: s for k, _, s in pack({"0": 0, "1": 0}, {"0": 30, "1": 20}, 80)}
+    assert shares == {"0": 30, "1": 20}  # less pending than asked: all of it
+    assert {k: s for k, _, s in pack({"0": 0}, {"0": 10}, 0)} == {"0": 0}
 
 
 def test_dbz_op_header_values() -> None:

@@ -27,6 +27,11 @@ class Pacer:
     _last_close: float = field(default=-math.inf)
     _closed_first: bool = False
 
+    @property
+    def first_due(self) -> bool:
+        """The next epoch is the run's first, capped at `first_rows`."""
+        return bool(self.first_rows) and not self._closed_first
+
     def take(self, pending: int, at_end: bool = False, limit: int | None = None) -> int:
         """How many of the `pending` rows the next epoch takes; 0 when no epoch is due yet."""
         cap = min(self.max_rows, limit) if limit else self.max_rows
