@@ -1,6 +1,7 @@
 """Spark's Python workers in a local session are forked by `streamling.runtime.worker_daemon`: pyspark from
 site-packages (not the bundled zip, which is compiled from source in every process), the engine's readers imported
-before the fork, and a daemon with no thread besides its own, so forking it is safe."""
+before the fork, and a daemon with no thread besides its own, so forking it is safe; each worker talks to the JVM
+over a Unix domain socket."""
 
 from __future__ import annotations
 
@@ -11,7 +12,29 @@ from pathlib import Path
 from streamling.runtime.worker_daemon import bundled_zip
 
 
-def facts(_: object) -> tuple[str, str, bool, int, str]:
+def socket_families() -> set[str]:
+    """How this process's sockets are connected, from /proc: "unix", "tcp" (IPv4 or IPv6), else "other"."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    tables = {"unix": ["/proc/net/unix"], "tcp": ["/proc/net/tcp", "/proc/net/tcp6"]}
+    found = set()
+    for family, paths in tables.items():
+        for path in paths:
+            with open(path) as table:
+                columns = [line.split() for line in table.readlines()[1:]]
+            index = 6 if family == "unix" else 9  # the inode column
+            if inodes & {row[index] for row in columns if len(row) > index}:
+                found.add(family)
+    return found or {"other"}
+
+
+def facts(_: object) -> tuple[str, str, bool, int, str, list[str]]:
     import pyspark
 
     daemon = os.getppid()
@@ -23,13 +46,15 @@ def facts(_: object) -> tuple[str, str, bool, int, str]:
         "streamling.kafka.source.reader" in sys.modules,
         len(os.listdir(f"/proc/{daemon}/task")),
         command,
+        sorted(socket_families()),
     )
 
 
 def test_workers_come_from_the_engine_daemon_with_compiled_pyspark_and_preloaded_readers(spark) -> None:
-    (pyspark_file, blas, preloaded, daemon_threads, command) = (
+    (pyspark_file, blas, preloaded, daemon_threads, command, sockets) = (
         spark.sparkContext.parallelize([0], 1).map(facts).collect()[0]
     )
+    assert sockets == ["unix"]  # the worker's connection to the JVM (`DEFAULT_CONF`)
     assert "-m streamling.runtime.worker_daemon pyspark.worker" in command
     assert ".zip" not in pyspark_file and pyspark_file.endswith("pyspark/__init__.py")
     assert blas == "1"
