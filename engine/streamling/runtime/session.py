@@ -45,14 +45,17 @@ DEFAULT_CONF = {
     "spark.sql.streaming.checkpointFileManagerClass": (
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
     ),
-    # The Python workers and the driver's Arrow transfers talk to the JVM over Unix domain sockets rather than
-    # loopback TCP: an epoch's `addBatch` at 20k rec/s 198-200 -> 147-151 ms, p50 latency 430-455 -> 351-379 ms
-    # (bench/README.md); bulk throughput unchanged.
-    "spark.python.unix.domain.socket.enabled": "true",
 }
 
-LOCAL_CONF = {"spark.python.daemon.module": "streamling.runtime.worker_daemon"}
-"""Where the workers run this interpreter, with this engine installed (local mode): see `worker_daemon`."""
+LOCAL_CONF = {
+    "spark.python.daemon.module": "streamling.runtime.worker_daemon",
+    "spark.python.unix.domain.socket.enabled": "true",
+}
+"""Local mode: the workers run this interpreter, with this engine installed (see `worker_daemon`), and they and
+the driver's Arrow transfers talk to the JVM over Unix domain sockets rather than loopback TCP (an epoch's
+`addBatch` at 20k rec/s 198-200 -> 147-151 ms, p50 latency 430-455 -> 351-379 ms, bulk throughput unchanged:
+bench/README.md). Not on a cluster by default: a socket's path is limited to 107 bytes, and an executor's temporary
+directory (YARN's container directories) can be longer."""
 
 JIT_OPTIONS = "-XX:CompileThresholdScaling=5"
 """Methods must run 5x as often before the JIT compiles them. Most of a bounded run's JVM CPU was the JIT
