@@ -44,6 +44,24 @@ ValueError: something Spark got wrong
 """
 
 
+TWO_WORKERS_CUT = f"""Traceback (most recent call last):
+Traceback (most recent call last):
+  File "{PYSPARK}/daemon.py", line 264, in manager
+    code = worker(sock, authenticated)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "{PYSPARK}/daemon.py", line 95, in worker
+    outfile.flush()
+BrokenPipeError: [Errno 32] Broken pipe
+  File "{PYSPARK}/daemon.py", line 264, in manager
+    code = worker(sock, authenticated)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "{PYSPARK}/daemon.py", line 95, in worker
+    outfile.flush()
+BrokenPipeError: [Errno 32] Broken pipe
+"""
+"""Two workers of the daemon, cut at once when a query stopped, printing over each other (seen over Unix sockets)."""
+
+
 def lines(text: str) -> list[bytes]:
     return [line.encode() + b"\n" for line in text.splitlines()]
 
@@ -71,3 +89,12 @@ def test_a_traceback_through_the_engine_or_ending_otherwise_is_shown_whole() -> 
 def test_a_traceback_cut_short_by_the_jvm_exit_is_shown_as_it_is() -> None:
     partial = 'Traceback (most recent call last):\n  File "x.py", line 1, in f\n'
     assert shown(partial) == partial
+
+
+def test_tracebacks_of_helpers_cut_at_once_interleave_and_still_print_nothing() -> None:
+    assert shown("before\n" + TWO_WORKERS_CUT + "after\n") == "before\nafter\n"
+
+
+def test_interleaved_tracebacks_are_shown_whole_when_one_is_not_a_cut_connection() -> None:
+    mixed = TWO_WORKERS_CUT.replace("BrokenPipeError: [Errno 32] Broken pipe\n", "ValueError: something else\n", 1)
+    assert shown(mixed) == mixed

@@ -35,19 +35,25 @@ def forward(stream: IO[bytes]) -> None:
 
 
 def filtered(lines: Iterable[bytes]) -> Iterable[bytes]:
-    block: list[bytes] = []  # a traceback being read, held until its exception line says whether it is noise
+    block: list[bytes] = []  # tracebacks being read, held until their exception lines say whether they are noise
+    open_tracebacks = 0  # headers in the block still waiting for their exception line
     dropped = False  # the last block was noise: a chaining line after it belongs to it
     for line in lines:
-        if block:
+        if line.startswith(TRACEBACK):
+            # Helpers cut at once (a daemon's workers, when a query stops) print together: their lines interleave.
             block.append(line)
-            if line.startswith((b" ", b"\t")) or not line.strip():  # frames, code, carets
+            open_tracebacks += 1
+        elif block:
+            block.append(line)
+            if line.startswith((b" ", b"\t", *CHAINED)) or not line.strip():  # frames, code, carets, chaining
+                continue
+            open_tracebacks -= 1  # an exception line
+            if open_tracebacks > 0:
                 continue
             dropped = _cut_connection(block)
             if not dropped:
                 yield from block
             block = []
-        elif line.startswith(TRACEBACK):
-            block = [line]
         elif dropped and (not line.strip() or line.startswith(CHAINED)):
             continue
         elif line.startswith(JVM_NOISE):
@@ -59,9 +65,10 @@ def filtered(lines: Iterable[bytes]) -> Iterable[bytes]:
 
 
 def _cut_connection(block: list[bytes]) -> bool:
-    """A traceback of Spark's own Python code ending in a closed connection."""
+    """Tracebacks of Spark's own Python code, each ending in a closed connection."""
     files = [m.group(1) for line in block if (m := FRAME_FILE.match(line))]
     in_pyspark = all(
         b"/pyspark/" in f or f.startswith(b"<frozen") or b"/socket" in f or b"/contextlib" in f for f in files
     )
-    return bool(files) and in_pyspark and CUT_CONNECTION.match(block[-1]) is not None
+    ends = [line for line in block if line.strip() and not line.startswith((b" ", b"\t", TRACEBACK, *CHAINED))]
+    return bool(files) and in_pyspark and bool(ends) and all(CUT_CONNECTION.match(end) for end in ends)
