@@ -44,21 +44,14 @@ ValueError: something Spark got wrong
 """
 
 
-TWO_WORKERS_CUT = f"""Traceback (most recent call last):
-Traceback (most recent call last):
-  File "{PYSPARK}/daemon.py", line 264, in manager
-    code = worker(sock, authenticated)
-           ^^^^^^^^^^^^^^^^^^^^^^^^^^^
-  File "{PYSPARK}/daemon.py", line 95, in worker
-    outfile.flush()
-BrokenPipeError: [Errno 32] Broken pipe
-  File "{PYSPARK}/daemon.py", line 264, in manager
+WORKER_CUT_FRAMES = f"""  File "{PYSPARK}/daemon.py", line 264, in manager
     code = worker(sock, authenticated)
            ^^^^^^^^^^^^^^^^^^^^^^^^^^^
   File "{PYSPARK}/daemon.py", line 95, in worker
     outfile.flush()
 BrokenPipeError: [Errno 32] Broken pipe
 """
+TWO_WORKERS_CUT = "Traceback (most recent call last):\n" * 2 + WORKER_CUT_FRAMES * 2
 """Two workers of the daemon, cut at once when a query stopped, printing over each other (seen over Unix sockets)."""
 
 
