@@ -45,9 +45,9 @@ def filtered(lines: Iterable[bytes]) -> Iterable[bytes]:
             open_tracebacks += 1
         elif block:
             block.append(line)
-            if line.startswith((b" ", b"\t", *CHAINED)) or not line.strip():  # frames, code, carets, chaining
+            if not _exception_line(line):  # frames, code, carets, chaining
                 continue
-            open_tracebacks -= 1  # an exception line
+            open_tracebacks -= 1
             if open_tracebacks > 0:
                 continue
             dropped = _cut_connection(block)
@@ -70,5 +70,10 @@ def _cut_connection(block: list[bytes]) -> bool:
     in_pyspark = all(
         b"/pyspark/" in f or f.startswith(b"<frozen") or b"/socket" in f or b"/contextlib" in f for f in files
     )
-    ends = [line for line in block if line.strip() and not line.startswith((b" ", b"\t", TRACEBACK, *CHAINED))]
+    ends = [line for line in block if _exception_line(line)]
     return bool(files) and in_pyspark and bool(ends) and all(CUT_CONNECTION.match(end) for end in ends)
+
+
+def _exception_line(line: bytes) -> bool:
+    """A traceback's last line, naming its exception: not a header, frame, code, caret, chaining or blank line."""
+    return bool(line.strip()) and not line.startswith((b" ", b"\t", TRACEBACK, *CHAINED))

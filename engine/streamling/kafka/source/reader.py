@@ -289,8 +289,10 @@ def pack(current: Mapping[str, int], pending: Mapping[str, int], take: int) -> I
     not in one wave of tasks after another (measured, 50k records in 4 partitions → Postgres, new process: first
     row 7.12 → 6.61 s, medians of 6)."""
     shares: dict[str, int] = {}
+    left = take
     for k in sorted(pending, key=lambda k: (-pending[k], k)):
-        shares[k] = min(take - sum(shares.values()), pending[k])
+        shares[k] = min(left, pending[k])
+        left -= shares[k]
     for k, offset in current.items():
         yield k, offset, shares.get(k, 0)
 
