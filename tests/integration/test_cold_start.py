@@ -2,7 +2,7 @@
 it loads the code generator's classes (janino) from an unsigned jar, which the archive can hold;
 it launches from a Spark home without bundled zips, so a planner process Spark starts for a Python data source
 imports the installed pyspark, not the zip compiled from source in every process; the session's warm-up has
-started Spark's Python daemons before any pipeline reads; the JVM's start-up noise stays off stderr. Real JVM,
+started Spark's Python daemons before any pipeline reads, but not the one that lists installed data sources; the JVM's start-up noise stays off stderr. Real JVM,
 real Spark processes."""
 
 from __future__ import annotations
@@ -103,6 +103,9 @@ def test_a_new_driver_maps_the_archive_and_its_planners_import_the_installed_pys
         "pyspark.daemon pyspark.sql.worker.plan_data_source_read",
         "streamling.runtime.worker_daemon pyspark.worker",
     } <= set(facts["daemons"])
+    # nor does Spark list the environment's pyspark_* packages (`skip_data_source_lookup`), and the data sources
+    # registered at run time are found all the same ("planner" above)
+    assert not [daemon for daemon in facts["daemons"] if "lookup_data_sources" in daemon]
 
 
 def test_the_archive_is_named_for_the_class_path_and_only_mapped_when_present(tmp_path: Path, archive: Path) -> None:
