@@ -7,7 +7,6 @@ The names below are resolved on first use (PEP 562), so ``import streamling.erro
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,10 +24,6 @@ if TYPE_CHECKING:
     from streamling.serve.client import EngineClient, run_on_engine
     from streamling.topology.pipeline import ValidationReport, load_pipeline
 
-try:
-    __version__ = version("streamling-spark")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0.0.0+local"
 
 _HOMES = {
     "EngineClient": "streamling.serve.client",
@@ -66,7 +61,21 @@ __all__ = [
 ]
 
 
+def _version() -> str:
+    """Asked of the installed metadata only when wanted: every Python process Spark starts imports this package,
+    and `importlib.metadata` with its look-up cost each ~8 ms."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("streamling-spark")
+    except PackageNotFoundError:  # running from a source tree without installation
+        return "0.0.0+local"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value = globals()[name] = _version()
+        return value
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'streamling' has no attribute {name!r}")

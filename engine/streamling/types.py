@@ -7,13 +7,16 @@ import re
 from collections.abc import Callable, Iterator
 from datetime import date, datetime, time
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from streamling.errors import StreamlingError
+
+if TYPE_CHECKING:  # Spark's planner processes import this module through the Kafka reader and need no Arrow
+    import pyarrow as pa
 
 GS_OP = "_gs_op"
 """The upsert column every node carries: ``i`` insert, ``u`` update, ``d`` delete."""
@@ -101,6 +104,8 @@ def map_in_arrow(df: DataFrame, fn: Callable[[Iterator[pa.RecordBatch]], Iterato
     safe = df.toDF(*[f"_c{i}" for i in range(len(names))])
 
     def renamed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
         return fn(pa.RecordBatch.from_arrays(batch.columns, names=names) for batch in batches)
 
     return safe.mapInArrow(renamed, schema)

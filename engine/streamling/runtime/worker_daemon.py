@@ -27,6 +27,8 @@ PRELOAD = (
     "pyarrow",
     "pandas",
     "streamling.kafka.source.reader",
+    "streamling.kafka.source.decoding",  # imported by a read, not by the reader's module (see there)
+    "streamling.dead_letters",
     "confluent_kafka.schema_registry",  # the Avro reader's registry client: 0.17 s on each worker's first read
     "streamling.plugins.source_reader",
     "streamling.builtins.generator",
