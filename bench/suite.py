@@ -544,6 +544,11 @@ def run_latency(s: Suite, label: str, contender: str) -> Measurement:
         s.check(f"[4] {label} latency", contender, m, got, expected)
     finally:
         sink.drop()
+        # Each run's ~800k records go at once: the local broker rewrites its whole store as it changes (its
+        # autosave thread used 0.3-0.4 cores through a run), so topics kept to the suite's end made every
+        # later contender's run pay for the earlier ones.
+        delete_topics(s.env, [topic])
+        s.topics.remove(topic)
     measured_from = started_ms + s.sizes.latency_warmup_sec * 1000
     lat = sorted((at * 1000 - ts) for ts, at in watcher.seen.values() if ts >= measured_from)
     if not lat:
