@@ -42,6 +42,14 @@ def test_the_kafka_reader_imports_no_settings_models_no_topology_no_driver_and_n
     assert out.strip() == "[]"
 
 
+def test_loading_the_built_in_operators_imports_no_http_client() -> None:
+    """Every driver loads the built-ins; `import httpx` also loads its command line and rich (~90 ms), which only
+    a pipeline with an HTTP node uses, on the executors."""
+    code = "import sys, streamling.plugins.builtins\nprint([m for m in ('httpx', 'rich') if m in sys.modules])\n"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_built_in_operators_import_the_operator_interface_only_from_the_public_module() -> None:
     offenders = [
         str(path.relative_to(ENGINE))

@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import httpx
 import pyarrow as pa
 
 from streamling.core.retry import RetryPolicy, is_retriable, retry_after
@@ -34,6 +34,9 @@ from streamling.errors import StreamlingError
 from streamling.http.options import REDACTED, redact_url
 from streamling.http.payloads import Outgoing, PayloadFormat, excerpt
 from streamling.telemetry.tasks import OFF, NodeRecorder
+
+if TYPE_CHECKING:  # imported where a request is made: `import httpx` also loads its command line and rich
+    import httpx  # (~90 ms), which a driver whose pipeline has no HTTP node has no use for
 
 log = logging.getLogger("streamling.http")
 IN_FLIGHT_PER_SLOT = 4
@@ -96,6 +99,8 @@ class _Session:
 
     @staticmethod
     async def _client() -> httpx.AsyncClient:
+        import httpx
+
         # Concurrency is bounded per task by a semaphore, so the pool itself is not; idle connections stay
         # open for the next batch.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30.0)
@@ -121,6 +126,8 @@ def session() -> _Session:
 async def _post(
     client: httpx.AsyncClient, endpoint: Endpoint, body: bytes, limiter: asyncio.Semaphore
 ) -> Delivered | Skipped:
+    import httpx
+
     policy = endpoint.retry
     headers = dict(endpoint.headers)
     started = time.monotonic()
@@ -162,6 +169,8 @@ async def _post(
 
 
 def _transport_failure(exc: BaseException, endpoint: Endpoint) -> str:
+    import httpx
+
     if isinstance(exc, TimeoutError | httpx.TimeoutException):
         return f"timed out after {endpoint.timeout_sec:g}s ({type(exc).__name__})"
     detail = " ".join(str(exc).split())
