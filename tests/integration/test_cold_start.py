@@ -50,7 +50,7 @@ DRIVER = textwrap.dedent("""
         if thread.name == "streamling-warm-up":
             thread.join(120)
     jvm = SparkContext._gateway.proc.pid
-    daemons = []
+    daemons, daemon_pandas = [], None
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as stat:
@@ -61,14 +61,28 @@ DRIVER = textwrap.dedent("""
             continue
         if parent == jvm:
             daemons.append(command.split(" -m ", 1)[-1])
+            if "worker_daemon" in command:
+                with open(f"/proc/{pid}/maps") as maps:
+                    daemon_pandas = "/pandas/_libs/" in maps.read()
     spark.dataSource.register(Origin)
     planner = spark.read.format("origin").load().columns
     maps = {line.split()[-1] for line in open(f"/proc/{SparkContext._gateway.proc.pid}/maps") if ".jsa" in line}
+    import sys
+    import numpy
+    from pyspark.sql import functions as F, types as T
+    from streamling.runtime.plan import empty_frame
+
+    empty = empty_frame(spark, T.StructType([T.StructField("id", T.LongType(), False)]))
+    light = {
+        "empty": [empty.count(), empty.schema.simpleString(), empty.schema["id"].nullable],
+        "imported": sorted(m for m in ("pandas", "pyspark.testing.utils") if m in sys.modules),
+        "numpy": spark.range(1).select(F.lit(numpy.int64(3)), F.array(F.lit(numpy.int32(4)))).first()[:],
+    }
     janino = spark._jvm.java.lang.Class.forName("org.codehaus.janino.ClassBodyEvaluator")
     signers = janino.getProtectionDomain().getCodeSource().getCertificates()
     print(json.dumps({
         "home": os.environ["SPARK_HOME"], "planner": planner, "archives": sorted(maps), "daemons": sorted(daemons),
-        "janino_signed": signers is not None,
+        "janino_signed": signers is not None, "light": light, "daemon_pandas": daemon_pandas,
     }))
     spark.stop()
 """)
@@ -106,6 +120,10 @@ def test_a_new_driver_maps_the_archive_and_its_planners_import_the_installed_pys
     # nor does Spark list the environment's pyspark_* packages (`skip_data_source_lookup`), and the data sources
     # registered at run time are found all the same ("planner" above)
     assert not [daemon for daemon in facts["daemons"] if "lookup_data_sources" in daemon]
+    # the driver's start loads neither pandas (an empty frame of a schema) nor pyspark's test utilities (asked by
+    # its NumPy converters), and NumPy values still reach the JVM
+    assert facts["daemon_pandas"] is False  # not preloaded: the first epoch waits for the workers' daemon
+    assert facts["light"] == {"empty": [0, "struct<id:bigint>", False], "imported": [], "numpy": [3, [4]]}
 
 
 def test_the_archive_is_named_for_the_class_path_and_only_mapped_when_present(tmp_path: Path, archive: Path) -> None:

@@ -19,6 +19,7 @@ from py4j.protocol import Py4JError
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
+from pyspark.sql import types as spark_types
 
 import streamling
 from streamling.config.model import SparkSettings
@@ -96,11 +97,30 @@ def _heap_mb(size: str) -> float:
 def prepare_environment() -> None:
     """Workers must run this interpreter (it has pyarrow and streamling); bind to loopback locally; launch from
     a Spark home without bundled zips (`spark_home`)."""
+    _numpy_checks_without_test_utilities()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if "SPARK_HOME" not in os.environ and (home := launch_home()) is not None:
         os.environ["SPARK_HOME"] = str(home)
+
+
+def _numpy_checks_without_test_utilities() -> None:
+    """PySpark registers py4j converters for NumPy values, and the array one is asked first about every object
+    argument of every call into the JVM. Each asks ``pyspark.testing.utils.have_numpy``, and importing that module
+    loads pandas and protobuf: ~0.2 s of the driver's CPU in the middle of its start (`python -X importtime`).
+    An object can be a NumPy value only once NumPy is imported, so asking `sys.modules` answers the same."""
+
+    def scalar(_converter: object, obj: object) -> bool:
+        numpy = sys.modules.get("numpy")
+        return numpy is not None and isinstance(obj, numpy.generic)
+
+    def array(_converter: object, obj: object) -> bool:
+        numpy = sys.modules.get("numpy")
+        return numpy is not None and isinstance(obj, numpy.ndarray) and obj.ndim == 1
+
+    spark_types.NumpyScalarConverter.can_convert = scalar  # type: ignore[method-assign]
+    spark_types.NumpyArrayConverter.can_convert = array  # type: ignore[method-assign]
 
 
 def session_conf(settings: SparkSettings) -> dict[str, str]:
