@@ -2,8 +2,8 @@
 it loads the code generator's classes (janino) from an unsigned jar, which the archive can hold;
 it launches from a Spark home without bundled zips, so a planner process Spark starts for a Python data source
 imports the installed pyspark, not the zip compiled from source in every process; the session's warm-up has
-started Spark's Python daemons before any pipeline reads, but not the one that lists installed data sources; the JVM's start-up noise stays off stderr. Real JVM,
-real Spark processes."""
+started Spark's Python daemons before any pipeline reads, but not the one that lists installed data sources; the
+JVM's start-up noise stays off stderr. Real JVM, real Spark processes."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ against the public plugin module only (so the plugin API is proven by them)."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -13,17 +14,21 @@ ENGINE = Path(__file__).resolve().parents[2] / "engine" / "streamling"
 SYSTEMS = ("kafka", "postgres", "clickhouse", "http", "script", "dynamic_tables", "sql", "builtins")
 
 
+def loaded_by(module: str, candidates: tuple[str, ...]) -> list[str]:
+    """Which of `candidates` (or a module inside one) a fresh interpreter holds after importing `module`."""
+    code = (
+        f"import sys, {module}\n"
+        f"print([m for m in {candidates!r} if any(n == m or n.startswith(m + '.') for n in sys.modules)])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    return ast.literal_eval(out)
+
+
 @pytest.mark.parametrize(
     "module", ["streamling", "streamling.errors", "streamling.core.identifiers", "streamling.plugin"]
 )
 def test_the_core_imports_no_spark_no_driver_and_no_executor(module: str) -> None:
-    code = (
-        f"import sys, {module}\n"
-        "heavy = [m for m in ('pyspark', 'psycopg', 'pyarrow', 'streamling.runtime.executor') if m in sys.modules]\n"
-        "print(heavy)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert out.strip() == "[]"
+    assert loaded_by(module, ("pyspark", "psycopg", "pyarrow", "streamling.runtime.executor")) == []
 
 
 def test_the_kafka_reader_imports_no_settings_models_no_topology_no_driver_and_no_decoding() -> None:
@@ -31,23 +36,24 @@ def test_the_kafka_reader_imports_no_settings_models_no_topology_no_driver_and_n
     workers once, in the daemon): pydantic and the topology cost them ~90 ms, psycopg ~170 ms, and the decoders
     with pyarrow, which only a read uses, up to ~100 ms more (the data source's creation imports no pyarrow of
     its own)."""
-    code = (
-        "import sys, streamling.kafka.source.reader\n"
-        "heavy = [m for m in ('pydantic', 'streamling.topology', 'streamling.config', 'psycopg', "
-        "'streamling.runtime.executor', 'pyarrow', 'streamling.kafka.source.decoding', 'streamling.dead_letters', "
-        "'importlib.metadata') if any(n == m or n.startswith(m + '.') for n in sys.modules)]\n"
-        "print(heavy)\n"
+    heavy = (
+        "pydantic",
+        "streamling.topology",
+        "streamling.config",
+        "psycopg",
+        "streamling.runtime.executor",
+        "pyarrow",
+        "streamling.kafka.source.decoding",
+        "streamling.dead_letters",
+        "importlib.metadata",
     )
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert out.strip() == "[]"
+    assert loaded_by("streamling.kafka.source.reader", heavy) == []
 
 
 def test_loading_the_built_in_operators_imports_no_http_client() -> None:
     """Every driver loads the built-ins; `import httpx` also loads its command line and rich (~90 ms), which only
     a pipeline with an HTTP node uses, on the executors."""
-    code = "import sys, streamling.plugins.builtins\nprint([m for m in ('httpx', 'rich') if m in sys.modules])\n"
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert out.strip() == "[]"
+    assert loaded_by("streamling.plugins.builtins", ("httpx", "rich")) == []
 
 
 def test_built_in_operators_import_the_operator_interface_only_from_the_public_module() -> None:
