@@ -46,6 +46,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
+from streamling.arrow_keys import int64_array, key_codes, last_rows
 from streamling.clickhouse.client import describe, get_client, qualified, quote, redact
 from streamling.clickhouse.objects import split_table_name, table_object
 from streamling.clickhouse.tables import replacing_parameters
@@ -591,13 +592,10 @@ def _last_per_key(table: pa.Table, keys: list[str], version: str | None = None) 
     """The last row of every key, in input order; with a `version` column, the row with the highest version
     (the last of equal ones), as the ReplacingMergeTree would keep."""
     if version is not None:
-        ranked = pa.table({"v": table.column(version), "o": np.arange(table.num_rows, dtype=np.int64)})
+        ranked = pa.table({"v": table.column(version), "o": int64_array(np.arange(table.num_rows))})
         order = pc.sort_indices(ranked, sort_keys=[("v", "ascending", "at_start"), ("o", "ascending", "at_start")])
         table = table.take(order)
-    order = "__streamling_row"
-    indexed = table.select(keys).append_column(order, pa.array(np.arange(table.num_rows, dtype=np.int64)))
-    last = indexed.group_by(keys, use_threads=False).aggregate([(order, "max")]).column(f"{order}_max")
-    return table.take(pc.take(last, pc.sort_indices(last)))
+    return table.take(int64_array(last_rows(key_codes(table, keys))))
 
 
 def _arrow_file(rows: pa.Table) -> bytes:

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from psycopg import sql
 
+from streamling.arrow_keys import int64_array, key_codes, last_rows, occurrences
 from streamling.config.model import PostgresSinkSettings
 from streamling.dead_letters import DeadLetter, DeadLetterTarget, row_letter
 from streamling.errors import StreamlingError
@@ -93,23 +94,13 @@ def merge_rounds(table: pa.Table, keys: tuple[str, ...], deduplicate: bool) -> l
     key's r-th occurrence, so applying the rounds in order replays each key's history faithfully."""
     if table.num_rows == 0:
         return []
-    order = pa.array(np.arange(table.num_rows, dtype=np.int64))
-    indexed = table.select(list(keys)).append_column(_ORDER, order)
+    codes = key_codes(table, keys)
     if deduplicate:
-        last = indexed.group_by(list(keys), use_threads=False).aggregate([(_ORDER, "max")])
-        picks = pc.sort_indices(last.column(f"{_ORDER}_max"))
-        return [table.take(pc.take(last.column(f"{_ORDER}_max"), picks))]
-    grouped = indexed.group_by(list(keys), use_threads=False).aggregate([(_ORDER, "list")])
-    lists = grouped.column(f"{_ORDER}_list").combine_chunks()
-    flat = lists.flatten().to_numpy()
-    offsets = lists.offsets.to_numpy()
-    parents = pc.list_parent_indices(lists).to_numpy()
-    rank = np.arange(len(flat)) - offsets[parents]
-    rounds = []
-    for r in range(int(rank.max()) + 1):
-        rows = np.sort(flat[rank == r])
-        rounds.append(table.take(pa.array(rows)))
-    return rounds
+        return [table.take(int64_array(last_rows(codes)))]
+    rank = occurrences(codes)
+    if not rank.any():
+        return [table]
+    return [table.take(int64_array(np.flatnonzero(rank == r))) for r in range(int(rank.max()) + 1)]
 
 
 def check_keys(table: pa.Table, keys: tuple[str, ...], label: str) -> None:
@@ -270,7 +261,7 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
         size = plan.batch_size or round_rows.num_rows
         for i in range(0, round_rows.num_rows, size):
             rows = round_rows.slice(i, size)
-            deletes = pc.any(pc.equal(rows.column(GS_OP), "d")).as_py() is True
+            deletes = "d" in pc.unique(rows.column(GS_OP)).to_pylist()  # no Python scalar: see arrow_keys
             chunks.append(Chunk(rows, to_csv(rows, plan.columns), merge_statements(plan, epoch.id, deletes)))
     prepared = time.perf_counter()
 
