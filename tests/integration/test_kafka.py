@@ -420,7 +420,7 @@ def test_ending_offsets_latest_makes_a_bounded_job(spark, make_settings, write_p
     assert state_offsets(tmp_path, "src", topic) == {0: 25, 1: 25}
 
 
-def test_a_runs_small_first_epoch_is_taken_from_one_partition_and_later_epochs_from_all(
+def test_a_runs_small_first_epoch_is_taken_from_one_partition_and_later_epochs_from_one_per_task(
     spark, make_settings, write_pipeline, kafka, tmp_path
 ):
     """The first epoch (at most 10,000 rows, here `record_batch_size`) is read by one task, not one per partition."""
@@ -440,9 +440,11 @@ def test_a_runs_small_first_epoch_is_taken_from_one_partition_and_later_epochs_f
     for epoch, row in COLLECTED[key]:
         by_epoch.setdefault(epoch, []).append((row["_partition"], row["_offset"]))
     assert sorted(by_epoch[1]) == [(0, offset) for offset in range(200)]
-    # Then in proportion to what each partition has pending: 100 left in partition 0, 300 in each other one.
-    assert sorted({p for p, _ in by_epoch[2]}) == [0, 1, 2, 3]
-    assert sorted(p for p, _ in by_epoch[2]).count(0) == 20
+    # Then from as many partitions as an epoch has read tasks (the session's 2 cores), most pending first: 100 are
+    # left in partition 0 and 300 in each other one, so partitions 1 and 2 each give 100, from where they start.
+    assert sorted(by_epoch[2]) == [(p, offset) for p in (1, 2) for offset in range(100)]
+    # Next most pending: partition 3 (300), then 1 and 2 (200 each; the lower number first), shared 300:200.
+    assert sorted(by_epoch[3]) == [(1, o) for o in range(100, 180)] + [(3, o) for o in range(120)]
     assert sorted(r["id"] for _, r in COLLECTED[key]) == list(range(1200))
     assert state_offsets(tmp_path, "src", topic) == {0: 300, 1: 300, 2: 300, 3: 300}
 

@@ -26,7 +26,7 @@ from streamling.kafka.avro import (
 )
 from streamling.kafka.clients import connection_options, kafka_config
 from streamling.kafka.source.decoding import decode_json, op_of_headers
-from streamling.kafka.source.reader import allocate, pack
+from streamling.kafka.source.reader import allocate, concentrate, pack
 
 
 def test_connection_options_put_secrets_under_redacted_keys() -> None:
@@ -339,6 +339,33 @@ def test_allocation_is_proportional_and_exact() -> None:
     assert shares == {"0": 450, "1": 50, "2": 0}
     shares = {k: s for k, _, s in allocate({"0": 0, "1": 0}, {"0": 1, "1": 2}, 2)}
     assert sum(shares.values()) == 2 and shares["0"] <= 1 and shares["1"] <= 2
+
+
+def test_a_backlog_is_read_by_as_many_partitions_per_epoch_as_there_are_tasks() -> None:
+    """Each read task pays a fetch of its partition's tail: 4 partitions read 2 at a time, in turn, most pending
+    first; the partitions' ranges stay contiguous and every record is read once."""
+    current = {str(p): 0 for p in range(4)}
+    high = {str(p): 1_000 for p in range(4)}
+    read = {k: 0 for k in current}
+    epochs = []
+    while any(current[k] < high[k] for k in current):
+        pending = {k: high[k] - v for k, v in current.items() if high[k] > v}
+        shares = {k: n for k, _, n in concentrate(current, pending, min(500, sum(pending.values())), 2)}
+        epochs.append(sorted(k for k, n in shares.items() if n))
+        for k, n in shares.items():
+            read[k] += n
+            current[k] += n
+    assert epochs == [["0", "1"], ["2", "3"]] * 4
+    assert read == high
+
+
+def test_concentrating_spills_over_when_the_chosen_run_short_and_takes_all_that_fits() -> None:
+    shares = {k: s for k, _, s in concentrate({"0": 0, "1": 0, "2": 0}, {"0": 50, "1": 400, "2": 300}, 600, 1)}
+    assert shares == {"0": 0, "1": 343, "2": 257}
+    shares = {k: s for k, _, s in concentrate({"0": 0, "1": 0, "2": 0}, {"0": 50, "1": 400, "2": 300}, 750, 2)}
+    assert shares == {"0": 50, "1": 400, "2": 300}
+    shares = {k: s for k, _, s in concentrate({"0": 3, "1": 0}, {"0": 90, "1": 10}, 60, 4)}
+    assert shares == {"0": 54, "1": 6}
 
 
 def test_packing_takes_from_as_few_partitions_as_possible_most_pending_first() -> None:
