@@ -35,6 +35,8 @@ DAGSTER = str(Path(sys.executable).with_name("dagster"))
 LOCATION = "streamling_dagster"
 START_TIMEOUT_SEC = 180
 STOP_TIMEOUT_SEC = 20
+STRAY_GRACE_SEC = 5.0
+"""How long a process started from `dagster dev` may take to end on its own once the group is gone."""
 DAEMONS = ("QUEUED_RUN_COORDINATOR", "SCHEDULER", "SENSOR")
 FINAL_STATUSES = ("SUCCESS", "FAILURE", "CANCELED")
 
@@ -259,7 +261,9 @@ def stop(dev: DagsterDev) -> list[str]:
         with suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
     dev.process.wait(timeout=10)
-    strays = _started_from(dev.home)
+    # A process that ends within STRAY_GRACE_SEC is shutting down, not left behind: one CI run caught a process
+    # mid-exit (its command line already gone) right after the group ended.
+    _, strays = psutil.wait_procs(_started_from(dev.home), timeout=STRAY_GRACE_SEC)
     described = []
     for proc in strays:
         with suppress(psutil.NoSuchProcess):
