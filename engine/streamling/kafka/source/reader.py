@@ -323,7 +323,7 @@ def concentrate(
         if len(chosen) >= width and sum(chosen.values()) >= take:
             break
         chosen[k] = pending[k]
-    shares = dict((k, n) for k, _, n in allocate({k: 0 for k in chosen}, chosen, take))
+    shares = {k: n for k, _, n in allocate(dict.fromkeys(chosen, 0), chosen, take)}
     for k, offset in current.items():
         yield k, offset, shares.get(k, 0)
 
