@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,18 @@ from streamling.topology.pipeline import Pipeline, ValidationReport, load_pipeli
 log = logging.getLogger("streamling.api")
 
 
+Starting = SparkSession | Future[SparkSession] | None
+"""A session, one still starting (`runtime.session.start_session`), or none (one is built when needed)."""
+
+
 def plan_pipeline(
-    location: str | Path, settings: Settings, spark: SparkSession | None = None
+    location: str | Path, settings: Settings, spark: Starting = None
 ) -> tuple[Plan | None, ValidationReport]:
     """Validate a pipeline file fully (structure, then SQL and schemas on Spark) and build its plan.
 
-    Spark is started only when the structure is valid, so most mistakes are reported in well under a
-    second. Nothing is written and no sink is contacted.
+    Spark is waited for (or started) only when the structure is valid, so most mistakes are reported in well
+    under a second; the operators' Spark-free lookups (`Operator.prefetch`) run before that wait. Nothing is
+    written and no sink is contacted.
     """
     path = Path(location)
     text = read_pipeline_text(path)
@@ -52,10 +58,11 @@ def check_structure(location: str | Path, settings: Settings) -> Pipeline:
 
 
 def analyze(
-    pipeline: Pipeline, settings: Settings, spark: SparkSession | None, report: ValidationReport
+    pipeline: Pipeline, settings: Settings, spark: Starting, report: ValidationReport
 ) -> tuple[Plan | None, ValidationReport]:
     plan = Plan(pipeline, settings)
-    spark = spark or build_session(settings.spark)
+    plan.prefetch()
+    spark = spark.result() if isinstance(spark, Future) else spark or build_session(settings.spark)
     ship_plugins(spark)
     report.errors += plan.analyze(spark)
     report.warnings += plan.warnings + plan.key_warnings
@@ -63,12 +70,12 @@ def analyze(
 
 
 def validate_pipeline(
-    location: str | Path, settings: Settings | None = None, spark: SparkSession | None = None
+    location: str | Path, settings: Settings | None = None, spark: Starting = None
 ) -> ValidationReport:
     return plan_pipeline(location, settings or load_settings(), spark)[1]
 
 
-def prepare_pipeline(location: str | Path | None, settings: Settings, spark: SparkSession) -> Plan:
+def prepare_pipeline(location: str | Path | None, settings: Settings, spark: Starting) -> Plan:
     """A validated plan, or InvalidPipelineError listing every problem."""
     path = resolve_location(location, settings)
     plan, report = plan_pipeline(path, settings, spark)

@@ -108,12 +108,15 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         try:
             location = resolve_location(args.pipeline, settings)
             starting = start_session(settings.spark)
-            # The rest of the engine is imported, and the pipeline checked, while the JVM starts.
-            from streamling.api import check_structure, execute_plan, prepare_pipeline
+            # The rest of the engine is imported, the pipeline checked and its sources' schemas looked up while
+            # the JVM starts; an invalid structure exits without waiting for it.
+            from streamling.api import execute_plan, prepare_pipeline
 
-            check_structure(location, settings)
-            spark = starting.result()
-            plan = prepare_pipeline(args.pipeline, settings, spark)
+            try:
+                plan = prepare_pipeline(location, settings, starting)
+            finally:
+                if starting.done() and starting.exception() is None:
+                    spark = starting.result()
         except StreamlingError as exc:
             # Bad input is an invalid pipeline or configuration; an outage (a retriable error, such as a
             # Schema Registry that stayed unreachable) is a failed run that may succeed when retried.

@@ -137,6 +137,11 @@ class Operator(Generic[S]):
         """Called once the plan has built every operator, for nodes that use others (a SQL transform
         calling a dynamic table)."""
 
+    def prefetch(self) -> None:
+        """Look up, without Spark, what the node's schema needs from outside (a Schema Registry's latest schema):
+        the CLI runs it while the JVM starts, so the wait is not added to the start. A failure is kept and raised
+        where the value is needed, so validation reports it as before."""
+
     def initialize(self, ctx: RunContext) -> None:
         """Open connections and create external objects; never called by validation."""
 

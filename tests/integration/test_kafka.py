@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -400,6 +402,51 @@ def test_kafka_sink_requires_a_primary_key(spark, make_settings, write_pipeline,
         """)
     _, report = plan_pipeline(path, settings_for(make_settings, kafka), spark)
     assert report.errors == ["kafka sink 'out' requires a primary key"]
+
+
+class _SessionStarting(Future):
+    """The CLI's session future (`start_session`), which also tells when planning first waits for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited_for = threading.Event()
+
+    def result(self, timeout: float | None = None):
+        self.waited_for.set()
+        return super().result(timeout)
+
+
+def test_planning_looks_a_sources_schema_up_before_it_waits_for_the_session(
+    spark, make_settings, write_pipeline, kafka
+):
+    """While the CLI's JVM starts, the registry is asked for the reader schema (`Operator.prefetch`): a version
+    registered after planning began to wait for the session is not the one the run reads with."""
+    from streamling.api import plan_pipeline
+
+    topic = kafka.topic("prefetch", partitions=1)
+    kafka.register(topic, TX_SCHEMA)
+    path = write_pipeline(f"""
+        sources:
+          src: {{type: kafka, topic: {topic}}}
+        sinks:
+          out: {{type: print, from: src}}
+        """)
+    starting = _SessionStarting()
+    planned: dict[str, object] = {}
+    thread = threading.Thread(
+        target=lambda: planned.update(result=plan_pipeline(path, settings_for(make_settings, kafka), starting))
+    )
+    thread.start()
+    try:
+        assert starting.waited_for.wait(60)
+        kafka.register(topic, TX_SCHEMA_V2)
+    finally:
+        starting.set_result(spark)
+        thread.join(60)
+    plan, report = planned["result"]
+    assert report.errors == []
+    assert plan.schemas["src"].fieldNames() == [*(f["name"] for f in TX_SCHEMA["fields"]), "_gs_op"]
+    assert plan.source("src").reader_schema()[1] == 1
 
 
 def test_ending_offsets_latest_makes_a_bounded_job(spark, make_settings, write_pipeline, kafka, tmp_path):

@@ -203,6 +203,10 @@ class HybridSource(Source[HybridSourceSpec]):
     def label(self) -> str:
         return f"hybrid source '{self.name}'"
 
+    def prefetch(self) -> None:
+        """The stream's lookups only: its schema is the hybrid's, and a finished backfill's tables may be gone."""
+        self.children[-1].prefetch()
+
     def reads(self) -> list[ExternalObject]:
         """Its bounded tables, then its topic, in reading order; a table two phases read is one object."""
         return list({o.key: o for child in self.children for o in child.reads()}.values())

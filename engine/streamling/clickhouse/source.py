@@ -83,6 +83,7 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
         super().__init__(*args, **kwargs)
         self._rows_by_end: dict[str, int] = {}
         """Rows of the epochs read but not yet committed, by end position (positions cannot tell)."""
+        self._info_error: StreamlingError | None = None
 
     @property
     def state_key(self) -> str:
@@ -93,8 +94,17 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
     def client(self) -> Any:
         return get_client(self.settings.clickhouse_source, self.label)
 
+    def prefetch(self) -> None:
+        """The table's description: with the embedded engine, its start (loading chdb) overlaps the JVM's."""
+        try:
+            self.info  # noqa: B018 (a cached property, computed here)
+        except StreamlingError as exc:
+            self._info_error = exc
+
     @cached_property
     def info(self) -> TableInfo:
+        if self._info_error is not None:
+            raise self._info_error
         database, table = self.database_and_table
         try:
             return inspect(self.client, database, table, self.label)

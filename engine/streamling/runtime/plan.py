@@ -90,6 +90,11 @@ class Plan:
                 )
         return problems
 
+    def prefetch(self) -> None:
+        """Every operator's Spark-free lookups (`Operator.prefetch`), in the pipeline's order."""
+        for name in self.pipeline.topological_order():
+            self.operators[name].prefetch()
+
     def analyze(self, spark: SparkSession) -> list[str]:
         """Compute every node's schema; returns user-facing errors (empty when the plan is sound).
 

@@ -60,6 +60,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
             else None
         )
         self._reader_schema: tuple[str, int, int] | None = None
+        self._reader_schema_error: StreamlingError | None = None
         self._consumer = None
         self._ending: dict[str, int] | None = None
         self._group_pending: dict[int, int] = {}  # consumer-group offsets not committed yet (broker unreachable)
@@ -90,9 +91,18 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def _outage(self, service: str) -> Outage:
         return Outage(self.label, service, patience(self.connection))
 
+    def prefetch(self) -> None:
+        if self.spec.data_format == "avro" and self._reader_schema is None and self._reader_schema_error is None:
+            try:
+                self.reader_schema()
+            except StreamlingError as exc:
+                self._reader_schema_error = exc
+
     def reader_schema(self) -> tuple[str, int, int]:
         """The latest schema of ``<topic>-value`` as (schema, version, id), captured once per run; an unreachable
-        registry is waited for."""
+        registry is waited for (once: a failure in `prefetch` is raised again here)."""
+        if self._reader_schema_error is not None:
+            raise self._reader_schema_error
         if self._reader_schema is None:
             subject = subject_of(self.topic)
             try:
