@@ -204,6 +204,37 @@ def test_decoder_reads_reused_named_types() -> None:
     assert batch.schema.field("after").type.field("amount").type == pa.decimal128(12, 2)
 
 
+def test_records_of_the_reader_schemas_id_need_no_registry_and_other_ids_still_ask_it() -> None:
+    """A worker's first read used to ask the registry for the reader schema, which the driver already holds."""
+    v1 = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}
+    v2 = {
+        "type": "record",
+        "name": "R",
+        "fields": [{"name": "id", "type": "long"}, {"name": "c", "type": "string", "default": "web"}],
+    }
+    asked: list[int] = []
+
+    def fetch(schema_id: int) -> tuple[str, list[tuple[str, int]]]:
+        asked.append(schema_id)
+        return json.dumps(v1), [("t-value", 1)]
+
+    decoder = AvroDecoder(v2, 2, "t-value", "t", fetch, reader_id=7)
+
+    def frame(schema_id: int, schema: dict, record: dict) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+        return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+    own = [frame(7, v2, {"id": i, "c": f"c{i}"}) for i in range(3)]
+    assert decoder.decode(own, [Offset(i) for i in range(3)], 0).to_pylist() == [
+        {"id": i, "c": f"c{i}"} for i in range(3)
+    ]
+    assert asked == []
+    older = decoder.decode([frame(3, v1, {"id": 9}), own[0]], [Offset(3), Offset(4)], 0)
+    assert older.to_pylist() == [{"id": 9, "c": "web"}, {"id": 0, "c": "c0"}]
+    assert asked == [3]
+
+
 def test_decimals_convert_exactly() -> None:
     def enc(d: Decimal, scale: int) -> bytes:
         unscaled = int(d.scaleb(scale))

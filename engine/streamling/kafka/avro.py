@@ -365,8 +365,10 @@ class AvroDecoder:
         fetch_writer: Callable[[int], tuple[str, list[tuple[str, int]]]],
         validate_ordering: bool = True,
         overrides: Mapping[int, int] | None = None,
+        reader_id: int | None = None,
     ) -> None:
-        """`overrides`: writer schema id found in a frame → schema id to decode it with instead."""
+        """`overrides`: writer schema id found in a frame → schema id to decode it with instead. `reader_id`: the
+        reader schema's id, whose records then need no registry lookup (a worker's first read asked for it)."""
         import fastavro
 
         self._fastavro = fastavro
@@ -402,6 +404,8 @@ class AvroDecoder:
         self._plans: dict[bytes, BlockPlan | None] | None = None if self.converters else {}
         """Per frame, how its payloads are decoded as one block (None: per record); None for a reader schema
         holding wide decimals, which become exact strings one value at a time."""
+        if reader_id is not None:
+            self._learn(reader_id, copy.deepcopy(reader_schema))
 
     def _writer(self, schema_id: int, where: str) -> tuple[Any, Any]:
         """(writer schema, reader schema or None when they are identical: no resolution needed)."""
@@ -416,10 +420,14 @@ class AvroDecoder:
                     "start; restart the pipeline to read with the new schema, or set "
                     "validate_writer_schema_ordering: false"
                 )
-            self._writer_schemas[schema_id] = json.loads(schema_str)
-            parsed = self._fastavro.parse_schema(_strip(json.loads(schema_str), set(self.decimals)))
-            writer = (parsed, None if parsed == self.reader else self.reader)
-            self._writers[schema_id] = writer
+            writer = self._learn(schema_id, json.loads(schema_str))
+        return writer
+
+    def _learn(self, schema_id: int, schema: Any) -> tuple[Any, Any]:
+        self._writer_schemas[schema_id] = schema
+        parsed = self._fastavro.parse_schema(_strip(copy.deepcopy(schema), set(self.decimals)))
+        writer = (parsed, None if parsed == self.reader else self.reader)
+        self._writers[schema_id] = writer
         return writer
 
     def decode(

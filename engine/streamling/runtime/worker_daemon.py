@@ -28,7 +28,6 @@ PRELOAD = (
     "streamling.kafka.source.reader",
     "streamling.kafka.source.decoding",  # imported by a read, not by the reader's module (see there)
     "streamling.dead_letters",
-    "confluent_kafka.schema_registry",  # the Avro reader's registry client: 0.17 s on each worker's first read
     "streamling.builtins.generator",
 )
 """Imported before forking besides the worker module. Not polars: its thread pool starts on import. Not pandas:
@@ -36,7 +35,9 @@ a worker imports it at its first Arrow array built from Python values (pyarrow's
 warm-up read does that for the first worker in the background, whereas ~0.2 s more in the daemon delayed the
 run's first epoch, which waits for the daemon to listen (cold first row 6.36 -> 6.08 s, medians of 7 pairs). Not
 the plugin sources' reader either (~0.1 s, most of it the plugin adapters' imports): a plugin source's worker
-imports it at its first read (cold first row of a Kafka pipeline 6.27 -> 6.15 s, medians of 8 pairs)."""
+imports it at its first read (cold first row of a Kafka pipeline 6.27 -> 6.15 s, medians of 8 pairs). Not the
+Schema Registry client (0.17 s): the Avro reader needs it only for a writer schema other than the reader schema,
+which the driver hands over with its id."""
 
 
 def bundled_zip(entry: str) -> bool:

@@ -31,7 +31,6 @@ def decoder_for(options: Mapping[str, str]) -> AvroDecoder:
     key = "/".join((options["reader_schema_id"], options["topic"], options["source"], overrides))
     decoder = _DECODERS.get(key)
     if decoder is None:
-        client = registry(options)
         subject = subject_of(options["topic"])
         outage = Outage(f"kafka source '{options['source']}'", "Schema Registry", patience(options))
 
@@ -40,6 +39,7 @@ def decoder_for(options: Mapping[str, str]) -> AvroDecoder:
             position moves past records that could not be decoded."""
 
             def fetch() -> tuple[str, list[tuple[str, int]]]:
+                client = registry(options)  # only for a writer schema other than the reader's
                 schema = client.get_schema(schema_id)
                 return schema.schema_str, [(v.subject, v.version) for v in client.get_schema_versions(schema_id)]
 
@@ -60,6 +60,7 @@ def decoder_for(options: Mapping[str, str]) -> AvroDecoder:
             fetch_writer,
             validate_ordering=options.get("validate_writer_schema_ordering", "true") == "true",
             overrides={int(k): int(v) for k, v in json.loads(overrides).items()},
+            reader_id=int(options["reader_schema_id"]),
         )
         _DECODERS[key] = decoder
     return decoder
