@@ -204,14 +204,24 @@ def test_decoder_reads_reused_named_types() -> None:
     assert batch.schema.field("after").type.field("amount").type == pa.decimal128(12, 2)
 
 
+R_V1 = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}
+R_V2 = {
+    "type": "record",
+    "name": "R",
+    "fields": [{"name": "id", "type": "long"}, {"name": "c", "type": "string", "default": "web"}],
+}
+"""Version 2 of a record adds a field with a default."""
+
+
+def confluent_frame(schema_id: int, schema: dict, record: dict) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+
 def test_records_of_the_reader_schemas_id_need_no_registry_and_other_ids_still_ask_it() -> None:
     """A worker's first read used to ask the registry for the reader schema, which the driver already holds."""
-    v1 = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}
-    v2 = {
-        "type": "record",
-        "name": "R",
-        "fields": [{"name": "id", "type": "long"}, {"name": "c", "type": "string", "default": "web"}],
-    }
+    v1, v2 = R_V1, R_V2
     asked: list[int] = []
 
     def fetch(schema_id: int) -> tuple[str, list[tuple[str, int]]]:
@@ -220,17 +230,12 @@ def test_records_of_the_reader_schemas_id_need_no_registry_and_other_ids_still_a
 
     decoder = AvroDecoder(v2, 2, "t-value", "t", fetch, reader_id=7)
 
-    def frame(schema_id: int, schema: dict, record: dict) -> bytes:
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
-        return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
-
-    own = [frame(7, v2, {"id": i, "c": f"c{i}"}) for i in range(3)]
+    own = [confluent_frame(7, v2, {"id": i, "c": f"c{i}"}) for i in range(3)]
     assert decoder.decode(own, [Offset(i) for i in range(3)], 0).to_pylist() == [
         {"id": i, "c": f"c{i}"} for i in range(3)
     ]
     assert asked == []
-    older = decoder.decode([frame(3, v1, {"id": 9}), own[0]], [Offset(3), Offset(4)], 0)
+    older = decoder.decode([confluent_frame(3, v1, {"id": 9}), own[0]], [Offset(3), Offset(4)], 0)
     assert older.to_pylist() == [{"id": 9, "c": "web"}, {"id": 0, "c": "c0"}]
     assert asked == [3]
 
@@ -255,19 +260,9 @@ def test_decimals_convert_exactly() -> None:
 
 
 def test_decoder_reads_older_writer_with_defaults_and_names_bad_frames() -> None:
-    v1 = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}
-    v2 = {
-        "type": "record",
-        "name": "R",
-        "fields": [{"name": "id", "type": "long"}, {"name": "c", "type": "string", "default": "web"}],
-    }
+    v1, v2 = R_V1, R_V2
     writers = {1: (json.dumps(v1), [("t-value", 1)]), 2: (json.dumps(v2), [("t-value", 2)])}
     decoder = AvroDecoder(v2, 2, "t-value", "t", lambda sid: writers[sid])
-
-    def frame(schema_id: int, schema: dict, record: dict) -> bytes:
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
-        return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
 
     class M:
         def __init__(self, offset: int) -> None:
@@ -276,7 +271,7 @@ def test_decoder_reads_older_writer_with_defaults_and_names_bad_frames() -> None
         def offset(self) -> int:
             return self._offset
 
-    payloads = [frame(1, v1, {"id": 1}), frame(2, v2, {"id": 2, "c": "app"})]
+    payloads = [confluent_frame(1, v1, {"id": 1}), confluent_frame(2, v2, {"id": 2, "c": "app"})]
     batch = decoder.decode(payloads, [M(10), M(11)], 0)
     assert batch.to_pylist() == [{"id": 1, "c": "web"}, {"id": 2, "c": "app"}]
     with pytest.raises(StreamlingError) as info:
