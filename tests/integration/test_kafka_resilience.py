@@ -18,7 +18,7 @@ import uuid
 import fastavro
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from streamling.kafka.source import reader as kafka_reader
 from streamling.kafka.source.operator import KafkaSource
@@ -143,39 +143,47 @@ def test_schema_registry_away_at_start_and_mid_run_loses_nothing(
 ) -> None:
     topic = kafka.topic("registry", partitions=2)
     kafka.produce_avro(topic, V1, [{"id": i, "amount": i * 1.5} for i in range(100)], partition_of=lambda i: i % 2)
-    v2_id = kafka.register(topic, V2)  # a compatible evolution; the reader schema captured at start
+    kafka.register(topic, V2)  # a compatible evolution; the reader schema captured at start
+    # The mid-run records' schema: one the engine has not seen (the reader schema's own id needs no registry), under
+    # another subject, as a record-name strategy would register it; it encodes like V2.
+    unseen = {**V2, "fields": [*V1["fields"], {"name": "channel", "type": "string", "default": "mobile"}]}
+    unseen_id = kafka.registry.register_schema(f"{topic}-mirror-value", Schema(json.dumps(unseen), "AVRO"))
 
     # Away at start: the pipeline waits for the reader schema instead of failing.
     services("down", "registry")
-    with caplog.at_level(logging.INFO, logger="streamling.kafka"):
-        run = _start(write_pipeline, make_settings, kafka, postgres_env, spark, topic, schema)
+    caplog.set_level(logging.INFO, logger="streamling.kafka")
+    run = _start(write_pipeline, make_settings, kafka, postgres_env, spark, topic, schema)
+    try:
         time.sleep(OUTAGE_SEC)  # longer than the registry client's own few retries
         _still_running(run)
         assert _rows(pg_connect, schema) == []
         services("up", "registry")
         run.wait_until(lambda: len(_rows(pg_connect, schema)) == 100, timeout=60)
-    waited = [r.getMessage() for r in caplog.records if "Schema Registry" in r.getMessage()]
-    assert len(waited) == 2, waited
-    assert waited[0].startswith("kafka source 'src': Schema Registry unreachable (")
-    assert waited[0].endswith("), waiting up to 300 s")
-    assert waited[1].startswith("kafka source 'src': Schema Registry reachable again after ")
-    before = _high_watermarks(kafka, topic)
-    run.wait_until(lambda: _offsets(tmp_path, topic) == before)
+        waited = [r.getMessage() for r in caplog.records if "Schema Registry" in r.getMessage()]
+        assert len(waited) == 2, waited
+        assert waited[0].startswith("kafka source 'src': Schema Registry unreachable (")
+        assert waited[0].endswith("), waiting up to 300 s")
+        assert waited[1].startswith("kafka source 'src': Schema Registry reachable again after ")
+        before = _high_watermarks(kafka, topic)
+        run.wait_until(lambda: _offsets(tmp_path, topic) == before)
 
-    # Away mid-run, when records written with a schema id the engine has not seen yet arrive.
-    services("down", "registry")
-    second = [{"id": i, "amount": i * 1.5, "channel": "app"} for i in range(100, 160)]
-    _produce_framed(kafka, topic, v2_id, second)
-    time.sleep(OUTAGE_SEC)
-    _still_running(run)
-    assert _offsets(tmp_path, topic) == before  # nothing committed past the records it could not decode
-    assert len(_rows(pg_connect, schema)) == 100
-    services("up", "registry")
-    fresh = SchemaRegistryClient({"url": kafka.registry_url})
-    assert json.loads(fresh.get_schema(v2_id).schema_str) == V2  # the registry kept its schemas across the restart
+        # Away mid-run, when records written with a schema id the engine has not seen yet arrive.
+        services("down", "registry")
+        second = [{"id": i, "amount": i * 1.5, "channel": "app"} for i in range(100, 160)]
+        _produce_framed(kafka, topic, unseen_id, second)
+        time.sleep(OUTAGE_SEC)
+        _still_running(run)
+        assert _offsets(tmp_path, topic) == before  # nothing committed past the records it could not decode
+        assert len(_rows(pg_connect, schema)) == 100
+        services("up", "registry")
+        fresh = SchemaRegistryClient({"url": kafka.registry_url})
+        assert json.loads(fresh.get_schema(unseen_id).schema_str) == unseen  # kept across the restart
 
-    run.wait_until(lambda: len(_rows(pg_connect, schema)) == 160, timeout=60)
-    run.finish()
+        run.wait_until(lambda: len(_rows(pg_connect, schema)) == 160, timeout=60)
+        run.finish()
+    finally:  # a failed assertion must not leave the query running in the shared session
+        run.stop.set()
+        run.thread.join(60)
     expected = [(i, i * 1.5, "web") for i in range(100)] + [(i, i * 1.5, "app") for i in range(100, 160)]
     assert _rows(pg_connect, schema) == expected
     assert _offsets(tmp_path, topic) == _high_watermarks(kafka, topic) == {0: before[0] + 30, 1: before[1] + 30}
