@@ -3,7 +3,7 @@
 Lifecycle, in the order the runtime calls it:
 
 - ``initialize(ctx)`` once before data flows (open connections, create tables);
-- per epoch: sources describe a Spark streaming DataFrame; transforms map DataFrames; sinks ``write``
+- per epoch: sources offer a stream reader (or read on the driver); transforms map DataFrames; sinks ``write``
   the epoch's DataFrame, then ``flush_epoch`` (the marker: flush everything durable), then,
   after the source's position is committed, ``epoch_committed`` (the finalizer);
 - ``terminate()`` once at shutdown, also after failures.
@@ -28,6 +28,7 @@ from streamling.types import GS_OP
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.datasource import DataSourceStreamReader
     from pyspark.sql.types import StructType
 
     from streamling.config import Settings
@@ -166,7 +167,7 @@ SS = TypeVar("SS", bound=SourceSpec)
 class Source(Operator[SS]):
     kind: ClassVar[str] = "source"
     reads_on_driver: ClassVar[bool] = False
-    """True for sources the driver reads itself (`next_epoch`) instead of a Spark streaming query."""
+    """True for sources the driver reads itself (`next_epoch`) instead of Spark tasks (`stream_reader`)."""
 
     def schema(self) -> StructType:
         """Output schema, including ``_gs_op``; known without reading data."""
@@ -208,13 +209,21 @@ class Source(Operator[SS]):
         the high watermark — when the source can tell without reading them; for monitoring."""
         return None
 
-    def stream(
+    def stream_reader(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
-    ) -> DataFrame:
-        """A streaming DataFrame that starts reading at `start`. With `replay_end`, the first epoch must
-        end exactly there: it replays an epoch some sink already applied, so that sink can recognise and
-        skip it (see `Sink.applied_epoch`)."""
+    ) -> DataSourceStreamReader:
+        """The reader of this source's stream from `start`: Spark's own contract (`latestOffset` paces epochs,
+        `partitions` splits one, `read` reads a partition into ``pyarrow.RecordBatch``es). The engine calls
+        `latestOffset` and `partitions` on the driver and `read` in Spark tasks, on a copy pickled before the
+        driver's first call (`runtime/reading.py`); `stop` when the query ends. With `replay_end`, the first
+        `latestOffset` must answer exactly that end: the epoch replays one some sink already applied, so that sink
+        can recognise and skip it (see `Sink.applied_epoch`)."""
         raise NotImplementedError
+
+    def shape_epoch(self, df: DataFrame) -> DataFrame:
+        """What each epoch's rows go through as they are read, before the plan (a hybrid's phase conforms them to
+        the hybrid's schema); the rows as they are by default."""
+        return df
 
     def phases(self) -> list[Source[Any]] | None:
         """For sources that run in phases (hybrid): the sources to run one after another, under this

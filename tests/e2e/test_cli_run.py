@@ -92,10 +92,11 @@ def test_runtime_failure_exits_1_without_traceback_and_keeps_position(tmp_path: 
     assert sqlite_leases(tmp_path / "state.db") == {}  # released after the failure
 
 
-def test_spark_side_query_failure_is_one_error_line(tmp_path: Path) -> None:
-    """A streaming query that Spark itself ends (here the test plugin's reader raises a plain RuntimeError in
-    Spark's Python streaming-source process, as a `[CANNOT_OPEN_SOCKET]` would) fails the run with exit 1 and
-    exactly one `Error:` line naming the source and the cause, without a traceback."""
+def test_internal_failure_restarts_then_ends_in_one_error_line(tmp_path: Path) -> None:
+    """A failure that is not the user's own (here the test plugin's reader raises a plain RuntimeError while the
+    engine plans an epoch) restarts the run from its last committed epoch, one WARN line per restart; once the
+    failures exceed `restart_strategy.max_failures` the run fails with exit 1 and exactly one `Error:` line naming
+    the source and the cause, without a traceback, and nothing past the failure is committed."""
     path = write(
         tmp_path,
         """
@@ -108,6 +109,8 @@ def test_spark_side_query_failure_is_one_error_line(tmp_path: Path) -> None:
     repo = str(Path(__file__).resolve().parents[2])
     env = {
         "STREAMLING__JOB_MODE": "true",
+        "STREAMLING__RESTART_STRATEGY__INITIAL_BACKOFF_SEC": "0.2",
+        "STREAMLING__RESTART_STRATEGY__MAX_FAILURES": "2",
         "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p),
     }
     result = subprocess.run(
@@ -120,11 +123,11 @@ def test_spark_side_query_failure_is_one_error_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 1, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert errors == [
-        "Error: failing_generator source 'src': streaming query failed: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] "
-        "Failed when Python streaming data source perform latestOffset: RuntimeError: the test reader gave up at "
-        "offset 2000"
-    ]
+    assert errors == ["Error: failing_generator source 'src': the test reader gave up at offset 2000"]
+    restarts = [line for line in result.stderr.splitlines() if "restarting from its last committed epochs" in line]
+    assert len(restarts) == 2, result.stderr  # two restarts, then the third failure is one more than max_failures
+    assert all(" WARNING " in line and line.endswith("the test reader gave up at offset 2000") for line in restarts)
+    assert "(restart 1; failure 1 of at most 2 within 600s)" in restarts[0]
     assert "Traceback" not in result.stderr
     assert sqlite_state(tmp_path / "state.db")["src:generator"]["offset"] == 2000
 

@@ -1,8 +1,7 @@
-"""The run lease (one run per pipeline) and the per-run checkpoint folders, without Spark."""
+"""The run lease (one run per pipeline), without Spark."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -12,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from streamling.errors import StreamlingError
-from streamling.runtime.checkpoints import RunFolders
 from streamling.runtime.lease import RunLease, provably_dead, this_process
 from streamling.state.sqlite import SqliteStateBackend
 
@@ -79,22 +77,3 @@ def test_only_a_dead_process_on_this_machine_is_provably_dead() -> None:
     assert not provably_dead({**record, "pid_namespace": "0:1"})  # another container
     assert not provably_dead(this_process())
     assert provably_dead({**this_process(), "started": "1"})  # our pid, but an earlier process's
-
-
-def test_sweep_removes_only_folders_of_runs_that_are_gone(tmp_path: Path) -> None:
-    root = tmp_path / "app"
-    live, ended, me = RunFolders(root, "live"), RunFolders(root, "ended"), RunFolders(root, "me")
-    live.claim()
-    ended.claim()
-    folders = {name: runs.folder("src") for name, runs in (("live", live), ("ended", ended), ("me", me))}
-    for folder in folders.values():
-        (folder / "offsets").mkdir(parents=True)
-    old = root / "src" / "run-0123456789ab"  # an older version's folder: no lock
-    old.mkdir()
-    os.close(ended._lock_fd)  # the process ended without cleaning up (SIGKILL): its lock file stays, unlocked
-    me.claim()
-    me.sweep(["src", "absent"])
-    assert sorted(p.name for p in (root / "src").iterdir()) == sorted([folders["live"].name, folders["me"].name])
-    assert sorted(p.name for p in (root / ".runs").iterdir()) == ["live.lock", "me.lock"]
-    live.release()
-    me.release()

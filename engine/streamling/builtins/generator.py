@@ -2,7 +2,8 @@
 
 Row ``o`` (0-based offset) always has the same values, so a replayed epoch regenerates the same rows;
 that is what lets the quickstart and the tests check delivery exactly. Generation is vectorised with
-numpy and yields Arrow record batches straight to Spark.
+numpy and yields Arrow record batches straight to Spark (its `GeneratorStreamReader`, hosted by the engine:
+`runtime/reading.py`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import types as T
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from streamling.errors import StreamlingError
@@ -166,6 +167,7 @@ class _Range(InputPartition):
 
 class GeneratorStreamReader(DataSourceStreamReader):
     def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = dict(options)
         self.config = json.loads(options["config"])
         self.start = int(options["start"])
         self.parallelism = max(1, int(options.get("parallelism", "1")))
@@ -209,21 +211,8 @@ class GeneratorStreamReader(DataSourceStreamReader):
         """Positions are committed by the runtime to the state backend, not here."""
 
 
-class GeneratorDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "streamling_generator"
-
-    def schema(self) -> T.StructType:
-        return spark_schema(json.loads(self.options["config"])["columns"])
-
-    def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:
-        return GeneratorStreamReader(self.options)
-
-
 class GeneratorSource(Source[GeneratorSourceSpec]):
     spec_model: ClassVar[type[GeneratorSourceSpec]] = GeneratorSourceSpec
-    data_source: ClassVar[type[DataSource]] = GeneratorDataSource
 
     @property
     def state_key(self) -> str:
@@ -275,17 +264,17 @@ class GeneratorSource(Source[GeneratorSourceSpec]):
             "batch_rows": min(spec.record_batch_size or self.settings.record_batch_size, 65_536),
         }
 
-    def stream(
+    def stream_reader(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
-    ) -> DataFrame:
+    ) -> DataSourceStreamReader:
         parallelism = self.spec.partitions or self.spec.parallelism or spark.sparkContext.defaultParallelism
         max_rows = self.spec.record_batch_size or self.settings.record_batch_size
-        return (
-            spark.readStream.format(GeneratorDataSource.name())
-            .option("config", json.dumps(self.reader_config()))
-            .option("start", str(int(start["offset"])))
-            .option("parallelism", str(parallelism))
-            .option("replay_end", json.dumps(dict(replay_end) if replay_end is not None else None))
-            .options(**Pacer.options(max_rows, self.settings.checkpoint_interval_sec))
-            .load()
+        return GeneratorStreamReader(
+            {
+                "config": json.dumps(self.reader_config()),
+                "start": str(int(start["offset"])),
+                "parallelism": str(parallelism),
+                "replay_end": json.dumps(dict(replay_end) if replay_end is not None else None),
+                **Pacer.options(max_rows, self.settings.checkpoint_interval_sec),
+            }
         )

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.datasource import DataSourceStreamReader
 
 from streamling.clickhouse.client import qualified, quote
 from streamling.clickhouse.objects import split_table_name
@@ -130,11 +131,6 @@ class Phase(Source[Any]):
         self.reads_on_driver = child.reads_on_driver  # type: ignore[misc]
 
     @property
-    def data_source(self) -> Any:
-        """The child's (a Kafka child gets a data source of its own when it is initialised)."""
-        return getattr(self.child, "data_source", None)
-
-    @property
     def label(self) -> str:
         return f"{self.hybrid.label} (phase {self.index + 1}: {self.child.label})"
 
@@ -171,17 +167,17 @@ class Phase(Source[Any]):
 
     def next_epoch(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
-    ) -> tuple[DataFrame, dict[str, Any]] | None:
-        batch = self.child.next_epoch(spark, start, replay_end)
-        if batch is None:
-            return None
-        frame, end = batch
-        return self.hybrid.conform(self.child.refine(frame)), end
+    ) -> tuple[DataFrame | None, dict[str, Any]] | None:
+        return self.child.next_epoch(spark, start, replay_end)
 
-    def stream(
+    def stream_reader(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
-    ) -> DataFrame:
-        return self.hybrid.conform(self.child.refine(self.child.stream(spark, start, replay_end)))
+    ) -> DataSourceStreamReader:
+        return self.child.stream_reader(spark, start, replay_end)
+
+    def shape_epoch(self, df: DataFrame) -> DataFrame:
+        """The child's own row selection, then the hybrid's shape."""
+        return self.hybrid.conform(self.child.refine(self.child.shape_epoch(df)))
 
 
 class HybridSource(Source[HybridSourceSpec]):

@@ -320,6 +320,32 @@ class PluginSettings(_Section):
         return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
 
 
+class RestartStrategySettings(_Section):
+    """What a run that failed for a reason other than the user's own does (`runtime/restarts.py`): start again from
+    its last committed epochs after a backoff, at most `max_failures` times within `failure_window_sec`."""
+
+    type: Literal["exponential-delay", "fixed-delay", "none"] = "exponential-delay"
+    initial_backoff_sec: Seconds = 1.0
+    """The wait before the first restart (every restart's with ``fixed-delay``)."""
+    max_backoff_sec: Seconds = 60.0
+    backoff_multiplier: float = Field(default=2.0, ge=1.0)
+    """Each failure within the window multiplies the wait by this (``exponential-delay``)."""
+    jitter_factor: float = Field(default=0.1, ge=0.0, le=1.0)
+    """The wait varies by up to this fraction either way, so restarts of many runs do not come back in lockstep."""
+    max_failures: PositiveInt = 5
+    """More failures than this within `failure_window_sec` end the run with the last one."""
+    failure_window_sec: Seconds = 600.0
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _flink_names(cls, value: object) -> object:
+        """``exponential-delay``, ``exponential_delay`` and ``ExponentialDelay`` alike."""
+        if isinstance(value, str):
+            key = re.sub(r"(?<=[a-z])(?=[A-Z])", "-", value.strip()).replace("_", "-").lower()
+            return {"disable": "none", "off": "none", "no-restart": "none"}.get(key, key)
+        return value
+
+
 class PrintSinkSettings(_Section):
     sample_every: PositiveInt = 1
 
@@ -328,6 +354,8 @@ class SparkSettings(_Section):
     master: str = "local[*]"
     app_name: str = "streamling"
     checkpoint_root: str = "./.streamling/checkpoints"
+    """Unused since epochs are planned by the engine rather than by Spark's streaming checkpoints; accepted so
+    configs that set it still load."""
     shuffle_partitions: PositiveInt = 4
     class_archive: bool = True
     """Start the driver's JVM from a class-data archive of Spark's classes (built once, see `class_archive`)."""
@@ -470,6 +498,7 @@ class Settings(_Section):
     """Header value per secret (``STREAMLING__HTTP_SECRET_VALUE__<NAME>``); never logged or shown."""
     script_transform: ScriptTransformSettings = Field(default_factory=ScriptTransformSettings)
     plugin: PluginSettings = Field(default_factory=PluginSettings)
+    restart_strategy: RestartStrategySettings = Field(default_factory=RestartStrategySettings)
     _notices: list[str] = PrivateAttr(default_factory=list)
     """Things worth one warning at start that are not errors (a named config file that is missing)."""
 

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -301,7 +302,7 @@ class _PluginSource(PluginNode, Source[Any]):
 
 
 class PluginArrowSource(_PluginSource):
-    """An `ArrowSource` as a Spark Python Data Source: positions travel as Spark offsets ``{"position": …}``."""
+    """An `ArrowSource` as a Spark stream reader: positions travel as offsets ``{"position": …}``."""
 
     def load_position(self, state: StateBackend) -> dict[str, Any]:
         return self.committed_position(state) or {"position": self.call("initial_position")}
@@ -312,22 +313,12 @@ class PluginArrowSource(_PluginSource):
         entries = {_position_key(self.name): {"position": end.get("position"), "updated_at": now_ms}}
         return {**entries, **self.node_state.entries()}
 
-    @cached_property
-    def data_source(self) -> type:
-        """A Data Source class of this node's own (Spark registers sources by class), carrying its plugin."""
-        from streamling.plugins.source_reader import data_source_for
-
-        return data_source_for(self.ref(), self.schema())
-
-    def stream(
+    def stream_reader(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
-    ) -> DataFrame:
-        return (
-            spark.readStream.format(self.data_source.name())
-            .option("start", json.dumps(start.get("position")))
-            .option("replay_end", json.dumps(dict(replay_end) if replay_end is not None else None))
-            .load()
-        )
+    ) -> DataSourceStreamReader:
+        from streamling.plugins.source_reader import PluginStreamReader
+
+        return PluginStreamReader(self.ref(), self.schema(), start.get("position"), replay_end)
 
 
 class PluginPolledSource(_PluginSource):

@@ -1,25 +1,20 @@
-"""An `ArrowSource` as a Spark Python Data Source streaming reader.
+"""An `ArrowSource` as a Spark stream reader (`DataSourceStreamReader`).
 
-Spark asks the reader (in a Python worker next to the driver) for the initial and the latest offset and for
-the partitions of a range, then runs `read` per partition on the executors. Offsets are ``{"position": p}``
-with the plugin's JSON position inside; the runtime reads the batch's end from Spark's offset log and
-commits it to the state backend itself, so `commit` does nothing. Each node gets a Data Source class of its
-own (Spark registers sources by class and name) carrying its `PluginRef` and schema, so no option of the
-query holds the plugin's options.
+The engine asks the reader, on the driver, for the latest position and for the partitions of a range, and runs
+`read` per partition in Spark tasks (`runtime/reading.py`). Offsets are ``{"position": p}`` with the plugin's JSON
+position inside; the runtime commits an epoch's end to the state backend itself, so `commit` does nothing. The
+reader carries the node's `PluginRef` (module, class, pickled options), from which each process builds the plugin.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterator
-from typing import Any, ClassVar
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from streamling.errors import StreamlingError
 from streamling.plugins.adapters import PluginRef, arrow_schema_of, conform, plugin_errors
 
 
@@ -30,13 +25,12 @@ class _Range(InputPartition):
 
 
 class PluginStreamReader(DataSourceStreamReader):
-    def __init__(self, ref: PluginRef, schema: StructType, options: dict[str, str]) -> None:
+    def __init__(self, ref: PluginRef, schema: StructType, start: Any, replay_end: Mapping[str, Any] | None) -> None:
         self.ref = ref
         self.expected = arrow_schema_of(schema)
-        self.start = json.loads(options["start"])
-        replay = json.loads(options.get("replay_end") or "null")
-        self.replay_end = replay.get("position") if isinstance(replay, dict) else None
-        self.replaying = replay is not None
+        self.start = start
+        self.replay_end = replay_end.get("position") if replay_end is not None else None
+        self.replaying = replay_end is not None
 
     def initialOffset(self) -> dict:
         return {"position": self.start}
@@ -68,32 +62,3 @@ class PluginStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Positions are committed by the runtime to the state backend, not here."""
-
-
-class PluginDataSource(DataSource):
-    """Subclassed per node by `data_source_for`; the subclass is pickled by value with its class attributes."""
-
-    ref: ClassVar[PluginRef]
-    spark_schema: ClassVar[str]
-    source_name: ClassVar[str]
-
-    @classmethod
-    def name(cls) -> str:
-        return cls.source_name
-
-    def schema(self) -> StructType:
-        return StructType.fromJson(json.loads(self.spark_schema))
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return PluginStreamReader(self.ref, self.schema(), dict(self.options))
-
-
-def data_source_for(ref: PluginRef, schema: StructType) -> type[DataSource]:
-    if not ref.plugin_id:
-        raise StreamlingError(f"{ref.label}: no plugin id")
-    name = "streamling_plugin_" + re.sub(r"\W", "_", f"{ref.application_id}_{ref.node}_{ref.plugin_id}")
-    return type(
-        f"PluginDataSource_{re.sub(r'[^A-Za-z0-9_]', '_', ref.node)}",
-        (PluginDataSource,),
-        {"ref": ref, "spark_schema": json.dumps(schema.jsonValue()), "source_name": name, "__module__": __name__},
-    )

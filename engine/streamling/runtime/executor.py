@@ -6,10 +6,14 @@ computes the next one. A failure anywhere fails the pipeline before the commit, 
 restart: at-least-once. Sinks that report their last applied epoch (`Sink.applied_epoch`) get that epoch replayed
 with identical bounds so they can skip it (`PipelineRunner.replay_end`).
 
-Spark's checkpoint directory is per run and deleted afterwards; restarts resume from the state
-backend, which is therefore the only source of truth for positions. A run holds its pipeline's lease
-(`runtime/lease.py`) from before it touches anything until it has cleaned up, and checks it before each
-commit, so two runs never write one pipeline's positions.
+Restarts resume from the state backend, the only source of truth for positions, also within a run: a failure that
+is not the user's own restarts the run's queries from their last committed epochs (`runtime/restarts.py`). A run
+holds its pipeline's lease (`runtime/lease.py`) from before it touches anything until it has cleaned up, also
+across its restarts, and checks it before each commit, so two runs never write one pipeline's positions.
+
+A run's Spark jobs go to the FAIR scheduler pool of its pipeline (`scheduler_pool`), so in an engine hosting many
+runs a backfill's tasks do not hold back a trickling pipeline's, and each source's jobs form a job group that a hard
+stop cancels.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -29,11 +32,11 @@ from pyspark.sql import SparkSession
 from streamling.config import Settings
 from streamling.errors import StreamlingError, error_context, first_line, wrap
 from streamling.operators import RunContext, Sink, Source, Written, rows_of
-from streamling.runtime.checkpoints import RunFolders, safe_name
 from streamling.runtime.epoch_commit import epoch_key
 from streamling.runtime.lease import RunLease
 from streamling.runtime.plan import Plan
-from streamling.runtime.queries import SHUTDOWN_GRACE_SEC, DriverSourceQuery, PhasedQuery, QueryDriver, SourceQuery
+from streamling.runtime.queries import SHUTDOWN_GRACE_SEC, PhasedQuery, QueryDriver, SourceQuery
+from streamling.runtime.restarts import Restarts
 from streamling.runtime.summary import RunSummary, SourceProgress
 from streamling.state import StateBackend
 from streamling.telemetry.run import RunTelemetry
@@ -59,11 +62,10 @@ class PipelineRunner:
         self.spark = spark
         self.state = state
         self.summary = summary or RunSummary()
-        self.checkpoint_root = Path(settings.spark.checkpoint_root) / safe_name(settings.application_id)
         self.run_id = uuid.uuid4().hex[:16]
-        self.folders = RunFolders(self.checkpoint_root, self.run_id)
         self.lease: RunLease | None = None
         self._stop = stop or threading.Event()
+        self.restarts = Restarts(settings.restart_strategy, "the run", self._stop, self._restarted)
         self.telemetry: RunTelemetry | None = None
         """The run's telemetry, from `run` on (its admin API lives as long as the run)."""
         self._rows_lock = threading.Lock()
@@ -100,10 +102,8 @@ class PipelineRunner:
     def run(self) -> RunSummary:
         started = time.monotonic()
         self.telemetry = telemetry = RunTelemetry(self.settings, self.plan, self.spark)
-        ctx = RunContext(self.settings, self.state, self.spark, telemetry)
-        queries: list[QueryDriver] = []
-        initialized = []
         pipeline = self.plan.pipeline
+        self.restarts.what = f"pipeline '{pipeline.name}'"
         self.lease = RunLease(
             self.state, pipeline.name, pipeline.path, self.settings.state_backend.lease_ttl_sec, self.run_id
         )
@@ -114,14 +114,48 @@ class PipelineRunner:
             if not self.lease.acquire(self._stop):  # stopped while waiting for another run's lease
                 self.summary.stopped_by_signal = True
                 return self.summary
-            self.folders.claim()
+            self.restarts.run(self._attempt)
+            self.summary.stopped_by_signal = self._stop.is_set() and not self._limit_reached
+            return self.summary
+        except BaseException as exc:
+            failure = first_line(exc)
+            raise
+        finally:  # last, whatever happened: the next run may start from here on
+            self.lease.release()
+            restore()
+            telemetry.close(failure)
+            self.summary.duration_sec = time.monotonic() - started
+
+    def _restarted(self, failure: BaseException) -> None:
+        """Before a restart's backoff: count it; the next attempt runs a fresh plan (`_attempt`)."""
+        assert self.telemetry is not None
+        self.telemetry.restarted(first_line(failure))
+        self.summary.restarts += 1
+        self.summary.last_error = first_line(failure)
+        self._renew = True
+
+    _renew = False
+
+    def _attempt(self) -> None:
+        """One attempt of the run: initialise the operators, start a query per source, supervise them until they
+        end; always stop and terminate what was started. A restart's attempt runs a fresh plan."""
+        if self._stop.is_set():  # stopped during a restart's backoff
+            return
+        if self._renew:
+            self.plan = self.plan.renewed(self.spark)
+            self._renew = False
+        assert self.telemetry is not None
+        telemetry = self.telemetry
+        ctx = RunContext(self.settings, self.state, self.spark, telemetry)
+        queries: list[QueryDriver] = []
+        initialized = []
+        try:
             for op in self.plan.operators.values():
                 began = time.monotonic()
                 with error_context(op.label):
                     op.initialize(ctx)
                 initialized.append(op)
                 log.debug("%s initialized in %.3f s", op.label, time.monotonic() - began)
-            self.folders.sweep([node.name for node in pipeline.sources])
             positions: dict[str, dict[str, Any]] = {}
             for source_node in self.plan.pipeline.sources:
                 source = self.plan.source(source_node.name)
@@ -132,11 +166,9 @@ class PipelineRunner:
                     phased.start(self.spark)
                     positions[source.name] = dict(phased.current.position) if phased.current else {}
                     continue
-                self.register_source(source)
                 start = source.load_position(self.state)
                 saved_epoch = self.state.get(epoch_key(source.name)) or {}
-                kind = DriverSourceQuery if source.reads_on_driver else SourceQuery
-                query = kind(self, source, start, int(saved_epoch.get("epoch", 0)))
+                query = SourceQuery(self, source, start, int(saved_epoch.get("epoch", 0)))
                 queries.append(query)
                 positions[source.name] = dict(start)
                 if query.exhausted:
@@ -145,30 +177,18 @@ class PipelineRunner:
                 query.start(self.spark, self.replay_end(source, start, query.epoch))
             telemetry.running(positions)
             self._supervise(queries)
-            self.summary.stopped_by_signal = self._stop.is_set() and not self._limit_reached
-            return self.summary
-        except BaseException as exc:
-            failure = first_line(exc)
-            raise
         finally:
-            try:
-                for query in queries:
-                    query.stop()
-                for query in queries:
-                    query.close()
-                for op in reversed(initialized):
-                    try:
-                        op.terminate()
-                    except Exception as exc:  # keep shutting the others down
-                        log.warning("%s: terminate failed: %s", op.label, exc)
-                for query in queries:
-                    query.cleanup()
-            finally:  # last, whatever happened: the next run may start from here on
-                self.folders.release()
-                self.lease.release()
-                restore()
-                telemetry.close(failure)
-                self.summary.duration_sec = time.monotonic() - started
+            for query in queries:
+                query.request_stop()
+            for query in queries:
+                query.stop()
+            for query in queries:
+                query.close()
+            for op in reversed(initialized):
+                try:
+                    op.terminate()
+                except Exception as exc:  # keep shutting the others down
+                    log.warning("%s: terminate failed: %s", op.label, exc)
 
     def _supervise(self, queries: list[QueryDriver]) -> None:
         assert self.telemetry is not None
@@ -237,10 +257,24 @@ class PipelineRunner:
             log.warning("%s: sinks recorded different ends for epoch %d: %s", source.label, committed + 1, ends)
         return ends[0]
 
-    def register_source(self, source: Source) -> None:
-        data_source = getattr(source, "data_source", None)
-        if data_source is not None:
-            self.spark.dataSource.register(data_source)
+    @property
+    def scheduler_pool(self) -> str:
+        """The FAIR scheduler pool of the run's Spark jobs: one per pipeline (a pipeline runs once at a time)."""
+        return f"{self.settings.application_id}/{self.plan.pipeline.name}"
+
+    def bind_thread(self, spark: SparkSession, source: str) -> None:
+        sc = spark.sparkContext
+        sc.setLocalProperty("spark.scheduler.pool", self.scheduler_pool)
+        sc.setJobGroup(self._job_group(source), f"{self.scheduler_pool} {source}", interruptOnCancel=True)
+        # Spark names jobs by their call site; given, it no longer walks and formats the stack for every job.
+        sc.setLocalProperty("callSite.short", f"{self.plan.pipeline.name}:{source}")
+        sc.setLocalProperty("callSite.long", f"pipeline {self.plan.pipeline.name}, source {source}")
+
+    def cancel_jobs(self, spark: SparkSession, source: str) -> None:
+        spark.sparkContext.cancelJobGroup(self._job_group(source))
+
+    def _job_group(self, source: str) -> str:
+        return f"streamling-{self.run_id}-{source}"
 
 
 def _as_streamling_error(error: BaseException, where: str) -> StreamlingError:

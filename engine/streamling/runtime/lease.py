@@ -22,12 +22,17 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from streamling.errors import StreamlingError, first_line
+from streamling.errors import StreamlingError, StreamlingRetriableError, first_line
 from streamling.state import JsonDoc, LeaseHolder, StateBackend
 from streamling.telemetry.logs import in_this_run
 
 log = logging.getLogger("streamling.runtime")
 HEARTBEATS_PER_TTL = 6
+
+
+class LeaseLostError(StreamlingRetriableError):
+    """The run may no longer hold its pipeline's lease: it stops without committing, and is not restarted in place
+    (another run may hold the pipeline by then)."""
 
 
 def _read(path: str) -> str | None:
@@ -181,9 +186,10 @@ class RunLease:
         if lost is None and time.monotonic() > self._valid_until:
             lost = f"its run lease was not renewed for {self.ttl_sec:.0f} s"
         if lost is not None:
-            raise StreamlingError.retry(
+            raise LeaseLostError(
                 f"pipeline '{self.pipeline}': {lost}; stopping without committing, as another run may be writing "
-                "its positions"
+                "its positions",
+                retriable=True,
             )
 
     def release(self) -> None:

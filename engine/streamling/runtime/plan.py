@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from streamling.config import Settings
-from streamling.errors import StreamlingError
+from streamling.errors import InvalidPipelineError, StreamlingError
 from streamling.operators import Epoch, Operator, Sink, Source, Transform
 from streamling.topology.pipeline import Node, Pipeline
 
@@ -89,6 +89,17 @@ class Plan:
                     "(set primary_key, or enforce_primary_keys: true to make this an error)"
                 )
         return problems
+
+    def renewed(self, spark: SparkSession) -> Plan:
+        """A plan of fresh operators for the same pipeline and settings, analysed again: what a restart runs, so that
+        nothing an operator held from the failed attempt (staged state, open clients) carries over."""
+        plan = Plan(self.pipeline, self.settings)
+        plan.prefetch()
+        errors = plan.analyze(spark)
+        if errors:
+            message = f"pipeline '{self.pipeline.name}' is no longer valid: {'; '.join(errors)}"
+            raise InvalidPipelineError(message, errors)
+        return plan
 
     def prefetch(self) -> None:
         """Every operator's Spark-free lookups (`Operator.prefetch`), in the pipeline's order."""

@@ -1,10 +1,9 @@
 """The query drivers: how each kind of source is driven, epoch by epoch, under one written protocol (`QueryDriver`).
 
-- `SourceQuery`: a Structured Streaming query over the source's Spark data source; each micro-batch is one
-  epoch (``foreachBatch``), its end position read from Spark's offset log.
-- `DriverSourceQuery`: a source the driver reads itself (`Source.reads_on_driver`), one epoch after another on a
-  thread, through the same evaluation and commit.
-- `PhasedQuery`: a phased source (hybrid): one of the above per phase, one after another under one name.
+- `SourceQuery`: one source on a thread of its own, one epoch after another: its stream reader hosted on the
+  driver (`runtime/reading.py`: the end planned here, the rows read by Spark tasks), or, for a source the driver
+  reads itself (`Source.reads_on_driver`), its `next_epoch`.
+- `PhasedQuery`: a phased source (hybrid): one `SourceQuery` per phase, one after another under one name.
 
 Every driver stages the sinks' writes inside the epoch and hands the rest to its committer thread
 (`runtime/committer.py`), which finishes epochs with `EpochCommit` (`runtime/epoch_commit.py`). The runner
@@ -14,27 +13,24 @@ Every driver stages the sinks' writes inside the epoch and hands the rest to its
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
 from streamling.config import Settings
-from streamling.errors import StreamlingError, embedded_error, error_context, first_line
+from streamling.errors import error_context
 from streamling.operators import Epoch, Sink, Source, Written
-from streamling.runtime.checkpoints import RunFolders
 from streamling.runtime.committer import Committer
 from streamling.runtime.epoch_commit import EpochCommit, EpochTiming, Staged, epoch_key
 from streamling.runtime.faults import crash_point
-from streamling.runtime.offset_log import read_batch_offsets
 from streamling.runtime.plan import Plan
+from streamling.runtime.reading import ReaderEpochs
 from streamling.runtime.summary import RunSummary, SourceProgress
 from streamling.state import StateBackend
-from streamling.telemetry.logs import RUN_SCOPE, in_this_run
+from streamling.telemetry.logs import in_this_run
 from streamling.telemetry.run import RunTelemetry
 
 if TYPE_CHECKING:
@@ -42,8 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("streamling.runtime")
 SHUTDOWN_GRACE_SEC = 25.0
-WAITING = ("Waiting for data to arrive", "Waiting for next trigger")
-"""A streaming query's status messages between triggers."""
 
 
 class Runner(Protocol):
@@ -52,7 +46,6 @@ class Runner(Protocol):
     plan: Plan
     settings: Settings
     state: StateBackend
-    folders: RunFolders
     summary: RunSummary
     telemetry: RunTelemetry
 
@@ -60,8 +53,12 @@ class Runner(Protocol):
 
     def check_lease(self) -> None: ...
 
-    def register_source(self, source: Source) -> None:
-        """Make `source`'s Spark data source known to the session before its query starts."""
+    def bind_thread(self, spark: SparkSession, source: str) -> None:
+        """Make the calling thread's Spark jobs this run's (its scheduler pool, its job group for `source`)."""
+        ...
+
+    def cancel_jobs(self, spark: SparkSession, source: str) -> None:
+        """Cancel the Spark jobs `source`'s thread is running (a stop whose epoch outlived the grace period)."""
         ...
 
     def replay_end(self, source: Source, start: dict[str, Any], committed: int) -> dict[str, Any] | None:
@@ -110,13 +107,14 @@ class QueryDriver(Protocol):
         """After `stop`: let the committer finish what it was handed, or drop it after a failure."""
         ...
 
-    def cleanup(self) -> None:
-        """Remove the driver's Spark checkpoint folders."""
-        ...
-
 
 class SourceQuery:
-    """Drives one source's streaming query; its __call__ is the foreachBatch function."""
+    """Drives one source on a thread of its own: plan an epoch, run its Spark part, hand the rest to the committer.
+
+    A source read by Spark tasks plans its epochs through its stream reader on the driver (`ReaderEpochs`); a
+    source the driver reads itself (`Source.reads_on_driver`, e.g. the embedded ClickHouse engine, which exists
+    only in this process) gives each epoch's rows as a DataFrame (`Source.next_epoch`). Either way each epoch runs
+    through the same evaluation, staging and committer."""
 
     def __init__(self, runner: Runner, source: Source, start: dict[str, Any], epoch: int) -> None:
         self.runner = runner
@@ -125,8 +123,6 @@ class SourceQuery:
         self.epoch = epoch
         self.sinks = runner.plan.sinks_of(source.name)
         self.downstream = [runner.plan.operators[n] for n in runner.plan.downstream[source.name]]
-        self.checkpoint_dir = str(runner.folders.folder(source.name))
-        self.query: StreamingQuery | None = None
         self.lock = threading.Lock()
         self.in_flight = False
         self.stopping = False
@@ -138,18 +134,25 @@ class SourceQuery:
         self.committer = Committer(source.name)
         self.progress = runner.summary.sources.setdefault(source.name, SourceProgress(position=dict(start)))
         self.commit = EpochCommit(runner, source, self.downstream, self.progress)
-        self.log_scope = RUN_SCOPE.get()  # foreachBatch runs on py4j's threads: its log lines are still this run's
+        self.reader: ReaderEpochs | None = None
+        self.spark: SparkSession | None = None
+        self._thread: threading.Thread | None = None
+        self._idle = False
 
     def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
-        settings = self.runner.settings
-        stream = self.source.stream(spark, self.position, replay_end)
-        self.query = (
-            stream.writeStream.queryName(f"{settings.application_id}:{self.source.name}")
-            .foreachBatch(self)
-            .option("checkpointLocation", self.checkpoint_dir)
-            .trigger(processingTime=f"{settings.record_batch_interval_ms} milliseconds")
-            .start()
+        spark = self.spark = own_session(spark)
+        if not self.source.reads_on_driver:
+            with error_context(self.source.label):
+                self.reader = ReaderEpochs(
+                    self.source, spark, self.position, replay_end, self.runner.settings.record_batch_interval_ms / 1000
+                )
+        self._thread = threading.Thread(
+            target=in_this_run(self._loop),
+            args=(spark, replay_end),
+            name=f"streamling-read-{self.source.name}",
+            daemon=True,
         )
+        self._thread.start()
         if replay_end is not None:
             log.info(
                 "Started %s from position %s; epoch %d is replayed up to %s, which some sinks already applied",
@@ -161,57 +164,47 @@ class SourceQuery:
         else:
             log.info("Started %s from position %s", self.source.label, self.position)
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        scope = RUN_SCOPE.set(self.log_scope)
+    def _loop(self, spark: SparkSession, replay_end: dict[str, Any] | None) -> None:
+        epochs: Any = self.reader if self.reader is not None else self.source
         try:
-            self._on_batch(batch, batch_id)
-        except Exception as exc:
-            # Spark gets one line back; the whole error is `self.error`, for the supervisor. Spark matches the text
-            # of what ends a stopped query against a regular expression that recurses once per character (a
-            # Py4J error's JVM stack overflows it), and the query's thread then dies printing a ~70 KB trace.
-            raise StreamlingError(first_line(exc)[:1000]) from None
-        finally:
-            RUN_SCOPE.reset(scope)
-
-    def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
-        with self.lock:
-            if self.stopping or self.error is not None or self.committer.error is not None:
-                return  # not committed: the rows are read again by the next run
-            self.in_flight = True
-        try:
-            offsets = read_batch_offsets(batch.sparkSession, self.checkpoint_dir, batch_id)
-            self._run_epoch(batch, offsets.end, offsets.timestamp_ms)
+            self.runner.bind_thread(spark, self.source.name)
+            while True:
+                with self.lock:
+                    if self.stopping or self.error is not None or self.committer.error is not None:
+                        return  # not committed: the rows are read again by the next run
+                with error_context(self.source.label):
+                    batch = epochs.next_epoch(spark, self.planned_end, replay_end)
+                if batch is None:
+                    return
+                frame, end = batch
+                self._idle = frame is None
+                if frame is None:  # nothing new yet (the source waited a little): ask again, unless stopping
+                    continue
+                replay_end = None
+                with self.lock:
+                    if self.stopping:
+                        return  # planned but not started: nothing of it is committed
+                    self.in_flight = True
+                try:
+                    self._run_epoch(self.source.shape_epoch(frame), end, int(time.time() * 1000))
+                finally:
+                    with self.lock:
+                        self.in_flight = False
         except BaseException as exc:
             self.error = exc
-            raise
-        finally:
-            with self.lock:
-                self.in_flight = False
 
     def active(self) -> bool:
-        return self.query is not None and self.query.isActive
+        reading = self._thread is not None and self._thread.is_alive()
+        return reading or not self.committer.idle()
 
     def caught_up(self) -> bool:
-        if self.query is None or not self.query.isActive:
-            return self.exhausted
-        with self.lock:
-            if self.in_flight:
-                return False
-        try:
-            status = self.query.status
-        except Exception:  # the query is stopping
-            return False
-        return not status["isDataAvailable"] and status["message"] in WAITING
+        return (self._idle or self.exhausted) and self.idle()
 
     def _run_epoch(self, batch: DataFrame, end: dict[str, Any], timestamp_ms: int) -> None:
         started = time.monotonic()
         spark = batch.sparkSession
         epoch = Epoch(self.source.name, self.planned_epoch + 1, self.planned_end, end, timestamp_ms)
         log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
-        if log.isEnabledFor(logging.DEBUG) and self.query is not None:  # where a micro-batch's time goes
-            last = self.query.lastProgress
-            if last:
-                log.debug("Spark's timing of the micro-batch before (ms): %s", last.get("durationMs"))
         rows_in = self.source.rows_between(epoch.start, epoch.end)  # once: a source may forget it once asked
         tap = self.runner.telemetry.tap(self.source.name, rows_in)
         # Persist when the batch is read more than once: by several sinks, or also by side outputs.
@@ -253,102 +246,47 @@ class SourceQuery:
     def request_stop(self) -> None:
         with self.lock:
             self.stopping = True
+        if self.reader is not None:
+            self.reader.wake()
 
     def idle(self) -> bool:
         with self.lock:
             return not self.in_flight and self.committer.idle()
 
     def stop(self) -> None:
-        if self.query is not None and self.query.isActive:
-            try:
-                self.query.stop()
-            except Exception as exc:  # spark.sql.streaming.stopTimeout: its thread ends with the process
-                log.warning("%s: its query did not stop in time: %s", self.source.label, first_line(exc))
+        """Take no new epoch and wait for the thread; an epoch still in its Spark part after the grace period has
+        its jobs cancelled (it is not committed, and is read again by the next run)."""
+        self.request_stop()
+        if self._thread is None:
+            return
+        self._thread.join(SHUTDOWN_GRACE_SEC)
+        if self._thread.is_alive() and self.spark is not None:
+            log.warning("%s: its epoch did not finish within %gs; cancelling it", self.source.label, SHUTDOWN_GRACE_SEC)
+            self.runner.cancel_jobs(self.spark, self.source.name)
+            self._thread.join(SHUTDOWN_GRACE_SEC)
 
     def close(self) -> None:
-        """After the query stopped: let the committer finish what was handed off, or drop it after a failure."""
+        """After the thread stopped: let the committer finish what was handed off (or drop it after a failure),
+        then release what the reader opened on the driver."""
         self.committer.close(timeout=SHUTDOWN_GRACE_SEC)
+        if self.reader is not None:
+            try:
+                self.reader.close()
+            except Exception as exc:  # closing must not hide what ended the run
+                log.warning("%s: closing its reader failed: %s", self.source.label, exc)
 
     def poll(self) -> None:
         """Called by the supervisor loop; phased queries advance here."""
 
-    def cleanup(self) -> None:
-        shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
-
-    def failure(self) -> BaseException | None:
-        if self.error is not None:
-            return self.error
-        if self.committer.error is not None:
-            return self.committer.error
-        if self.query is not None and not self.query.isActive:
-            exc = self.query.exception()
-            if exc is not None:
-                # Our own error raised in Spark's Python process keeps its text and flags; anything else
-                # (a Spark or JVM failure) is reported by its first line, without the JVM stack.
-                return embedded_error(exc) or StreamlingError(
-                    f"{self.source.label}: streaming query failed: {first_line(exc)}"
-                )
-        return None
-
-
-class DriverSourceQuery(SourceQuery):
-    """A source read by the driver itself (`Source.reads_on_driver`), e.g. the embedded ClickHouse engine,
-    which exists only in this process: a thread asks the source for one epoch after another and runs each
-    as a Spark DataFrame through the same evaluation, staging and committer as a streaming query."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._thread: threading.Thread | None = None
-        self._idle = False
-
-    def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
-        self._thread = threading.Thread(
-            target=in_this_run(self._loop),
-            args=(spark, replay_end),
-            name=f"streamling-read-{self.source.name}",
-            daemon=True,
-        )
-        self._thread.start()
-        log.info("Started %s from position %s", self.source.label, self.position)
-
-    def _loop(self, spark: SparkSession, replay_end: dict[str, Any] | None) -> None:
-        try:
-            while True:
-                with self.lock:
-                    if self.stopping or self.error is not None or self.committer.error is not None:
-                        return
-                    self.in_flight = True
-                try:
-                    with error_context(self.source.label):
-                        batch = self.source.next_epoch(spark, self.planned_end, replay_end)
-                    if batch is None:
-                        return
-                    frame, end = batch
-                    self._idle = frame is None
-                    if frame is None:  # nothing new yet (the source waited a little): ask again, unless stopping
-                        continue
-                    replay_end = None
-                    self._run_epoch(frame, end, int(time.time() * 1000))
-                finally:
-                    with self.lock:
-                        self.in_flight = False
-        except BaseException as exc:
-            self.error = exc
-
-    def active(self) -> bool:
-        reading = self._thread is not None and self._thread.is_alive()
-        return reading or not self.committer.idle()
-
-    def caught_up(self) -> bool:
-        return (self._idle or self.exhausted) and self.idle()
-
-    def stop(self) -> None:
-        self.request_stop()
-        if self._thread is not None:
-            self._thread.join(SHUTDOWN_GRACE_SEC)
-
     def failure(self) -> BaseException | None:
         return self.error or self.committer.error
+
+
+def own_session(spark: SparkSession) -> SparkSession:
+    """A clone of the run's session (its SQL settings, functions and views) for one source's epochs: an epoch maps
+    the pipeline's nodes to temporary views by name, and the sources of one pipeline run their epochs side by side
+    (Structured Streaming gave each query such a clone too)."""
+    return type(spark)(spark.sparkContext, jsparkSession=spark._jsparkSession.cloneSession())
 
 
 class PhasedQuery:
@@ -383,14 +321,12 @@ class PhasedQuery:
             phase = self.phases[self.index]
             start = phase.load_position(state)
             epoch = int((state.get(epoch_key(self.source.name)) or {}).get("epoch", 0))
-            kind = DriverSourceQuery if phase.reads_on_driver else SourceQuery
-            query = kind(self.runner, phase, start, epoch)
+            query = SourceQuery(self.runner, phase, start, epoch)
             if query.exhausted:
                 log.info("%s has nothing after position %s", phase.label, start)
                 query.close()
                 self._advance()
                 continue
-            self.runner.register_source(phase)
             assert self.spark is not None
             query.start(self.spark, self.runner.replay_end(phase, start, epoch))
             self.current = query
@@ -443,7 +379,3 @@ class PhasedQuery:
     def close(self) -> None:
         if self.current is not None:
             self.current.close()
-
-    def cleanup(self) -> None:
-        for query in [*self.done, *([self.current] if self.current else [])]:
-            query.cleanup()

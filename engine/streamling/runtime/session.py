@@ -35,19 +35,10 @@ DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
-    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-    # A query that does not stop in this time is left to the process's exit (nothing commits after a stop was
-    # asked: see `SourceQuery`), rather than keeping a stopping run alive forever.
-    "spark.sql.streaming.stopTimeout": "60s",
     "spark.sql.timeType.enabled": "true",  # current_time() (the original's Time64) is a TIME
-    # Spark's default checkpoint file manager goes through Hadoop's FileContext, whose local rename runs `readlink`
-    # twice per file it looks at when Hadoop's native library is missing (every pip-installed pyspark): 16
-    # processes per epoch, ~50 ms each for the offset and the commit log. This one renames with `File.renameTo`,
-    # atomic on the local disk the engine's checkpoints live on (`RunFolders`): 13 and 10 ms (bench/README.md).
-    "spark.sql.streaming.checkpointFileManagerClass": (
-        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
-    ),
+    # Each run's jobs go to its pipeline's pool (`PipelineRunner.bind_thread`), and pools share the task slots fairly:
+    # in an engine hosting many runs, a backfill's waiting tasks do not queue a trickling pipeline's behind them.
+    "spark.scheduler.mode": "FAIR",
 }
 
 LOCAL_CONF = {
@@ -202,11 +193,11 @@ def finish_session(spark: SparkSession, settings: SparkSettings) -> SparkSession
 def skip_data_source_lookup(spark: SparkSession) -> None:
     """Tell Spark its statically installed Python data sources are none, unless it looked them up already.
 
-    On its first data source lookup, Spark starts a pyspark daemon and a worker to list the ``pyspark_*`` packages
-    of the Python environment (``lookup_data_sources``): two more processes importing pyspark on the way to the
-    first row (cold first row 6.90 -> 6.80 s, query started 4.88 -> 4.67 s, medians of 7 pairs). The engine
-    registers its data sources itself (`spark.dataSource.register`), and a pipeline cannot name another, so it
-    never reads the list. `DataSourceManager.dataSourceBuilders` is the JVM-wide slot Spark fills with it."""
+    On its first data source lookup (any ``format(…)``), Spark starts a pyspark daemon and a worker to list the
+    ``pyspark_*`` packages of the Python environment (``lookup_data_sources``): two more processes importing pyspark
+    on the way to the first row (cold first row 6.90 -> 6.80 s, query started 4.88 -> 4.67 s, medians of 7 pairs).
+    The engine reads through its own stream readers (`runtime/reading.py`) and a pipeline cannot name a data
+    source, so it never reads the list. `DataSourceManager.dataSourceBuilders` is the JVM-wide slot Spark fills."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     try:

@@ -26,3 +26,7 @@ class RunSummary:
     sink_ops: dict[str, dict[str, int]] = field(default_factory=dict)
     duration_sec: float = 0.0
     stopped_by_signal: bool = False
+    restarts: int = 0
+    """Times the run restarted from its last committed epochs (`runtime/restarts.py`)."""
+    last_error: str | None = None
+    """What the last restart was for."""

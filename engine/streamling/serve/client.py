@@ -30,7 +30,6 @@ DEFAULT_URL = "http://127.0.0.1:18070"
 POLL_SEC = 0.2
 PATH_SETTINGS = (
     "state_backend.sqlite.database_path",
-    "spark.checkpoint_root",
     "clickhouse_source.path",
     "clickhouse_sink.path",
 )

@@ -46,6 +46,7 @@ OUTPUT_ROWS_LATENCY = "output_rows_latency"
 EPOCH_DURATION = "epoch_duration"
 COMMIT_LAG = "commit_lag"
 CONSUMER_LAG = "consumer_lag"
+RESTARTS = "restarts"
 COUNTER_METRICS = {
     "dead_lettered": "dead_lettered_rows_total",
     "rejected": "rejected_rows_total",
@@ -158,6 +159,7 @@ class NodeMetrics:
         attributes: Mapping[str, Mapping[str, str]],
         denied: Callable[[str], bool],
         with_delta: bool,
+        global_tags: Mapping[str, str],
     ) -> None:
         self.provider = provider
         self.stats = stats
@@ -199,6 +201,14 @@ class NodeMetrics:
             lambda: self._consumer_lag(sources),
             unit="{record}",
             description="Records after the committed position, per partition",
+        )
+        pipeline = {**global_tags, "pipeline": stats.pipeline}
+        observable(
+            meter.create_observable_counter,
+            RESTARTS,
+            lambda: [Observation(stats.restarts, pipeline)],
+            unit="{restart}",
+            description="Times the run restarted from its last committed epochs after a failure not the user's own",
         )
         for counter, metric in COUNTER_METRICS.items():
             observable(
@@ -289,7 +299,9 @@ class Metrics:
                 export_interval_millis=settings.batch_interval_secs * 1000,
                 export_timeout_millis=settings.export_timeout_secs * 1000,
             )
-            self.sets.append(NodeMetrics(_provider(reader, resource), stats, attributes, denied, with_delta=True))
+            self.sets.append(
+                NodeMetrics(_provider(reader, resource), stats, attributes, denied, True, settings.global_tags)
+            )
         if prometheus:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
             from prometheus_client import CollectorRegistry
@@ -297,7 +309,9 @@ class Metrics:
             self.registry = CollectorRegistry()
             reader = PrometheusMetricReader(prefix="streamling", registry=self.registry)
             # Prometheus has no delta temporality: the scrape shows output_rows_total and the rest.
-            self.sets.append(NodeMetrics(_provider(reader, resource), stats, attributes, denied, with_delta=False))
+            self.sets.append(
+                NodeMetrics(_provider(reader, resource), stats, attributes, denied, False, settings.global_tags)
+            )
 
     def rows(self, node: str, count: int) -> None:
         for metrics in self.sets:

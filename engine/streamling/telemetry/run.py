@@ -203,6 +203,10 @@ class RunTelemetry:
         if source in self.stats.sources:
             self.stats.backlog(source, per_partition)
 
+    def restarted(self, error: str) -> None:
+        """The run restarts from its last committed epochs after `error` (the ``restarts`` metric counts it)."""
+        self.stats.restarted(error)
+
     def caught_up(self, source: str, idle: bool) -> None:
         if source in self.stats.sources:
             self.stats.caught_up(source, idle)

@@ -67,6 +67,10 @@ class RunStats:
         self.first_commit_at: float | None = None
         self.stopping = False
         self.failure: str | None = None
+        self.restarts = 0
+        """Times the run restarted from its last committed epochs (`runtime/restarts.py`)."""
+        self.last_error: str | None = None
+        """What the last restart was for."""
         self.version = 0
         self._changed = threading.Condition()
 
@@ -146,6 +150,14 @@ class RunStats:
     def caught_up(self, source: str, idle: bool) -> None:
         with self._changed:
             self.sources[source].caught_up = idle
+
+    def restarted(self, error: str) -> None:
+        with self._changed:
+            self.restarts += 1
+            self.last_error = error
+            for stats in self.sources.values():
+                stats.in_flight_since = None
+            self._bump()
 
     def stop(self, failure: str | None = None) -> None:
         with self._changed:

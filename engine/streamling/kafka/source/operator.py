@@ -1,4 +1,4 @@
-"""The Kafka source: a Spark Python Data Source over confluent-kafka, Avro (Schema Registry) or JSON.
+"""The Kafka source: a Spark stream reader over confluent-kafka (`reader.py`), Avro (Schema Registry) or JSON.
 
 Each epoch reads a fixed ``[start, end)`` offset range per partition, so a replayed epoch reads the same
 records. Ranges are split into Spark input partitions (per Kafka partition, and further when one
@@ -35,11 +35,12 @@ from streamling.kafka.source.offsets import (
     open_consumer,
     range_offsets,
 )
-from streamling.kafka.source.reader import KafkaDataSource
+from streamling.kafka.source.reader import KafkaStreamReader
 from streamling.kafka.source.spec import KafkaSourceSpec
 from streamling.plugin import ExternalObject, RunContext, Source
 from streamling.runtime.pacing import FIRST_EPOCH_ROWS, Pacer
 from streamling.state import StateBackend
+from streamling.telemetry.tasks import OFF, NodeRecorder
 from streamling.types import GS_OP, parse_type
 
 log = logging.getLogger("streamling.kafka")
@@ -49,7 +50,6 @@ log = logging.getLogger("streamling.kafka")
 
 class KafkaSource(Source[KafkaSourceSpec]):
     spec_model: ClassVar[type[KafkaSourceSpec]] = KafkaSourceSpec
-    data_source: type[KafkaDataSource] = KafkaDataSource
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -59,6 +59,8 @@ class KafkaSource(Source[KafkaSourceSpec]):
             if self.spec.dead_letter is not None
             else None
         )
+        self._recorder: NodeRecorder = OFF
+        """Where its reading tasks report dead-lettered records (set when telemetry is on)."""
         self._reader_schema: tuple[str, int, int] | None = None
         self._reader_schema_error: StreamlingError | None = None
         self._consumer = None
@@ -172,7 +174,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def initialize(self, ctx: RunContext) -> None:
         recorder = ctx.recorder(self.name)
         if recorder.active:  # its readers report dead letters; its lag reports feed the consumer-lag metric
-            self.data_source = KafkaDataSource.for_node(recorder)
+            self._recorder = recorder
             telemetry = ctx.telemetry
             self._lag.on_report = lambda lags: telemetry.backlog(self.name, lags)
         # Fail fast when the topic is missing; wait while the broker is unreachable.
@@ -322,11 +324,11 @@ class KafkaSource(Source[KafkaSourceSpec]):
         self._group_pending.clear()
         log.debug("%s committed group offsets %s", self.label, {tp.partition: tp.offset for tp in changed})
 
-    def stream(
+    def stream_reader(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
-    ) -> DataFrame:
+    ) -> KafkaStreamReader:
         options = self.reader_options(start, replay_end, self.reader_parallelism(spark))
-        return spark.readStream.format(self.data_source.name()).options(**options).load()
+        return KafkaStreamReader(options, self.schema(), self._recorder)
 
     def reader_parallelism(self, spark: SparkSession) -> int:
         """The most reading tasks per epoch: `parallelism`, else Spark's default parallelism."""
@@ -335,7 +337,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def reader_options(
         self, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None, parallelism: int
     ) -> dict[str, str]:
-        """Everything `KafkaStreamReader` needs, as the string options a Spark data source receives."""
+        """Everything `KafkaStreamReader` needs, as string options (what its reading tasks get)."""
         options = {
             **self._options(),
             "start": json.dumps({k: int(v) for k, v in start.items()}),

@@ -1,10 +1,9 @@
-"""The executor side: a Spark Python Data Source whose stream reader plans ``[start, end)`` offset ranges and
-reads them in parallel with consumers kept per Python worker between epochs.
+"""The Kafka source's stream reader: it plans ``[start, end)`` offset ranges on the driver (`runtime/reading.py`
+hosts it) and reads them in Spark tasks, in parallel, with consumers kept per Python worker between epochs.
 
-Spark's planner processes (the data source's creation, its read planning, the streaming source runner) import this
-module to unpickle the source, one after another before a run's first row, and use none of the reading: pyarrow,
-the decoders and the dead-letter targets are imported where a read needs them (each planner 60-130 ms less). The
-workers' daemon (`runtime/worker_daemon`) imports them once, before forking the readers."""
+The driver imports this module with the source; pyarrow, the decoders and the dead-letter targets are imported
+where a read needs them. The workers' daemon (`runtime/worker_daemon`) imports them once, before forking the
+readers."""
 
 from __future__ import annotations
 
@@ -15,12 +14,11 @@ import logging
 import math
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import types as T
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from streamling.errors import StreamlingError
 from streamling.kafka.availability import Outage, is_unavailable, patience, transient_kafka_error
@@ -85,7 +83,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.replay_end = json.loads(options.get("replay_end") or "null")
         self._outage = Outage(f"kafka source '{options['source']}'", "broker", patience(options))
 
-    # Driver side (the streaming source runner): offsets and planning.
+    # Driver side: offsets and planning.
     def _admin(self):  # type: ignore[no-untyped-def]
         if self._consumer is None:
             configure_worker_logging(self.options.get("log_level", "info"), self.options.get("log_format", "text"))
@@ -292,6 +290,12 @@ class KafkaStreamReader(DataSourceStreamReader):
     def commit(self, end: dict) -> None:
         """Positions are committed by the runtime after every sink flushed, not here."""
 
+    def stop(self) -> None:
+        """On the driver, when the source's query ends: close the planning consumer."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
 
 def pack(current: Mapping[str, int], pending: Mapping[str, int], take: int) -> Iterator[tuple[str, int, int]]:
     """Take `take` rows from as few partitions as possible, those with most pending first. For a run's small first
@@ -341,24 +345,3 @@ def allocate(current: Mapping[str, int], pending: Mapping[str, int], take: int) 
             left -= 1
     for k, offset in current.items():
         yield k, offset, shares.get(k, 0)
-
-
-class KafkaDataSource(DataSource):
-    recorder: ClassVar[NodeRecorder] = OFF
-    """A node's own subclass (`for_node`) carries its recorder; options are strings and cannot."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "streamling_kafka"
-
-    @classmethod
-    def for_node(cls, recorder: NodeRecorder) -> type[KafkaDataSource]:
-        """A subclass registered under a name of its own, whose readers report to `recorder`."""
-        unique = f"streamling_kafka_{uuid.uuid4().hex[:12]}"
-        return type(unique, (cls,), {"recorder": recorder, "name": classmethod(lambda _cls: unique)})
-
-    def schema(self) -> T.StructType:
-        return T.StructType.fromJson(json.loads(self.options["spark_schema"]))
-
-    def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:
-        return KafkaStreamReader(self.options, schema, self.recorder)
