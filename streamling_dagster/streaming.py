@@ -336,7 +336,7 @@ def warm_engine(context: dg.OpExecutionContext, settings: Settings) -> EngineCli
     and the run starts its own Spark session (said in the run's log when an engine was configured)."""
     if not settings.engine_url:
         return None
-    client = EngineClient(settings.engine_url)
+    client = EngineClient.for_settings(settings)
     try:
         client.health()
     except StreamlingError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,9 +93,11 @@ def execute_plan(
     spark: SparkSession,
     stop: threading.Event | None = None,
     summary: RunSummary | None = None,
+    on_running: Callable[[PipelineRunner], None] | None = None,
 ) -> RunSummary:
+    """Run a prepared plan; `on_running` is called once every source's query started (and after each restart)."""
     with open_state_backend(settings.state_backend, settings.application_id) as state:
-        return PipelineRunner(plan, settings, spark, state, stop=stop, summary=summary).run()
+        return PipelineRunner(plan, settings, spark, state, stop=stop, summary=summary, on_running=on_running).run()
 
 
 def run_pipeline(

@@ -112,11 +112,9 @@ def test_a_new_driver_maps_the_archive_and_its_planners_import_the_installed_pys
     assert facts["janino_signed"] is False
     assert "[warning][cds" not in done.stdout + done.stderr
     assert "Using incubator modules" not in done.stderr
-    assert {  # started by the session's warm-up, before any pipeline read
-        "pyspark.daemon pyspark.sql.worker.create_data_source",
-        "pyspark.daemon pyspark.sql.worker.plan_data_source_read",
-        "streamling.runtime.worker_daemon pyspark.worker",
-    } <= set(facts["daemons"])
+    # the session's warm-up started the workers' daemon before any pipeline read, and nothing else: the engine hosts
+    # its sources' readers itself (`runtime/reading.py`), so no data source planner is ever started
+    assert facts["daemons"] == ["streamling.runtime.worker_daemon pyspark.worker"]
     # nor does Spark list the environment's pyspark_* packages (`skip_data_source_lookup`), and the data sources
     # registered at run time are found all the same ("planner" above)
     assert not [daemon for daemon in facts["daemons"] if "lookup_data_sources" in daemon]

@@ -346,6 +346,33 @@ class RestartStrategySettings(_Section):
         return value
 
 
+class EngineSettings(_Section):
+    """The warm engine's own settings (`streamling serve`, read from its config file and environment; a submitted
+    run brings its own settings, and these are not among them)."""
+
+    pipelines_dir: str | None = None
+    """Run every pipeline file in this directory as desired state (``streamling serve --pipelines DIR``)."""
+    pipelines_poll_sec: Seconds = 2.0
+    """How often the directory is looked at for new, changed and removed files."""
+    max_starting_runs: PositiveInt = 2
+    """Runs that start (validate, plan, open their sources) at once; later submissions wait, in state ``queued``."""
+    run_retention_sec: Seconds = 900.0
+    """How long a finished run's record (state, error, log) stays readable over the API."""
+    token: SecretStr | None = None
+    """The API token; unset: one is generated at the engine's first start into `token_file`."""
+    token_file: str | None = None
+    """Where the token is kept, readable only by its owner (default ``~/.streamling/engine-<port>.token``,
+    ``$STREAMLING_HOME`` instead of ``~/.streamling``); `streamling submit` and the Dagster resource read it."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Names (``host`` or ``host:port``) the API may be reached under besides the address it listens on; any other
+    ``Host`` header is refused (DNS rebinding)."""
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
+
+
 class PrintSinkSettings(_Section):
     sample_every: PositiveInt = 1
 
@@ -499,6 +526,7 @@ class Settings(_Section):
     script_transform: ScriptTransformSettings = Field(default_factory=ScriptTransformSettings)
     plugin: PluginSettings = Field(default_factory=PluginSettings)
     restart_strategy: RestartStrategySettings = Field(default_factory=RestartStrategySettings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
     _notices: list[str] = PrivateAttr(default_factory=list)
     """Things worth one warning at start that are not errors (a named config file that is missing)."""
 

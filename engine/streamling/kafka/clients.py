@@ -16,16 +16,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from streamling.errors import StreamlingError
+from streamling.runtime.held import HELD
 
 if TYPE_CHECKING:  # the settings models are the driver's: workers get `connection_options`' strings
     from streamling.config.model import KafkaConnectionSettings
 
 log = logging.getLogger("streamling.kafka")
-_REGISTRIES: dict[tuple, Any] = {}
-_LOCK = threading.Lock()
-_PRODUCERS: dict[str, Any] = {}
-_PRODUCERS_LOCK = threading.Lock()
 REPEAT_WINDOW_SEC = 60.0
+PRODUCER_CLOSE_SEC = 5.0
 
 
 class _DropRepeats(logging.Filter):
@@ -112,32 +110,36 @@ def registry(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
 
     Its cache of a subject's latest version is switched off (`cache.latest.ttl.sec` 0; by default it never
     expires): a process that runs pipelines one after another (`streamling serve`, a test session) would
-    otherwise start every later run with the reader schema the first run fetched."""
+    otherwise start every later run with the reader schema the first run fetched. Closed once no run uses it
+    (`runtime/held.py`)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     key = (options["registry_url"], options.get("registry_username"), options.get("registry_password"))
-    with _LOCK:
-        client = _REGISTRIES.get(key)
-        if client is None:
-            conf: dict[str, Any] = {"url": options["registry_url"], "cache.latest.ttl.sec": 0}
-            if options.get("registry_username"):
-                conf["basic.auth.user.info"] = f"{options['registry_username']}:{options.get('registry_password', '')}"
-            client = SchemaRegistryClient(conf)
-            _REGISTRIES[key] = client
-        return client
+
+    def open_() -> Any:
+        conf: dict[str, Any] = {"url": options["registry_url"], "cache.latest.ttl.sec": 0}
+        if options.get("registry_username"):
+            conf["basic.auth.user.info"] = f"{options['registry_username']}:{options.get('registry_password', '')}"
+        return SchemaRegistryClient(conf)
+
+    return HELD.get("schema registry client", key, open_, lambda client: client.close())
 
 
 def producer(config: Mapping[str, Any]):  # type: ignore[no-untyped-def]
-    """One producer per Python worker and configuration, reused across epochs."""
+    """One producer per Python worker and configuration, reused across epochs, closed once no run writes with it
+    (`runtime/held.py`; every epoch flushed its records before it committed, so nothing is pending then)."""
     from confluent_kafka import Producer
 
     key = json.dumps({k: v for k, v in config.items() if k != "logger"}, sort_keys=True)
-    with _PRODUCERS_LOCK:
-        found = _PRODUCERS.get(key)
-        if found is None:
-            found = Producer(dict(config))
-            _PRODUCERS[key] = found
-        return found
+    return HELD.get("kafka producer", key, lambda: Producer(dict(config)), _close_producer)
+
+
+def _close_producer(found: Any) -> None:
+    """What an ended run left undelivered belongs to no committed epoch (it is written again by the run that
+    replays it), so after a short flush it is dropped rather than waited for."""
+    found.flush(PRODUCER_CLOSE_SEC)
+    found.purge(in_queue=True, in_flight=True, blocking=False)
+    found.close()
 
 
 def ensure_topic(options: Mapping[str, str], topic: str, partitions: int, label: str) -> None:

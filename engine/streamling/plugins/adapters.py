@@ -41,6 +41,7 @@ from streamling.plugin import (
     SideOutput,
 )
 from streamling.plugins.state import NodeState
+from streamling.runtime.held import HELD
 from streamling.state import StateBackend
 from streamling.telemetry.logs import configure_worker_logging
 from streamling.topology.labels import label_errors
@@ -87,20 +88,19 @@ class PluginRef:
         return plugin_label(self.plugin_id, self.node)
 
     def build(self) -> Any:
-        """The instance for this process (built once per Python worker and reused by its later tasks)."""
+        """The instance for this process (built once per process and reused by its later tasks while a run uses it:
+        `runtime/held.py`)."""
         key = (self.module, self.qualname, self.plugin_id, self.node, self.options)
-        with _instances_lock:
-            found = _instances.get(key)
-            if found is None:
-                configure_worker_logging(self.log_level, self.log_format)  # so the plugin's `log` lines show
-                with plugin_errors(self.label):
-                    cls: Any = self._module()
-                    for part in self.qualname.split("."):
-                        cls = getattr(cls, part)
-                    context = Context(self.node, self.plugin_id, self.application_id)
-                    found = cls(pickle.loads(self.options), context)
-                _instances[key] = found
-            return found
+        return HELD.get("plugin instance", key, self._instance)
+
+    def _instance(self) -> Any:
+        configure_worker_logging(self.log_level, self.log_format)  # so the plugin's `log` lines show
+        with plugin_errors(self.label):
+            cls: Any = self._module()
+            for part in self.qualname.split("."):
+                cls = getattr(cls, part)
+            context = Context(self.node, self.plugin_id, self.application_id)
+            return cls(pickle.loads(self.options), context)
 
     def _module(self) -> Any:
         try:
@@ -116,10 +116,6 @@ class PluginRef:
         sys.path.extend(local)
         importlib.invalidate_caches()
         return import_module(self.module)
-
-
-_instances: dict[tuple[Any, ...], Any] = {}
-_instances_lock = threading.Lock()
 
 
 def arrow_schema_of(struct: StructType) -> pa.Schema:

@@ -21,7 +21,6 @@ import logging
 import os
 import random
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +31,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from streamling.config.model import PostgresConnectionSettings
 from streamling.errors import StreamlingError
+from streamling.runtime.held import HELD
 
 log = logging.getLogger("streamling.postgres")
 T = TypeVar("T")
@@ -98,10 +98,6 @@ class _Pool(ConnectionPool):
     last_connect_error: str | None = None
 
 
-_POOLS: dict[tuple[Any, ...], _Pool] = {}
-_POOLS_LOCK = threading.Lock()
-
-
 def _pool_key(settings: PostgresConnectionSettings, autocommit: bool) -> tuple[Any, ...]:
     """What a pool's connections depend on (the password included: another password is another pool)."""
     return (
@@ -118,19 +114,14 @@ def pool(settings: PostgresConnectionSettings, *, autocommit: bool = True, where
     """This process's pool for `settings` and commit mode, opened on first use (it connects only on demand).
 
     Before a pool is made, one connection is tried directly, so that a login the server turns down fails at once,
-    naming `where`, rather than after the pool's acquire timeout (the pool connects in background threads)."""
-    key = _pool_key(settings, autocommit)
-    with _POOLS_LOCK:
-        found = _POOLS.get(key)
-        if found is not None:
-            return found
-    _probe(settings, where)
-    with _POOLS_LOCK:
-        found = _POOLS.get(key)
-        if found is None:
-            found = _open_pool(settings, autocommit)
-            _POOLS[key] = found
-        return found
+    naming `where`, rather than after the pool's acquire timeout (the pool connects in background threads). Closed
+    once no run uses it (`runtime/held.py`)."""
+
+    def open_() -> _Pool:
+        _probe(settings, where)
+        return _open_pool(settings, autocommit)
+
+    return HELD.get("postgres pool", _pool_key(settings, autocommit), open_, lambda found: found.close())
 
 
 def _probe(settings: PostgresConnectionSettings, where: str) -> None:

@@ -33,12 +33,14 @@ from streamling.config import Settings
 from streamling.errors import StreamlingError, error_context, first_line, wrap
 from streamling.operators import RunContext, Sink, Source, Written, rows_of
 from streamling.runtime.epoch_commit import epoch_key
+from streamling.runtime.held import PROCESS, RUN_PROPERTY
 from streamling.runtime.lease import RunLease
 from streamling.runtime.plan import Plan
 from streamling.runtime.queries import SHUTDOWN_GRACE_SEC, PhasedQuery, QueryDriver, SourceQuery
 from streamling.runtime.restarts import Restarts
 from streamling.runtime.summary import RunSummary, SourceProgress
 from streamling.state import StateBackend
+from streamling.telemetry.logs import RUN_SCOPE
 from streamling.telemetry.run import RunTelemetry
 
 log = logging.getLogger("streamling.runtime")
@@ -56,8 +58,11 @@ class PipelineRunner:
         state: StateBackend,
         stop: threading.Event | None = None,
         summary: RunSummary | None = None,
+        on_running: Callable[[PipelineRunner], None] | None = None,
     ) -> None:
         self.plan = plan
+        self.on_running = on_running
+        """Called each time every source's query has started (after a restart too): the engine's admission."""
         self.settings = settings
         self.spark = spark
         self.state = state
@@ -176,6 +181,8 @@ class PipelineRunner:
                     continue
                 query.start(self.spark, self.replay_end(source, start, query.epoch))
             telemetry.running(positions)
+            if self.on_running is not None:
+                self.on_running(self)
             self._supervise(queries)
         finally:
             for query in queries:
@@ -265,6 +272,7 @@ class PipelineRunner:
     def bind_thread(self, spark: SparkSession, source: str) -> None:
         sc = spark.sparkContext
         sc.setLocalProperty("spark.scheduler.pool", self.scheduler_pool)
+        sc.setLocalProperty(RUN_PROPERTY, RUN_SCOPE.get() or PROCESS)
         sc.setJobGroup(self._job_group(source), f"{self.scheduler_pool} {source}", interruptOnCancel=True)
         # Spark names jobs by their call site; given, it no longer walks and formats the stack for every job.
         sc.setLocalProperty("callSite.short", f"{self.plan.pipeline.name}:{source}")

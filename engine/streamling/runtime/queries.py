@@ -26,6 +26,7 @@ from streamling.operators import Epoch, Sink, Source, Written
 from streamling.runtime.committer import Committer
 from streamling.runtime.epoch_commit import EpochCommit, EpochTiming, Staged, epoch_key
 from streamling.runtime.faults import crash_point
+from streamling.runtime.held import HELD, RETIRED_PROPERTY
 from streamling.runtime.plan import Plan
 from streamling.runtime.reading import ReaderEpochs
 from streamling.runtime.summary import RunSummary, SourceProgress
@@ -138,6 +139,7 @@ class SourceQuery:
         self.spark: SparkSession | None = None
         self._thread: threading.Thread | None = None
         self._idle = False
+        self._retired = ""
 
     def start(self, spark: SparkSession, replay_end: dict[str, Any] | None = None) -> None:
         spark = self.spark = own_session(spark)
@@ -203,6 +205,10 @@ class SourceQuery:
     def _run_epoch(self, batch: DataFrame, end: dict[str, Any], timestamp_ms: int) -> None:
         started = time.monotonic()
         spark = batch.sparkSession
+        retired = HELD.retired_property()
+        if retired != self._retired:  # the epoch's tasks release what runs that ended held in their workers
+            spark.sparkContext.setLocalProperty(RETIRED_PROPERTY, retired)
+            self._retired = retired
         epoch = Epoch(self.source.name, self.planned_epoch + 1, self.planned_end, end, timestamp_ms)
         log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
         rows_in = self.source.rows_between(epoch.start, epoch.end)  # once: a source may forget it once asked

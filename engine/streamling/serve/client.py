@@ -17,16 +17,19 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from streamling.errors import StreamlingError
+from streamling.serve.guard import read_token, token_path
 
 if TYPE_CHECKING:
     from streamling.config.model import Settings
     from streamling.runtime.summary import RunSummary
 
-DEFAULT_URL = "http://127.0.0.1:18070"
+DEFAULT_PORT = 18070
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 POLL_SEC = 0.2
 PATH_SETTINGS = (
     "state_backend.sqlite.database_path",
@@ -37,11 +40,19 @@ PATH_SETTINGS = (
 
 
 class EngineClient:
-    """The engine's HTTP API. Every failure to reach it is a retriable `StreamlingError`."""
+    """The engine's HTTP API. Every failure to reach it is a retriable `StreamlingError`; a refused token is the
+    user's. `token`: the engine's (`engine_token` finds it in the settings or the engine's token file)."""
 
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
+
+    @classmethod
+    def for_settings(cls, settings: Settings, url: str | None = None) -> EngineClient:
+        """A client of the engine at `url` (else `engine_url`, else the default) with the token the settings give."""
+        target = url or settings.engine_url or DEFAULT_URL
+        return cls(target, engine_token(settings, target))
 
     def close(self) -> None:
         self._http.close()
@@ -62,6 +73,12 @@ class EngineClient:
             message = body.get("error") or f"HTTP {response.status_code}"
             if response.status_code >= 500:
                 raise StreamlingError.unavailable(f"the engine at {self.url}: {message}")
+            if response.status_code == 401:
+                port = urlsplit(self.url).port or DEFAULT_PORT
+                message += (
+                    "; set engine.token (STREAMLING__ENGINE__TOKEN) to the engine's token, or run as the engine's "
+                    f"user on its host (its token file: {token_path('engine', port)})"
+                )
             raise StreamlingError.user(f"the engine at {self.url}: {message}")
         return body
 
@@ -142,6 +159,12 @@ def run_on_engine(
     return summary
 
 
+def engine_token(settings: Settings, url: str) -> str | None:
+    """The token for the engine at `url`: ``engine.token``, else the engine's token file on this host."""
+    configured = settings.engine.token.get_secret_value() if settings.engine.token is not None else None
+    return read_token("engine", url, configured, settings.engine.token_file)
+
+
 def submitted_settings(settings: Settings) -> dict[str, Any]:
     """The settings document sent to the engine, with the file settings made absolute from here."""
     from streamling.config.layers import settings_document
@@ -190,7 +213,7 @@ def main(argv: list[str]) -> int:
     try:
         settings = load_settings(args.config)
         location = resolve_location(args.pipeline, settings).absolute()
-        with EngineClient(args.engine or settings.engine_url or DEFAULT_URL) as client:
+        with EngineClient.for_settings(settings, args.engine) as client:
             run_on_engine(client, location, settings, stop, on_log=_to_stderr)
     except StreamlingError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)

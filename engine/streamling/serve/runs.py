@@ -2,9 +2,17 @@
 
 A run gets its own `SparkSession.newSession()` of the engine's one SparkContext (its own SQL configuration, temp
 views and data sources), its own settings (resolved by the submitter: its config file, ``STREAMLING__`` variables
-and Dagster resource), its own stop flag and its own log: every engine log line is tagged with its run
-(`RUN_SCOPE`) and kept for the submitter. A failing run ends alone. Positions live in each run's state backend, as
-in a CLI run, so a run lost with the engine resumes where it committed when submitted again.
+and Dagster resource; or the engine's own for a pipeline of its directory), its own stop flag, its own log (every
+engine log line is tagged with its run, `RUN_SCOPE`, and kept for the submitter) and its pipeline's FAIR scheduler
+pool. A failing run ends alone. Positions live in each run's state backend, as in a CLI run, so a run lost with the
+engine resumes where it committed when submitted again.
+
+Starting is what costs (settings, the pipeline's analysis on Spark, its sources opened): at most
+``engine.max_starting_runs`` runs start at once and later submissions wait in state ``queued`` (saying so in their
+log), so fifty submitted together all start, one pair after another, instead of starving each other. A run leaves
+``starting`` for ``running`` once every source's query started. A finished run's record is kept for
+``engine.run_retention_sec``, then evicted; what it held in the engine's processes is released when it ends
+(`runtime/held.py`).
 """
 
 from __future__ import annotations
@@ -16,13 +24,17 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
 from streamling.errors import StreamlingError, first_line
+from streamling.runtime.held import HELD
 from streamling.runtime.summary import RunSummary
 from streamling.telemetry.logs import RUN_SCOPE
+
+if TYPE_CHECKING:
+    from streamling.runtime.executor import PipelineRunner
 
 log = logging.getLogger("streamling.serve")
 
@@ -31,6 +43,8 @@ SESSION_CONF_PREFIXES = ("spark.sql.",)
 """A run's own ``spark.conf`` entries that its session can take; the rest belong to the engine's SparkContext."""
 
 EXIT_CODES = {"succeeded": 0, "stopped": 0, "failed": 1, "invalid": 2}
+LIVE_STATES = ("queued", "starting", "running")
+EVICT_EVERY_SEC = 10.0
 
 
 @dataclass
@@ -52,8 +66,13 @@ class Submission:
 class Run:
     id: str
     submission: Submission
+    origin: str = "submitted"
+    """``submitted`` over the API, or ``directory`` (a file of the engine's pipelines directory)."""
     submitted_at: float = field(default_factory=time.time)
-    state: str = "starting"
+    started_at: float | None = None
+    """When every source's query had started (state ``running``)."""
+    finished_at: float | None = None
+    state: str = "queued"
     error: str | None = None
     summary: RunSummary = field(default_factory=RunSummary)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -61,6 +80,12 @@ class Run:
     logs: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_LINES_KEPT))
     log_count: int = 0  # lines ever logged; logs holds the last LOG_LINES_KEPT of them
     lock: threading.Lock = field(default_factory=threading.Lock)
+    runner: PipelineRunner | None = None
+    """The run's runner once its queries started (its live figures: positions, lag)."""
+
+    @property
+    def name(self) -> str:
+        return Path(self.submission.pipeline).stem
 
     def add_log(self, line: str) -> None:
         with self.lock:
@@ -73,17 +98,48 @@ class Run:
             lines = list(self.logs)[max(0, logs_from - first) :]
             count = self.log_count
         return {
-            "id": self.id,
-            "pipeline": self.submission.pipeline,
-            "state": self.state,
-            "done": self.done.is_set(),
-            "exit_code": EXIT_CODES.get(self.state),
-            "error": self.error,
-            "submitted_at": self.submitted_at,
+            **self.brief(),
             "summary": summary_view(self.summary),
             "logs": lines,
             "next_log": count,
         }
+
+    def brief(self) -> dict[str, Any]:
+        """What `GET /runs` lists: state, each source's committed position and lag, restarts and the last error."""
+        return {
+            "id": self.id,
+            "pipeline": self.submission.pipeline,
+            "name": self.name,
+            "origin": self.origin,
+            "state": self.state,
+            "done": self.done.is_set(),
+            "exit_code": EXIT_CODES.get(self.state),
+            "error": self.error,
+            "restarts": self.summary.restarts,
+            "last_error": self.error or self.summary.last_error,
+            "submitted_at": self.submitted_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "sources": self.sources(),
+        }
+
+    def sources(self) -> dict[str, Any]:
+        runner = self.runner
+        stats = runner.telemetry.stats if runner is not None and runner.telemetry is not None else None
+        out: dict[str, Any] = {}
+        for name, progress in list(self.summary.sources.items()):
+            live = stats.sources.get(name) if stats is not None else None
+            backlog = live.backlog if live is not None else None
+            out[name] = {
+                "position": dict(progress.position),
+                "epochs": progress.epochs,
+                "rows_in": progress.rows_in,
+                "lag": None if backlog is None else sum(backlog.values()),
+                "lag_by_partition": backlog,
+                "lag_at": live.backlog_at if live is not None else None,
+                "caught_up": live.caught_up if live is not None else None,
+            }
+        return out
 
 
 def summary_view(summary: RunSummary) -> dict[str, Any]:
@@ -96,6 +152,8 @@ def summary_view(summary: RunSummary) -> dict[str, Any]:
         "sink_ops": {name: dict(ops) for name, ops in list(summary.sink_ops.items())},
         "duration_sec": summary.duration_sec,
         "stopped_by_signal": summary.stopped_by_signal,
+        "restarts": summary.restarts,
+        "last_error": summary.last_error,
     }
 
 
@@ -114,12 +172,17 @@ class RunLogHandler(logging.Handler):
 
 
 class Runs:
-    """The engine's runs: started on submission, stopped on request or when the engine stops."""
+    """The engine's runs: queued on submission, started as admission allows, stopped on request or when the
+    engine stops, evicted `retention_sec` after they ended."""
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, max_starting: int = 2, retention_sec: float = 900.0) -> None:
         self.spark = spark
+        self.retention_sec = retention_sec
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
+        self.max_starting = max_starting
+        self._admission = threading.BoundedSemaphore(max_starting)
+        self._evicted_at = time.monotonic()
         self.closed = False
 
     def get(self, run_id: str) -> Run | None:
@@ -127,18 +190,37 @@ class Runs:
             return self._runs.get(run_id)
 
     def all(self) -> list[Run]:
+        self.evict()
         with self._lock:
             return list(self._runs.values())
 
-    def submit(self, submission: Submission) -> Run:
+    def submit(self, submission: Submission, origin: str = "submitted") -> Run:
         with self._lock:
             if self.closed:
                 raise StreamlingError.user("the engine is stopping: it takes no new runs")
-            run = Run(uuid.uuid4().hex[:12], submission)
+            run = Run(uuid.uuid4().hex[:12], submission, origin)
             self._runs[run.id] = run
         thread = threading.Thread(target=self._execute, args=(run,), name=f"streamling-run-{run.id}", daemon=True)
         thread.start()
+        self.evict()
         return run
+
+    def evict(self, now: float | None = None) -> list[str]:
+        """Forget the runs that ended more than `retention_sec` ago (at most every few seconds)."""
+        if now is None:
+            if time.monotonic() - self._evicted_at < EVICT_EVERY_SEC:
+                return []
+            self._evicted_at = time.monotonic()
+        cutoff = (time.time() if now is None else now) - self.retention_sec
+        with self._lock:
+            gone = [
+                run_id
+                for run_id, run in self._runs.items()
+                if run.done.is_set() and run.finished_at is not None and run.finished_at < cutoff
+            ]
+            for run_id in gone:
+                del self._runs[run_id]
+        return gone
 
     def stop_all(self, timeout: float | None = None) -> bool:
         """Ask every run to stop (each finishes and commits its in-flight epoch) and wait for them."""
@@ -150,6 +232,17 @@ class Runs:
         deadline = None if timeout is None else time.monotonic() + timeout
         return all(run.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) for run in runs)
 
+    def _admit(self, run: Run) -> bool:
+        """Wait for a start slot (state ``queued``); False when the run was stopped while it waited."""
+        if self._admission.acquire(blocking=False):
+            return True
+        waiting = sum(1 for r in self.all() if r.state == "queued")
+        log.info("run %s is queued: runs start %d at a time, %d waiting", run.id, self.max_starting, waiting)
+        while not run.stop.is_set():
+            if self._admission.acquire(timeout=0.2):
+                return True
+        return False
+
     def _execute(self, run: Run) -> None:
         from streamling.api import check_structure, execute_plan, prepare_pipeline, resolve_location
         from streamling.cli import log_summary
@@ -157,8 +250,25 @@ class Runs:
 
         scope = RUN_SCOPE.set(run.id)
         submission = run.submission
+        admitted = False
+
+        def running(runner: PipelineRunner) -> None:
+            nonlocal admitted
+            run.runner = runner
+            if run.state != "running":
+                run.state, run.started_at = "running", time.time()
+                log.info("run %s is running", run.id)
+            if admitted:
+                admitted = False
+                self._admission.release()
+
         try:
             log.info("run %s: %s submitted", run.id, submission.pipeline)
+            if not self._admit(run):
+                run.state = "stopped"
+                return
+            admitted = True
+            run.state = "starting"
             try:
                 settings = settings_from_document(submission.settings)
                 location = resolve_location(submission.pipeline, settings)
@@ -170,8 +280,7 @@ class Runs:
                 run.state = "invalid" if exc.user_facing and not exc.retriable else "failed"
                 log.error("run %s is invalid: %s", run.id, exc.message)
                 return
-            run.state = "running"
-            summary = execute_plan(plan, settings, spark, run.stop, run.summary)
+            summary = execute_plan(plan, settings, spark, run.stop, run.summary, on_running=running)
             log_summary(summary)
             run.state = "stopped" if summary.stopped_by_signal else "succeeded"
         except StreamlingError as exc:
@@ -181,7 +290,12 @@ class Runs:
             run.error, run.state = f"internal error: {first_line(exc)}", "failed"
             log.error("run %s failed: %s", run.id, run.error, exc_info=log.isEnabledFor(logging.DEBUG))
         finally:
+            if admitted:
+                self._admission.release()
+            closed = HELD.retire(run.id)
+            log.debug("run %s: %d clients closed", run.id, closed)
             RUN_SCOPE.reset(scope)
+            run.finished_at = time.time()
             run.done.set()
             log.info("run %s: %s", run.id, run.state)
 

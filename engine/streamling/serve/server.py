@@ -1,16 +1,18 @@
-"""``streamling serve``: a warm engine that runs submitted pipelines side by side.
+"""``streamling serve``: a warm engine that runs pipelines side by side: submitted ones, and those of a directory.
 
-One driver keeps its JVM, SparkContext and Spark's Python daemons up between pipelines, so a submitted pipeline
-starts in about a second instead of a cold start's ten (bench scenario 3). Its HTTP API (JSON, loopback by
-default; there is no authentication, so bind it where only trusted clients reach it):
+One driver keeps its JVM, SparkContext and Spark's Python workers up between pipelines, so a submitted pipeline
+starts in about a second instead of a cold start's several (bench scenario 3), and fifty pipelines cost one JVM
+(bench scenario 6). Its HTTP API (JSON, loopback by default; every path but the probes needs the engine's token,
+and requests under another Host name or from another origin are refused: `serve/guard.py`):
 
 - ``POST /runs`` ``{"pipeline": path, "settings": {…}}``: start a run (201, its view). The pipeline file is read
-  on the engine's host; the settings document is the run's whole settings, secrets included (`settings_document`),
-  which is why the engine listens on loopback unless told otherwise.
-- ``GET /runs/{id}?logs_from=N``: its state (starting, running, succeeded, stopped, failed, invalid), exit
-  code, error, summary, and its log lines from line N on.
+  on the engine's host; the settings document is the run's whole settings, secrets included (`settings_document`).
+- ``GET /runs/{id}?logs_from=N``: its state (queued, starting, running, succeeded, stopped, failed, invalid), exit
+  code, error, restarts, each source's position and lag, its summary, and its log lines from line N on.
 - ``POST /runs/{id}/stop``: finish and commit the in-flight epoch, then end (as SIGTERM does to a CLI run).
-- ``GET /runs``, ``GET /health``.
+- ``GET /runs``: every run (without logs), and with ``--pipelines`` each file of the directory.
+- ``GET /health``: 200 while the engine takes runs. ``GET /ready``: 200 only when every pipeline is running (none
+  queued or starting; with ``--pipelines``, every file valid and its run running).
 
 SIGTERM or SIGINT stops every run that way, then the engine.
 """
@@ -24,6 +26,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -32,7 +35,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from streamling.errors import StreamlingError
-from streamling.serve.runs import Run, RunLogHandler, Runs, Submission
+from streamling.serve.directory import PipelineDirectory
+from streamling.serve.guard import Guard, host_names, token_for
+from streamling.serve.runs import LIVE_STATES, Run, RunLogHandler, Runs, Submission
 from streamling.telemetry.admin import listen
 
 log = logging.getLogger("streamling.serve")
@@ -41,7 +46,7 @@ DEFAULT_PORT = 18070
 STARTUP_TIMEOUT_SEC = 30.0
 
 
-def app(runs: Runs) -> Starlette:
+def app(runs: Runs, directory: PipelineDirectory | None = None) -> Starlette:
     def found(request: Request) -> Run:
         run = runs.get(request.path_params["run_id"])
         if run is None:
@@ -49,6 +54,8 @@ def app(runs: Runs) -> Starlette:
         return run
 
     async def submit(request: Request) -> JSONResponse:
+        if not request.headers.get("content-type", "").lower().startswith("application/json"):
+            return JSONResponse({"error": "the body must be JSON (Content-Type: application/json)"}, status_code=415)
         try:
             body = await request.json()
         except ValueError:
@@ -77,8 +84,10 @@ def app(runs: Runs) -> Starlette:
         return JSONResponse(run.view(run.log_count), status_code=202)
 
     async def listing(_: Request) -> JSONResponse:
-        views = [r.view(r.log_count) for r in runs.all()]
-        return JSONResponse({"runs": [{k: v for k, v in view.items() if k != "logs"} for view in views]})
+        body: dict[str, Any] = {"runs": [r.brief() for r in runs.all()]}
+        if directory is not None:
+            body["pipelines"] = directory.view()
+        return JSONResponse(body)
 
     async def health(_: Request) -> JSONResponse:
         running = sum(not r.done.is_set() for r in runs.all())
@@ -87,6 +96,15 @@ def app(runs: Runs) -> Starlette:
             status_code=503 if runs.closed else 200,
         )
 
+    async def ready(_: Request) -> JSONResponse:
+        live = [r for r in runs.all() if r.state in LIVE_STATES]
+        waiting = sorted(r.id for r in live if r.state != "running")
+        pipelines = directory.view() if directory is not None else {}
+        not_running = sorted(name for name, p in pipelines.items() if p["state"] != "running")
+        ok = not runs.closed and not waiting and not not_running
+        body = {"ready": ok, "running": len(live) - len(waiting), "waiting": waiting, "not_running": not_running}
+        return JSONResponse(body, status_code=200 if ok else 503)
+
     return Starlette(
         routes=[
             Route("/runs", submit, methods=["POST"]),
@@ -94,15 +112,26 @@ def app(runs: Runs) -> Starlette:
             Route("/runs/{run_id}", status, methods=["GET"]),
             Route("/runs/{run_id}/stop", stop, methods=["POST"]),
             Route("/health", health, methods=["GET"]),
+            Route("/ready", ready, methods=["GET"]),
         ]
     )
 
 
-def serve(runs: Runs, sock: socket.socket, stopping: threading.Event) -> None:
+def serve(
+    runs: Runs,
+    sock: socket.socket,
+    stopping: threading.Event,
+    token: str,
+    allowed_hosts: list[str],
+    directory: PipelineDirectory | None = None,
+    token_where: str = "",
+) -> None:
     """Answer on `sock` until `stopping` is set; then stop every run (each drains) and the HTTP server."""
     import uvicorn
 
-    config = uvicorn.Config(app(runs), log_level="warning", access_log=False, lifespan="off")
+    host, port = sock.getsockname()[:2]
+    guarded = Guard(app(runs, directory), token, host_names(host, port, allowed_hosts), "the engine")
+    config = uvicorn.Config(guarded, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the main thread owns signals
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="streamling-serve", daemon=True)
@@ -112,11 +141,13 @@ def serve(runs: Runs, sock: socket.socket, stopping: threading.Event) -> None:
         time.sleep(0.01)
     if not server.started:
         raise StreamlingError(f"streamling serve: the HTTP server did not start within {STARTUP_TIMEOUT_SEC:g}s")
-    host, port = sock.getsockname()[:2]
-    log.info("Engine ready on http://%s:%d/ (streamling submit --engine http://%s:%d PIPELINE)", host, port, host, port)
+    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    log.info("Engine ready on %s/ (streamling submit --engine %s PIPELINE; %s)", url, url, token_where)
     try:
+        if directory is not None:
+            directory.start(stopping)
         while not stopping.wait(0.5):
-            pass
+            runs.evict()
     finally:
         log.info("Stopping: every run finishes its in-flight epoch")
         runs.stop_all()
@@ -130,7 +161,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
-    p.add_argument("--config", metavar="NAME_OR_PATH", help="the engine's config file: its spark.* and logging")
+    p.add_argument("--config", metavar="NAME_OR_PATH", help="the engine's config file: its spark.*, engine.*, logging")
+    p.add_argument(
+        "--pipelines",
+        metavar="DIR",
+        help="run every pipeline file in DIR, and follow its changes (default: engine.pipelines_dir)",
+    )
     return p
 
 
@@ -143,8 +179,18 @@ def main(argv: list[str]) -> int:
     try:
         settings = load_settings(args.config)
         sock = listen(args.host, args.port, f"streamling serve: cannot listen on {args.host}:{args.port}")
+        engine = settings.engine
+        configured = engine.token.get_secret_value() if engine.token is not None else None
+        token, token_file = token_for("engine", sock.getsockname()[1], configured, engine.token_file)
     except StreamlingError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"Error: streamling serve: cannot keep its token: {exc}", file=sys.stderr)
+        return 2
+    folder = args.pipelines or engine.pipelines_dir
+    if folder and not Path(folder).is_dir():
+        print(f"Error: streamling serve: the pipelines directory {folder} does not exist", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
     stopping = threading.Event()
@@ -156,13 +202,15 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     spark = build_session(settings.spark)
-    runs = Runs(spark)
+    runs = Runs(spark, engine.max_starting_runs, engine.run_retention_sec)
     handler = RunLogHandler(runs)
     engine_logger = logging.getLogger("streamling")
     handler.setFormatter(engine_logger.handlers[0].formatter if engine_logger.handlers else None)
     engine_logger.addHandler(handler)
+    directory = PipelineDirectory(Path(folder), runs, settings, spark, engine.pipelines_poll_sec) if folder else None
+    where = f"its token is in {token_file}" if token_file is not None else "its token is engine.token"
     try:
-        serve(runs, sock, stopping)
+        serve(runs, sock, stopping, token, engine.allowed_hosts, directory, where)
     except StreamlingError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)
         return 1

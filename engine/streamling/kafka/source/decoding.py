@@ -16,6 +16,7 @@ from streamling.kafka.availability import Outage, patience, wait_out
 from streamling.kafka.avro import AvroDecoder
 from streamling.kafka.clients import registry, subject_of
 from streamling.kafka.source.metadata import METADATA_COLUMNS
+from streamling.runtime.held import HELD
 from streamling.types import GS_OP
 
 log = logging.getLogger("streamling.kafka")
@@ -23,47 +24,46 @@ log = logging.getLogger("streamling.kafka")
 DBZ_OPS = {b"c": "i", b"r": "i", b"u": "u", b"d": "d"}
 
 
-_DECODERS: dict[str, AvroDecoder] = {}
-
-
 def decoder_for(options: Mapping[str, str]) -> AvroDecoder:
+    """One decoder per process and source's reader schema (it caches the writer schemas it met), kept while a run
+    reads with it (`runtime/held.py`)."""
     overrides = options.get("schema_id_overrides", "{}")
     key = "/".join((options["reader_schema_id"], options["topic"], options["source"], overrides))
-    decoder = _DECODERS.get(key)
-    if decoder is None:
-        subject = subject_of(options["topic"])
-        outage = Outage(f"kafka source '{options['source']}'", "Schema Registry", patience(options))
+    return HELD.get("avro decoder", key, lambda: _decoder(options, overrides))
 
-        def fetch_writer(schema_id: int) -> tuple[str, list[tuple[str, int]]]:
-            """A new writer schema id blocks this read until the registry answers (or the patience ends), so no
-            position moves past records that could not be decoded."""
 
-            def fetch() -> tuple[str, list[tuple[str, int]]]:
-                client = registry(options)  # only for a writer schema other than the reader's
-                schema = client.get_schema(schema_id)
-                return schema.schema_str, [(v.subject, v.version) for v in client.get_schema_versions(schema_id)]
+def _decoder(options: Mapping[str, str], overrides: str) -> AvroDecoder:
+    subject = subject_of(options["topic"])
+    outage = Outage(f"kafka source '{options['source']}'", "Schema Registry", patience(options))
 
-            try:
-                return wait_out(fetch, outage)
-            except Exception as exc:
-                if getattr(exc, "http_status_code", None) == 404:  # the id is unknown: the record's fault
-                    raise StreamlingError.user("not in the Schema Registry") from None
-                raise StreamlingError.retry(
-                    f"failed to fetch schema id {schema_id} from the Schema Registry: {exc}"
-                ) from None
+    def fetch_writer(schema_id: int) -> tuple[str, list[tuple[str, int]]]:
+        """A new writer schema id blocks this read until the registry answers (or the patience ends), so no
+        position moves past records that could not be decoded."""
 
-        decoder = AvroDecoder(
-            json.loads(options["reader_schema"]),
-            int(options["reader_schema_version"]),
-            subject,
-            options["topic"],
-            fetch_writer,
-            validate_ordering=options.get("validate_writer_schema_ordering", "true") == "true",
-            overrides={int(k): int(v) for k, v in json.loads(overrides).items()},
-            reader_id=int(options["reader_schema_id"]),
-        )
-        _DECODERS[key] = decoder
-    return decoder
+        def fetch() -> tuple[str, list[tuple[str, int]]]:
+            client = registry(options)  # only for a writer schema other than the reader's
+            schema = client.get_schema(schema_id)
+            return schema.schema_str, [(v.subject, v.version) for v in client.get_schema_versions(schema_id)]
+
+        try:
+            return wait_out(fetch, outage)
+        except Exception as exc:
+            if getattr(exc, "http_status_code", None) == 404:  # the id is unknown: the record's fault
+                raise StreamlingError.user("not in the Schema Registry") from None
+            raise StreamlingError.retry(
+                f"failed to fetch schema id {schema_id} from the Schema Registry: {exc}"
+            ) from None
+
+    return AvroDecoder(
+        json.loads(options["reader_schema"]),
+        int(options["reader_schema_version"]),
+        subject,
+        options["topic"],
+        fetch_writer,
+        validate_ordering=options.get("validate_writer_schema_ordering", "true") == "true",
+        overrides={int(k): int(v) for k, v in json.loads(overrides).items()},
+        reader_id=int(options["reader_schema_id"]),
+    )
 
 
 def op_of_headers(headers: list | None) -> str | None:  # type: ignore[type-arg]

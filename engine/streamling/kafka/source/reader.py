@@ -12,7 +12,6 @@ import itertools
 import json
 import logging
 import math
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from streamling.errors import StreamlingError
 from streamling.kafka.availability import Outage, is_unavailable, patience, transient_kafka_error
 from streamling.kafka.source.offsets import high_watermark, initial_offsets, list_partitions, open_consumer
+from streamling.runtime.held import HELD
 from streamling.runtime.pacing import Pacer
 from streamling.telemetry.logs import configure_worker_logging
 from streamling.telemetry.tasks import OFF, NodeRecorder
@@ -50,19 +50,11 @@ class Range(InputPartition):
         self.end = end
 
 
-_READERS: dict[str, Any] = {}
-_READERS_LOCK = threading.Lock()
-
-
 def _reader_consumer(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
-    """One consumer per Python worker and source, reused across epochs."""
+    """One consumer per Python worker and source, reused across epochs, closed once no run reads with it
+    (`runtime/held.py`)."""
     key = json.dumps({k: v for k, v in options.items() if k.startswith(("kafka_", "app", "source"))}, sort_keys=True)
-    with _READERS_LOCK:
-        consumer = _READERS.get(key)
-        if consumer is None:
-            consumer = open_consumer(options, "read")
-            _READERS[key] = consumer
-        return consumer
+    return HELD.get("kafka consumer", key, lambda: open_consumer(options, "read"), lambda c: c.close())
 
 
 class KafkaStreamReader(DataSourceStreamReader):
