@@ -14,6 +14,10 @@ Scenarios:
    warm (**streamling_warm**: ``streamling submit`` to a ``streamling serve`` engine started before the runs).
 4. End-to-end latency at a steady 20k records/s: produce time (the record's ``ts``) → row visible in Postgres.
 5. Scale curve (ours only): the scenario-1 filter at local[1] vs local[2], on topics of 1, 2 and 4 partitions.
+6. Density: N pipelines, each on its own topic fed at 100 rec/s → SQL filter → Postgres upsert, on one engine
+   (N = 1, 10, 50), as N CLI processes (N = 1, 10), as N hand loops and N Quix apps (N = 1, 10, 50): cores and
+   PSS over a window, the N-th pipeline's first row, every sink exact, an idle engine pipeline's cost
+   (bench/density.py).
 
 Runs alternate between contenders (A B C A B C …), warm-ups first; every run reads with a fresh consumer group /
 application id into a fresh table, and every run's output is checked against the exact expected row count (and id
@@ -41,6 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
+import density
 import kafka_data
 from harness import RESULTS, Measurement, measure, record, streamling_cmd, summarize
 
@@ -176,6 +181,9 @@ class Suite:
     master: str = "local[2]"
     topics: list[str] = field(default_factory=list)
     engine_url: str | None = None
+    density_cells: list[tuple[str, int]] = field(default_factory=lambda: [*density.CELLS, *density.PEER_CELLS])
+    density_sec: float = 300.0
+    density_idle_sec: float = 60.0
 
     def base_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
@@ -629,6 +637,7 @@ SCENARIOS: dict[int, tuple[str, Callable[[Suite], dict]]] = {
     3: ("cold_start_first_row", scenario_cold_start),
     4: ("latency_steady_rate", scenario_latency),
     5: ("scale_curve", scenario_scale),
+    6: ("density", lambda s: density.scenario(s.env, s.work, s.density_cells, s.density_sec, s.density_idle_sec)),
 }
 
 
@@ -730,6 +739,8 @@ def markdown(payload: dict) -> str:
                 f"{_cell(c.get('achieved_rate'))} | {_cell(c.get('peak_rss_mb'))} | {ratio} |"
             )
         lines.append("")
+    if "density" in sc:
+        lines += density.markdown(sc["density"])
     if "scale_curve" in sc:
         b = sc["scale_curve"]
         lines += [
@@ -814,6 +825,11 @@ def main() -> None:
     args.add_argument("--latency-sec", type=float, help="measured seconds of the latency scenario")
     args.add_argument("--latency-warmup-sec", type=float, help="seconds produced before latency is measured")
     args.add_argument("--latency-rate", type=int, help="records/s produced in the latency scenario")
+    args.add_argument(
+        "--density-cells", help="scenario 6's cells as contender:N,… (engine, cli, hand_loop, quix; default all)"
+    )
+    args.add_argument("--density-sec", type=float, help="scenario 6: seconds measured per cell (default 300)")
+    args.add_argument("--density-idle-sec", type=float, help="scenario 6: seconds of an idle engine (default 60)")
     args.add_argument("--results", type=Path, default=RESULTS)
     opts = args.parse_args()
 
@@ -832,6 +848,12 @@ def main() -> None:
     env = kafka_data.services_env("postgres", "kafka", "registry")
     warn_if_broker_full(env)
     suite = Suite(env, Path(tempfile.mkdtemp(prefix="streamling-bench-suite-")), sizes, runs, warmup)
+    if opts.density_cells:
+        suite.density_cells = [(c, int(n)) for c, n in (cell.split(":") for cell in opts.density_cells.split(","))]
+    if opts.density_sec is not None:
+        suite.density_sec = opts.density_sec
+    if opts.density_idle_sec is not None:
+        suite.density_idle_sec = opts.density_idle_sec
     started = time.time()
     results = {}
     try:

@@ -12,12 +12,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.net import ADMIN_TOKEN
+
 REPO = Path(__file__).resolve().parent.parent
 SERVICES = REPO / "infra" / "services"
 
 # Keep the suite's Spark small and quiet on a 2-core CI machine.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# Tests of how a failure ends a run see it end: the restart strategy (on by default) would start it again first.
+# The restart tests (tests/unit/test_restarts.py, tests/e2e/test_restart_strategy.py, test_cli_run.py) turn it on.
+os.environ.setdefault("STREAMLING__RESTART_STRATEGY__TYPE", "none")
+# Token files of the engines and admin APIs tests start go to a folder of the test session, not ~/.streamling.
+os.environ.setdefault(
+    "STREAMLING_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), f"streamling-home-{os.getpid()}")
+)
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +52,8 @@ def make_settings(tmp_path: Path) -> Callable[..., object]:
             "spark.shuffle_partitions": 2,
             "checkpoint_interval_sec": "200ms",
             "record_batch_interval_ms": 50,
+            "admin_api_token": ADMIN_TOKEN,
+            "restart_strategy.type": "none",
         }
         base.update({k.replace("__", "."): v for k, v in overrides.items()})
         config = tmp_path / "empty-config.yaml"  # never the working directory's config.yaml

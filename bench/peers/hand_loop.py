@@ -38,6 +38,11 @@ def main() -> None:
     args.add_argument("--batch", type=int, default=100_000, help="records per write (and offset commit)")
     args.add_argument("--follow", action="store_true", help="run until SIGTERM, writing every poll's records")
     args.add_argument(
+        "--flush-interval",
+        type=float,
+        help="with --follow: write (and commit) every this many seconds instead of every poll (a trickling feed)",
+    )
+    args.add_argument(
         "--decoder",
         choices=("record", "block"),
         default="record",
@@ -102,8 +107,14 @@ def main() -> None:
         consumer.commit(asynchronous=False)
 
     columnar = ColumnarJob(opts.job, registry) if opts.decoder == "block" else None
+    interval = opts.flush_interval
+    flushed_at, unflushed = time.monotonic(), 0
     while not stop:
-        msgs = consumer.consume(num_messages=10000, timeout=0.05 if opts.follow else 0.5)
+        if interval:  # wait for records until the next flush is due, no longer
+            timeout = max(0.01, min(1.0, flushed_at + interval - time.monotonic()))
+        else:
+            timeout = 0.05 if opts.follow else 0.5
+        msgs = consumer.consume(num_messages=10000, timeout=timeout)
         if columnar is not None:
             good = []
             for m in msgs:
@@ -135,7 +146,12 @@ def main() -> None:
         consumed += len(msgs)
         drained = ends is not None and all(position.get(p, 0) >= end for p, end in ends.items())
         size = msgs_in_pending if columnar is not None else len(pending)
-        if msgs and (size >= opts.batch or drained or opts.follow):
+        unflushed += len(msgs)
+        if interval and opts.follow:
+            if unflushed and time.monotonic() - flushed_at >= interval:
+                flush()
+                flushed_at, unflushed = time.monotonic(), 0
+        elif msgs and (size >= opts.batch or drained or opts.follow):
             flush()
         if drained:
             break

@@ -8,7 +8,7 @@ Pipelines name its operators ``<namespace>.<name>``: ``type: acme.orders_source`
 What an author writes are Arrow-level classes; the runtime turns them into Spark operators and owns epochs,
 commits, replays and delivery:
 
-- `ArrowSource`: read on the executors as a Spark Python Data Source. Say where reading starts
+- `ArrowSource`: read on the executors by Spark tasks, planned on the driver. Say where reading starts
   (`initial_position`), how far data is available (`latest_position`) and how to read a range
   (`read(start, end)`). Positions are JSON values; the committed one lives in the state backend.
 - `PolledSource`: read by the driver, one batch after another (`poll(after)`), e.g. a partner API.
@@ -185,12 +185,12 @@ class _Node(ABC, Generic[OptionsT]):
 
 
 class ArrowSource(_Node[OptionsT]):
-    """A streaming source read on the executors as a Spark Python Data Source.
+    """A streaming source read on the executors by Spark tasks.
 
     An epoch is the range from the committed position to what `latest_position` returned; the runtime commits
     its end to the state backend after every sink flushed, and replays exactly that range after a crash
-    before the commit (so `read` must return the same rows for the same range). `initial_position` and
-    `finalize` run on the driver; `latest_position`, `partitions` and `read` in Spark's Python workers."""
+    before the commit (so `read` must return the same rows for the same range). `initial_position`,
+    `latest_position`, `partitions` and `finalize` run on the driver; `read` in Spark's Python workers."""
 
     bounded: ClassVar[bool] = False
     """True when the source reaches an end (`finished`); job mode accepts only bounded sources."""

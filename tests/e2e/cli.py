@@ -25,6 +25,8 @@ def cli_env(cwd: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
             "STREAMLING__SPARK__SHUFFLE_PARTITIONS": "2",
             "STREAMLING__SPARK__CHECKPOINT_ROOT": str(cwd / "checkpoints"),
             "STREAMLING__STATE_BACKEND__SQLITE__DATABASE_PATH": str(cwd / "state.db"),
+            "STREAMLING_HOME": str(cwd / ".streamling-home"),  # the engine's and admin API's token files
+            "STREAMLING__RESTART_STRATEGY__TYPE": "none",  # see tests/conftest.py
         }
     )
     env.update(extra or {})
@@ -151,12 +153,13 @@ def start_inspectable(cwd: Path, pipeline: Path, rows: int, refresh_sec: float) 
     every `refresh_sec`), once it is ready; the process (its own group) and the admin API's base URL."""
     import httpx
 
-    from tests.net import free_port
+    from tests.net import ADMIN_TOKEN, free_port
     from tests.waiting import wait_for
 
     port = free_port()
     env = {
         "STREAMLING__ADMIN_API_PORT": str(port),
+        "STREAMLING__ADMIN_API_TOKEN": ADMIN_TOKEN,
         "STREAMLING__LIVE_DATA_INSPECT_ENABLED": "true",
         "STREAMLING__LIVE_DATA_INSPECT__RECORDS_PER_TOPOLOGY_NODE": str(rows),
         "STREAMLING__LIVE_DATA_INSPECT__REFRESH_IN_SECS": str(refresh_sec),

@@ -14,6 +14,7 @@ from playwright.sync_api import Page, expect
 from tests.conftest import REPO
 from tests.e2e.browser import CHROMIUM
 from tests.e2e.cli import start_inspectable, write
+from tests.net import ADMIN_TOKEN
 
 ARTIFACTS = REPO / "tests" / "artifacts" / "admin_page"
 pytestmark = [
@@ -45,7 +46,8 @@ def test_the_page_shows_the_graph_and_a_nodes_live_rows_changing(tmp_path: Path,
     )
     engine, base = start_inspectable(tmp_path, pipeline, rows=6, refresh_sec=1)
     try:
-        page.goto(base)
+        page.goto(f"{base}/?token={ADMIN_TOKEN}")  # once: the page keeps it in a cookie, and the URL drops it
+        expect(page).to_have_url(f"{base}/")
         expect(page.locator("#pipeline")).to_have_text("Pipeline pipeline")
         for name in ("orders", "big_orders", "archive", "everything"):
             expect(page.locator(f'g.node[data-node="{name}"]')).to_be_visible()

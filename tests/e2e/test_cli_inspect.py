@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.cli import STREAMLING, cli_env, start_inspectable, write
+from tests.net import ADMIN_HEADERS, ADMIN_TOKEN
 from tests.waiting import wait_for
 
 
@@ -34,12 +35,16 @@ def test_inspect_follows_a_running_pipeline(tmp_path: Path) -> None:
     engine, base = start_inspectable(tmp_path, pipeline, rows=4, refresh_sec=0.5)
     try:
         wait_for(
-            lambda: httpx.get(f"{base}/api/live", params={"node": "named"}).json()["nodes"]["named"]["rows"], 60, "rows"
+            lambda: httpx.get(f"{base}/api/live", params={"node": "named"}, headers=ADMIN_HEADERS).json()["nodes"][
+                "named"
+            ]["rows"],
+            60,
+            "rows",
         )
         follower = subprocess.Popen(
             [STREAMLING, "inspect", "--node", "named", base],
             cwd=tmp_path,
-            env=cli_env(tmp_path),
+            env=cli_env(tmp_path, {"STREAMLING__ADMIN_API_TOKEN": ADMIN_TOKEN}),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

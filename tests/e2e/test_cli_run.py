@@ -109,6 +109,7 @@ def test_internal_failure_restarts_then_ends_in_one_error_line(tmp_path: Path) -
     repo = str(Path(__file__).resolve().parents[2])
     env = {
         "STREAMLING__JOB_MODE": "true",
+        "STREAMLING__RESTART_STRATEGY__TYPE": "exponential-delay",
         "STREAMLING__RESTART_STRATEGY__INITIAL_BACKOFF_SEC": "0.2",
         "STREAMLING__RESTART_STRATEGY__MAX_FAILURES": "2",
         "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p),

@@ -4,11 +4,7 @@ only, and an engine killed mid-run whose pipelines resume exactly on a new engin
 
 from __future__ import annotations
 
-import os
-import re
 import signal
-import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,42 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.cli import run_cli, sqlite_state, start_cli, write
+from tests.e2e.cli import run_cli, sqlite_state, write
+from tests.e2e.engine import Engine, submit
 from tests.e2e.test_cli_postgres import create_audited_events
-
-READY = re.compile(r"Engine ready on (http://\S+?)/? ")
-
-
-class Engine:
-    """`streamling serve --port 0` in its own process group; its URL read from its ready line."""
-
-    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
-        self.proc = start_cli(cwd, "serve", "--port", "0", env=env)
-        self.lines: list[str] = []
-        self.url: str | None = None
-        ready = threading.Event()
-
-        def read() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                if self.url is None and (m := READY.search(line)):
-                    self.url = m.group(1)
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        assert ready.wait(120) and self.url, "".join(self.lines)[-3000:]
-        assert httpx.get(f"{self.url}/health", timeout=10).json()["status"] == "ok"
-
-    def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(120)
 
 
 @pytest.fixture
@@ -66,11 +29,6 @@ def engine(tmp_path: Path, engine_env: dict[str, str]) -> Iterator[Engine]:
     yield started
     if started.proc.poll() is None:
         started.kill()
-
-
-def submit(cwd: Path, engine: Engine, pipeline: Path, env: dict[str, str]) -> subprocess.Popen:
-    """The run's settings are the submitter's (its STREAMLING__ variables), not the engine's."""
-    return start_cli(cwd, "submit", "--engine", engine.url or "", str(pipeline), env=env)
 
 
 @pytest.fixture
@@ -162,7 +120,7 @@ def test_sigterm_to_a_submitter_drains_its_run_and_the_engine_keeps_serving(
     (rows, distinct, _, highest), (audited, _, first_op, last_op) = counts(pg_connect, schema)
     assert rows == distinct == highest == audited == committed > 0
     assert first_op == last_op == "INSERT"
-    views = httpx.get(f"{engine.url}/runs", timeout=10).json()["runs"]
+    views = engine.get("/runs")["runs"]
     assert [(v["state"], v["exit_code"]) for v in views] == [("stopped", 0)]
     assert engine.proc.poll() is None
 
@@ -203,6 +161,6 @@ def test_the_engine_refuses_a_submission_it_cannot_read_with_a_clear_error(tmp_p
         done.stderr.strip()
         == "Error: no pipeline given: pass PIPELINE_FILE or set STREAMLING__PIPELINE_DEFINITION_LOCATION"
     )
-    refused = httpx.post(f"{engine.url}/runs", json={"config": 3}, timeout=10)
+    refused = httpx.post(f"{engine.url}/runs", json={"config": 3}, timeout=10, headers=engine.headers)
     assert refused.status_code == 400
     assert refused.json() == {"error": "a submission needs 'pipeline': the pipeline file's path on the engine's host"}

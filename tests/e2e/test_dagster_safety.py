@@ -4,7 +4,7 @@ With `pay__stream` running (a hybrid: a ClickHouse table, then a Kafka topic, in
 another run of `pay` is refused or skipped with a message naming the stream run: the asset page's Materialize and
 the lineage page's "Materialize all" (GraphQL launches of `__ASSET_JOB`, as the UI sends them, and a click in
 Chromium), the job page (`pay__backfill`), `dagster job execute`, the backfill sensor and the backfill schedule.
-The stream meanwhile keeps committing from its own Spark checkpoint. Then terminating it from its run page ends it
+The stream meanwhile keeps committing. Then terminating it from its run page ends it
 Canceled with nothing red in its log. Screenshots go to tests/artifacts/dagster_ui/.
 """
 
@@ -255,14 +255,12 @@ def test_materialize_clicked_on_the_asset_page_shows_the_refusal(safety, page) -
     shot(page, "10_materialize_refused.png")
 
 
-def test_the_live_stream_kept_its_checkpoint_and_keeps_committing(safety, pg_connect) -> None:
+def test_the_live_stream_keeps_committing(safety, pg_connect) -> None:
     dev = safety.dev
     assert dev.run_status(safety.stream_run) == "STARTED"
-    folders = list((dev.home.parent / "checkpoints").glob("*pay/transfers/run-*"))
-    assert folders, "the stream's Spark checkpoint folder"
     safety.produce(range(2001, 2021))
     wait_for(lambda: stored(pg_connect, dev.schema) == 240, "20 more Kafka rows", dev)
-    assert all(f.exists() for f in folders)
+    assert dev.run_status(safety.stream_run) == "STARTED"
 
 
 def test_terminate_from_the_run_page_ends_canceled_with_a_clean_log(safety, page, pg_connect) -> None:

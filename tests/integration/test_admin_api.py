@@ -14,7 +14,7 @@ import pytest
 
 from streamling import RunSummary, run_pipeline
 from streamling.errors import StreamlingError
-from tests.net import free_port
+from tests.net import ADMIN_HEADERS, assert_guarded, free_port
 from tests.waiting import wait_for
 
 SECRET = "Bearer sup3r-s3cret-token"
@@ -76,7 +76,10 @@ def test_probes_topology_positions_live_rows_and_metrics(spark, make_settings, w
     )
     base = f"http://127.0.0.1:{port}"
     answers: list[str] = []
-    with running(spark, settings, path) as summary, httpx.Client(base_url=base, timeout=10) as client:
+    with (
+        running(spark, settings, path) as summary,
+        httpx.Client(base_url=base, timeout=10, headers=ADMIN_HEADERS) as client,
+    ):
         wait_for(lambda: client.get("/ready").status_code == 200, what="readiness", ignore=(httpx.HTTPError,))
         assert client.get("/health").json() == {"status": "ok"}
 
@@ -171,11 +174,41 @@ def test_live_inspection_off_and_a_port_in_use(spark, make_settings, write_pipel
             what="readiness",
             ignore=(httpx.HTTPError,),
         )
-        off = httpx.get(f"http://127.0.0.1:{port}/api/live")
+        off = httpx.get(f"http://127.0.0.1:{port}/api/live", headers=ADMIN_HEADERS)
         assert off.status_code == 404
         assert off.json() == {"error": "live inspection is off: set live_data_inspect_enabled: true"}
         with pytest.raises(StreamlingError, match=rf"admin API: cannot listen on 127.0.0.1:{port} \(admin_api_host"):
             run_pipeline(stream, make_settings(admin_api_port=port, application_id="other"), spark)
+
+
+def test_the_admin_api_refuses_requests_without_its_token_from_other_hosts_and_origins(
+    spark, make_settings, write_pipeline, tmp_path, monkeypatch
+) -> None:
+    """The same rules as the engine's API; with no admin_api_token set, one is generated into a file only its owner
+    reads, and the run's log names the file, never the token."""
+    port = free_port()
+    monkeypatch.setenv("STREAMLING_HOME", str(tmp_path / "home"))
+    stream = write_pipeline(
+        """
+        sources:
+          ticks: {type: generator, rows_per_second: 100, primary_key: id}
+        sinks:
+          out: {type: blackhole, from: ticks}
+        """,
+        "guarded.yaml",
+    )
+    settings = make_settings(admin_api_port=port, admin_api_token=None)
+    with running(spark, settings, stream):
+        wait_for(
+            lambda: httpx.get(f"http://127.0.0.1:{port}/ready").status_code == 200,
+            what="readiness",
+            ignore=(httpx.HTTPError,),
+        )
+        token_file = tmp_path / "home" / f"admin-{port}.token"
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+        assert_guarded(
+            f"http://127.0.0.1:{port}", token_file.read_text().strip(), "the admin API", "/ready", "/api/topology"
+        )
 
 
 def test_health_reports_a_stalled_source_and_recovers(spark, make_settings, write_pipeline, server) -> None:
@@ -210,7 +243,7 @@ def test_health_reports_a_stalled_source_and_recovers(spark, make_settings, writ
     settings = make_settings(admin_api_port=port, source_stall_timeout_sec=1.5)
     base = f"http://127.0.0.1:{port}"
     try:
-        with running(spark, settings, path), httpx.Client(base_url=base, timeout=10) as client:
+        with running(spark, settings, path), httpx.Client(base_url=base, timeout=10, headers=ADMIN_HEADERS) as client:
             wait_for(lambda: client.get("/ready").status_code == 200, what="readiness", ignore=(httpx.HTTPError,))
             assert client.get("/health").json() == {"status": "ok"}
             gate.clear()  # the service hangs: the next epoch cannot finish
@@ -239,7 +272,10 @@ def test_a_source_with_nothing_to_read_is_ready_and_healthy(spark, make_settings
           out: {{type: blackhole, from: quiet}}
         """)
     settings = make_settings(environ=kafka.env, admin_api_port=port, source_stall_timeout_sec=1)
-    with running(spark, settings, path), httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+    with (
+        running(spark, settings, path),
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10, headers=ADMIN_HEADERS) as client,
+    ):
         wait_for(lambda: client.get("/ready").status_code == 200, what="readiness", ignore=(httpx.HTTPError,))
         positions = wait_for(
             lambda: (q := client.get("/api/positions").json()["sources"]["quiet"])["caught_up"] and q,
@@ -290,7 +326,10 @@ def test_live_rows_of_nodes_whose_first_column_is_a_map_or_a_constant(spark, mak
         live_data_inspect_enabled=True,
         **{"live_data_inspect.records_per_topology_node": 3, "live_data_inspect.refresh_in_secs": 0.2},
     )
-    with running(spark, settings, path), httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+    with (
+        running(spark, settings, path),
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10, headers=ADMIN_HEADERS) as client,
+    ):
 
         def sampled() -> dict | None:
             nodes = client.get("/api/live").json()["nodes"]

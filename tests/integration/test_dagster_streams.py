@@ -176,21 +176,20 @@ def test_a_stream_whose_pipeline_another_process_holds_ends_with_a_clear_message
 def test_a_stream_run_links_the_pipeline_page_and_the_page_serves_while_it_runs(tmp_path, spark) -> None:
     import httpx
 
-    from tests.net import free_port
+    from tests.net import ADMIN_HEADERS, ADMIN_TOKEN, free_port
 
     port = free_port()
     ticking(tmp_path, "ticks", rows_per_second=200)
     defs = build_definitions(tmp_path)
     extra = resources(tmp_path)
-    extra["streamling"] = StreamlingResource(
-        overrides={**extra["streamling"].overrides, "admin_api_port": str(port)}  # type: ignore[attr-defined]
-    )
+    overrides = {**extra["streamling"].overrides, "admin_api_port": str(port), "admin_api_token": ADMIN_TOKEN}  # type: ignore[attr-defined]
+    extra["streamling"] = StreamlingResource(overrides=overrides)
     seen: dict[str, object] = {}
 
     def page_shows_rows() -> bool:
         def rows() -> bool:
             try:
-                doc = httpx.get(f"http://127.0.0.1:{port}/api/topology", timeout=2).json()
+                doc = httpx.get(f"http://127.0.0.1:{port}/api/topology", timeout=2, headers=ADMIN_HEADERS).json()
             except httpx.HTTPError:
                 return False
             seen["topology"] = doc

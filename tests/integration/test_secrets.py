@@ -201,6 +201,7 @@ def run_in_process(path: Path, environ: dict[str, str], tmp_path: Path, capfd, *
             "log_level": "debug",
             "state_backend.backend_type": "InMemory",
             "spark.checkpoint_root": str(tmp_path / "checkpoints"),
+            "restart_strategy.type": "none",
             **overrides,
         },
     )

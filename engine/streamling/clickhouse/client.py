@@ -2,13 +2,25 @@
 
 chdb keeps one data directory per process, so every embedded client of a process shares one
 connection to it, and asking for a second path is an error rather than a silent switch. The embedded
-engine lives in the driver process; Spark's executors never open it.
+engine lives in the driver process; Spark's executors never open it. In a warm engine (`streamling serve`)
+every run shares it, so any number of pipelines read and write the embedded tables side by side.
+
+A data directory is open in one process at a time: the process holds an exclusive lock on ``<path>.lock`` (and
+says who it is in ``<path>.owner.json``) for as long as it lives, so a run in another process is told which one
+holds it (pid, command, run) instead of chdb's ``Error initializing EmbeddedServer: . (BAD_ARGUMENTS)``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
+import os
 import re
+import socket
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -18,6 +30,8 @@ from streamling.errors import StreamlingError, first_line
 
 _EMBEDDED: dict[str, Any] = {}
 _LOCK = threading.RLock()
+_HELD: list[int] = []
+"""The descriptors holding this process's data path locks: never closed, the kernel drops them at exit."""
 
 
 def quote(identifier: str) -> str:
@@ -94,6 +108,43 @@ def _embedded(path: str) -> Any:
                 "clickhouse_sink.path at the same directory, or use a server url)"
             )
         Path(resolved).mkdir(parents=True, exist_ok=True)
+        _hold(Path(resolved))
         client = clickhouse_connect.get_client(dsn=f"chdb://{resolved}")
         _EMBEDDED[resolved] = client
         return client
+
+
+def _hold(path: Path) -> None:
+    """Take `path`'s lock for this process's lifetime, or raise naming the process that has it."""
+    lock, owner = path.with_name(path.name + ".lock"), path.with_name(path.name + ".owner.json")
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StreamlingError.retry(
+            f"the embedded ClickHouse data path {path} is open in another process ({_holder(owner)}); chdb opens a "
+            "data path in one process at a time: run this pipeline in that process (streamling submit to its "
+            "engine), stop it, or use a ClickHouse server (clickhouse_source.url, clickhouse_sink.url)"
+        ) from None
+    _HELD.append(fd)
+    from streamling.telemetry.logs import RUN_SCOPE
+
+    me = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": " ".join(["streamling" if a.endswith("/streamling") else a for a in sys.argv])[:300],
+        "run": RUN_SCOPE.get(),
+        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    with contextlib.suppress(OSError):  # only a description
+        owner.write_text(json.dumps(me))
+
+
+def _holder(owner: Path) -> str:
+    try:
+        who = json.loads(owner.read_text())
+    except (OSError, ValueError):
+        return "its owner is unknown"
+    run = f", run {who['run']}" if who.get("run") else ""
+    return f"pid {who.get('pid')} on {who.get('host')}: {who.get('command')}{run}, since {who.get('since')}"

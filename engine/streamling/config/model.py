@@ -497,6 +497,10 @@ class Settings(_Section):
     admin_api_port: int | None = Field(default=None, ge=0, le=65535)
     """The admin HTTP API and page (health, topology, positions, live rows, ``/metrics``); unset or 0: off."""
     admin_api_host: str = "127.0.0.1"
+    admin_api_token: SecretStr | None = None
+    """The admin API's token; unset: generated at the first start into ``~/.streamling/admin-<port>.token``."""
+    admin_api_allowed_hosts: list[str] = Field(default_factory=list)
+    """Names the admin API may be reached under besides its address (any other ``Host`` is refused)."""
     """The address the admin API listens on; ``0.0.0.0`` for Kubernetes probes from outside the pod."""
     source_stall_timeout_sec: Seconds = 300.0
     """The admin API's health check fails once a source has had an epoch in flight, or records waiting with

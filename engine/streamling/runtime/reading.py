@@ -61,6 +61,8 @@ class ReaderEpochs:
         self._for_tasks = cloudpickle.dumps(self.reader)  # before the driver opens anything in it
         self._poll_sec = poll_sec
         self._wake = threading.Event()
+        self._ids: dict[int, DataFrame] = {}
+        """``spark.range(n, numPartitions=n)`` per task count, analysed once: an epoch's frame is one more node."""
 
     def next_epoch(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
@@ -86,7 +88,11 @@ class ReaderEpochs:
         if not partitions:
             return empty_frame(spark, self.schema)
         read = functools.partial(read_partitions, self._for_tasks, cloudpickle.dumps(partitions))
-        return spark.range(0, len(partitions), 1, len(partitions)).mapInArrow(read, self.schema)
+        n = len(partitions)
+        ids = self._ids.get(n)
+        if ids is None or ids.sparkSession is not spark:
+            ids = self._ids[n] = spark.range(0, n, 1, n)
+        return ids.mapInArrow(read, self.schema)
 
     def wake(self) -> None:
         """Cut a wait for new data short (a stop was asked)."""

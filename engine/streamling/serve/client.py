@@ -45,6 +45,7 @@ class EngineClient:
 
     def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
+        self.has_token = bool(token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
 
@@ -74,10 +75,11 @@ class EngineClient:
             if response.status_code >= 500:
                 raise StreamlingError.unavailable(f"the engine at {self.url}: {message}")
             if response.status_code == 401:
-                port = urlsplit(self.url).port or DEFAULT_PORT
-                message += (
-                    "; set engine.token (STREAMLING__ENGINE__TOKEN) to the engine's token, or run as the engine's "
-                    f"user on its host (its token file: {token_path('engine', port)})"
+                where = token_path("engine", urlsplit(self.url).port or DEFAULT_PORT)
+                told = "refused the token given" if self.has_token else "needs a token"
+                raise StreamlingError.user(
+                    f"the engine at {self.url} {told}: set engine.token (STREAMLING__ENGINE__TOKEN) to its token, or "
+                    f"run as the engine's user on its host (the engine keeps it in {where})"
                 )
             raise StreamlingError.user(f"the engine at {self.url}: {message}")
         return body

@@ -2,7 +2,9 @@
 Connect's streams mode runs a directory of config files.
 
 Every ``*.yaml``, ``*.yml`` and ``*.json`` file directly in the directory is a pipeline named after the file, run
-with the engine's own settings. The directory is looked at every ``engine.pipelines_poll_sec``:
+with the engine's own settings, in a state-backend namespace of its own, ``<application_id>.<name>`` (pipelines of
+one directory often share source names, and a namespace holds one pipeline's positions per source name). The
+directory is looked at every ``engine.pipelines_poll_sec``:
 
 - a new file is started (its run validates it first, as any run does, and ends ``invalid`` when it is not);
 - a changed file (its content, not its time) is validated first (structure, then its SQL and schemas on the
@@ -137,7 +139,8 @@ class PipelineDirectory:
         problems: list[str] = []
         if entry.run is not None and not entry.run.done.is_set():  # a running version: keep it unless this is valid
             try:
-                plan, report = plan_pipeline(entry.path, self.settings, self.spark.newSession())
+                settings = self.settings.model_copy(update={"application_id": f"{self.settings.application_id}.{name}"})
+                plan, report = plan_pipeline(entry.path, settings, self.spark.newSession())
                 problems = [] if plan is not None else list(report.errors)
             except StreamlingError as exc:
                 problems = [exc.message]
@@ -153,7 +156,8 @@ class PipelineDirectory:
             old.stop.set()
             if not old.done.wait(DRAIN_SEC):
                 log.warning("pipeline '%s': run %s did not stop within %gs", name, old.id, DRAIN_SEC)
-        entry.run = self.runs.submit(Submission(str(entry.path), self.document), origin="directory")
+        document = {**self.document, "application_id": f"{self.settings.application_id}.{name}"}
+        entry.run = self.runs.submit(Submission(str(entry.path), document), origin="directory")
         log.info(
             "pipeline '%s': %s %s as run %s",
             name,

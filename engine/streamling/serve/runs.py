@@ -138,6 +138,8 @@ class Run:
                 "lag_by_partition": backlog,
                 "lag_at": live.backlog_at if live is not None else None,
                 "caught_up": live.caught_up if live is not None else None,
+                "epoch_ms": live.epoch_ms if live is not None else None,
+                "committed_at": live.committed_at if live is not None else None,
             }
         return out
 

@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from streamling.errors import StreamlingError
+from streamling.runtime.held import HELD
 from streamling.serve.directory import PipelineDirectory
 from streamling.serve.guard import Guard, host_names, token_for
 from streamling.serve.runs import LIVE_STATES, Run, RunLogHandler, Runs, Submission
@@ -92,7 +93,7 @@ def app(runs: Runs, directory: PipelineDirectory | None = None) -> Starlette:
     async def health(_: Request) -> JSONResponse:
         running = sum(not r.done.is_set() for r in runs.all())
         return JSONResponse(
-            {"status": "stopping" if runs.closed else "ok", "runs": running},
+            {"status": "stopping" if runs.closed else "ok", "runs": running, "held": HELD.count()},
             status_code=503 if runs.closed else 200,
         )
 
@@ -201,7 +202,7 @@ def main(argv: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    spark = build_session(settings.spark)
+    spark = build_session(settings.spark, long_lived=True)
     runs = Runs(spark, engine.max_starting_runs, engine.run_retention_sec)
     handler = RunLogHandler(runs)
     engine_logger = logging.getLogger("streamling")

@@ -1,5 +1,9 @@
 """The admin API: a small HTTP server in the driver, on ``admin_api_host:admin_api_port``.
 
+It shows the pipeline's rows, so every path but the probes needs its token (``admin_api_token``, else generated
+into ``~/.streamling/admin-<port>.token``; a browser opens ``/?token=…`` once and keeps it in a cookie), and
+requests under another Host name or from another origin are refused (`serve/guard.py`, as the engine's API).
+
 - ``GET /health`` — liveness: 200 while no source is stalled past ``source_stall_timeout_sec`` (and the run did not
   fail), else 503 naming the stalled sources.
 - ``GET /ready`` — readiness: 200 once the first epoch committed, or every source started and found nothing to
@@ -26,6 +30,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -66,6 +71,7 @@ class AdminServer:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._closing = False
+        self.token_file: Path | None = None
 
     @property
     def url(self) -> str:
@@ -74,13 +80,23 @@ class AdminServer:
     def start(self) -> None:
         import uvicorn
 
+        from streamling.serve.guard import Guard, host_names, token_for
+
         sock = listen(
             self.host,
             self.port,
             f"admin API: cannot listen on {self.host}:{self.port} (admin_api_host, admin_api_port)",
         )
+        settings = self.telemetry.settings
+        configured = settings.admin_api_token.get_secret_value() if settings.admin_api_token is not None else None
+        try:
+            token, self.token_file = token_for("admin", self.port, configured, None)
+        except OSError as exc:
+            sock.close()
+            raise StreamlingError.user(f"admin API: cannot keep its token: {exc}") from None
+        hosts = host_names(self.host, self.port, settings.admin_api_allowed_hosts)
         config = uvicorn.Config(
-            self.app(),
+            Guard(self.app(), token, hosts, "the admin API"),
             log_level="warning",
             access_log=False,
             lifespan="off",
@@ -99,7 +115,8 @@ class AdminServer:
             raise StreamlingError(
                 f"admin API: did not start on {self.host}:{self.port} within {STARTUP_TIMEOUT_SEC:g}s"
             )
-        log.info("Admin API on %s", self.url)
+        where = f"its token is in {self.token_file}" if self.token_file else "its token is admin_api_token"
+        log.info("Admin API on %s (%s; a browser opens it once as %s?token=…)", self.url, where, self.url)
 
     def stop(self) -> None:
         self._closing = True

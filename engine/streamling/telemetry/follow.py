@@ -2,7 +2,8 @@
 
 It reads the admin API's event stream (``/api/live/stream``) and prints, for each fresh sample of a node, a header
 line and one JSON object per row, so the output can be read or piped (``| jq``). URL defaults to this machine's
-admin port from the settings (``admin_api_port``, 3000 when unset).
+admin port from the settings (``admin_api_port``, 3000 when unset); the token is ``admin_api_token``, else the
+admin API's token file on this host.
 """
 
 from __future__ import annotations
@@ -52,16 +53,19 @@ def show(doc: dict[str, Any], out: TextIO) -> None:
 
 def main(argv: list[str], out: TextIO = sys.stdout) -> int:
     args = parser().parse_args(argv)
-    url = args.url
-    if url is None:
-        from streamling.config import load_settings
+    from streamling.config import load_settings
+    from streamling.serve.guard import read_token
 
-        url = f"http://127.0.0.1:{load_settings(args.config).admin_api_port or 3000}"
+    settings = load_settings(args.config)
+    url = args.url or f"http://127.0.0.1:{settings.admin_api_port or 3000}"
     base = url.rstrip("/")
+    configured = settings.admin_api_token.get_secret_value() if settings.admin_api_token is not None else None
+    token = read_token("admin", base, configured)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     params = {"node": args.node} if args.node else {}
     connected = False
     try:
-        with httpx.Client(base_url=base, timeout=httpx.Timeout(10.0, read=None)) as client:
+        with httpx.Client(base_url=base, timeout=httpx.Timeout(10.0, read=None), headers=headers) as client:
             if args.once:
                 answer = client.get("/api/live", params=params)
                 if answer.status_code != 200:

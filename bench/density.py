@@ -1,0 +1,402 @@
+"""Scenario 6, *density*: N pipelines at a trickle, side by side, and what they cost together.
+
+Each pipeline reads its own Kafka topic (one partition, Avro), fed at ``RATE`` records/s for the whole cell,
+keeps the records with ``sel_key <> 0`` (SQL filter) and upserts them into its own Postgres table. Contenders:
+
+- ``engine``: one ``streamling serve`` with N runs, all N submitted at the same moment over its API;
+- ``cli``: N ``streamling PIPELINE`` processes (a JVM each);
+- ``hand_loop``: N hand-written loops (bench/peers/hand_loop.py, flushing every ``FLUSH_SEC``, as ours commits);
+- ``quix``: N Quix Streams applications (bench/peers/quix_app.py, checkpoint every ``FLUSH_SEC``).
+
+Per cell: the time from starting (submitting) the N-th pipeline to its first row in Postgres; then, over
+``window_sec`` once every pipeline wrote a row, the CPU cores and the PSS of everything the contender runs
+(the services are not the contender's); then the feed stops, every table must end exact (every produced id with
+``sel_key <> 0``, once), and for the engine the idle cost is measured over ``idle_sec`` more (nothing to read).
+Ours run with the Postgres state backend, as a production deployment would; positions and sinks are exact
+whatever the backend.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import kafka_data
+import psutil
+from harness import streamling_cmd, tree_pss
+
+RATE = 100
+FLUSH_SEC = 5.0
+FIRST_ROW_TIMEOUT_SEC = 240.0
+CATCH_UP_TIMEOUT_SEC = 240.0
+CELLS = (("engine", 1), ("engine", 10), ("engine", 50), ("cli", 1), ("cli", 10))
+PEER_CELLS = (("hand_loop", 1), ("hand_loop", 10), ("hand_loop", 50), ("quix", 1), ("quix", 10), ("quix", 50))
+SQL = "SELECT id, user_id, email, country, amount, price, ts FROM events WHERE sel_key <> 0"
+
+
+@dataclass
+class Feeder:
+    """Produces `rate` records/s to each topic (ids from 0 per topic, ``ts`` the produce time) until stopped."""
+
+    env: dict[str, str]
+    topics: dict[str, int]
+    """topic → schema id"""
+    rate: float = RATE
+    sent: dict[str, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.sent = dict.fromkeys(self.topics, 0)
+        self._thread = threading.Thread(target=self._run, name="density-feeder", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        prod = kafka_data.producer(self.env, **{"linger.ms": 5, "compression.type": "none"})
+        started = time.time()
+        while not self._stop.is_set():
+            due = int((time.time() - started) * self.rate)
+            for topic, schema_id in self.topics.items():
+                while self.sent[topic] < due:
+                    i = self.sent[topic]
+                    try:
+                        prod.produce(
+                            topic,
+                            kafka_data.timed_payload(schema_id, i, int(time.time() * 1000)),
+                            partition=0,
+                            headers=[("dbz.op", b"c")],
+                        )
+                    except BufferError:
+                        prod.poll(0.05)
+                        continue
+                    self.sent[topic] = i + 1
+            prod.poll(0)
+            self._stop.wait(0.05)
+        prod.flush(60)
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(120)
+        return dict(self.sent)
+
+
+class Tree:
+    """The contender's processes (several roots for N processes): CPU seconds so far, and PSS now."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.roots = [psutil.Process(pid) for pid in pids]
+        self.seen: dict[int, float] = {}
+
+    def processes(self) -> list[psutil.Process]:
+        out = []
+        for root in self.roots:
+            try:
+                out += [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+        return out
+
+    def cpu(self) -> float:
+        """CPU seconds of every process seen so far (a process that ended keeps its last reading)."""
+        for p in self.processes():
+            try:
+                t = p.cpu_times()
+                self.seen[p.pid] = t.user + t.system
+            except psutil.Error:
+                continue
+        return sum(self.seen.values())
+
+    def pss_mb(self) -> float:
+        return tree_pss(self.processes()) / 2**20
+
+
+@dataclass
+class Cell:
+    contender: str
+    n: int
+    work: Path
+    env: dict[str, str]
+    schema: str = field(default_factory=lambda: f"bench_density_{uuid.uuid4().hex[:8]}")
+    topics: dict[str, int] = field(default_factory=dict)
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    engine_url: str | None = None
+    engine_token: str | None = None
+
+    def table(self, i: int) -> str:
+        return f"t{i}"
+
+    # -- set-up and contenders --
+
+    def create_topics(self) -> None:
+        for i in range(self.n):
+            name = f"bench_density_{uuid.uuid4().hex[:8]}_{i}"
+            self.topics[name] = kafka_data.create_topic(self.env, name, 1)
+
+    def pipeline_file(self, i: int, topic: str) -> Path:
+        path = self.work / f"p{i}_{topic}.yaml"
+        path.write_text(
+            textwrap.dedent(f"""
+            sources:
+              events: {{type: kafka, topic: {topic}}}
+            transforms:
+              shaped: {{type: sql, primary_key: id, sql: "{SQL}"}}
+            sinks:
+              sink: {{type: postgres, from: shaped, schema: {self.schema}, table: {self.table(i)}}}
+            """)
+        )
+        return path
+
+    def ours_env(self, app: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
+        env.update(self.env)
+        pg = "STREAMLING__POSTGRES_SINK__"
+        state = "STREAMLING__STATE_BACKEND__"
+        env.update(
+            {
+                "PYTHONUNBUFFERED": "1",
+                "STREAMLING__APPLICATION_ID": app,
+                "STREAMLING__SPARK__MASTER": "local[2]",
+                f"{state}BACKEND_TYPE": "Postgres",
+                f"{state}POSTGRES__HOST": env[pg + "HOST"],
+                f"{state}POSTGRES__PORT": env[pg + "PORT"],
+                f"{state}POSTGRES__USER": env[pg + "USER"],
+                f"{state}POSTGRES__PASSWORD": env[pg + "PASS"],
+                f"{state}POSTGRES__DATABASE": env[pg + "DB"],
+                "STREAMLING_HOME": str(self.work / "home"),
+            }
+        )
+        return env
+
+    def start(self) -> float:
+        """Start the contender's N pipelines; returns when the N-th was started or submitted (time.time())."""
+        topics = list(self.topics)
+        app = f"density_{uuid.uuid4().hex[:8]}"
+        if self.contender == "engine":
+            return self._start_engine(topics, app)
+        if self.contender == "cli":
+            env = self.ours_env(app)
+            for i, topic in enumerate(topics):
+                self._spawn([*streamling_cmd(), str(self.pipeline_file(i, topic))], env)
+            return time.time()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
+        env.update(self.env)
+        env["PYTHONUNBUFFERED"] = "1"
+        bench = Path(__file__).resolve().parent
+        for i, topic in enumerate(topics):
+            group = f"density_{uuid.uuid4().hex[:8]}"
+            if self.contender == "hand_loop":
+                cmd = [sys.executable, str(bench / "peers" / "hand_loop.py"), "--flush-interval", str(FLUSH_SEC)]
+            else:
+                cmd = [str(bench / ".venv-quix" / "bin" / "python"), str(bench / "peers" / "quix_app.py")]
+                cmd += ["--commit-interval", str(FLUSH_SEC)]
+            cmd += ["--topic", topic, "--group", group, "--job", "upsert", "--schema", self.schema]
+            self._spawn([*cmd, "--table", self.table(i), "--follow"], env)
+        return time.time()
+
+    def _spawn(self, cmd: list[str], env: dict[str, str]) -> None:
+        log = (self.work / f"proc{len(self.procs)}.log").open("w")
+        self.procs.append(
+            subprocess.Popen(cmd, env=env, cwd=self.work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        )
+
+    def _start_engine(self, topics: list[str], app: str) -> float:
+        import httpx
+
+        from streamling.config import load_settings
+        from streamling.serve.client import submitted_settings
+
+        env = self.ours_env(app)
+        self._spawn([*streamling_cmd(), "serve", "--port", "0"], env)
+        log = self.work / "proc0.log"
+        deadline = time.time() + 120
+        while "Engine ready on" not in log.read_text():
+            if self.procs[0].poll() is not None or time.time() > deadline:
+                sys.exit(f"[6] streamling serve did not start:\n{log.read_text()[-2000:]}")
+            time.sleep(0.2)
+        line = next(x for x in log.read_text().splitlines() if "Engine ready on" in x)
+        self.engine_url = line.split("Engine ready on ", 1)[1].split("/ ", 1)[0]
+        port = self.engine_url.rsplit(":", 1)[1]
+        self.engine_token = (self.work / "home" / f"engine-{port}.token").read_text().strip()
+        document = submitted_settings(
+            load_settings(None, environ={k: v for k, v in env.items() if k.startswith("STREAMLING__")})
+        )
+        client = httpx.Client(
+            base_url=self.engine_url, headers={"Authorization": f"Bearer {self.engine_token}"}, timeout=120
+        )
+        files = [self.pipeline_file(i, topic) for i, topic in enumerate(topics)]
+
+        def submit(path: Path) -> None:
+            answer = client.post("/runs", json={"pipeline": str(path), "settings": document})
+            if answer.status_code != 201:
+                sys.exit(f"[6] submission refused: {answer.status_code} {answer.text}")
+
+        with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:  # at the same moment
+            list(pool.map(submit, files))
+        submitted = time.time()
+        client.close()
+        return submitted
+
+    def engine_runs(self) -> list[dict]:
+        import httpx
+
+        if self.engine_url is None:
+            return []
+        headers = {"Authorization": f"Bearer {self.engine_token}"}
+        return httpx.get(f"{self.engine_url}/runs", headers=headers, timeout=60).json()["runs"]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    # -- the sinks --
+
+    def counts(self, conn) -> dict[int, tuple[int, int]]:  # type: ignore[no-untyped-def]
+        """(rows, max id) per table that exists."""
+        out = {}
+        for i in range(self.n):
+            exists = conn.execute("SELECT to_regclass(%s)", [f'"{self.schema}"."{self.table(i)}"']).fetchone()[0]
+            if exists:
+                row = conn.execute(f'SELECT count(*), coalesce(max(id), -1) FROM "{self.schema}"."{self.table(i)}"')
+                out[i] = tuple(int(v) for v in row.fetchone())
+        return out
+
+
+def _wait(check: Callable[[], bool], timeout: float, what: str) -> float:
+    started = time.time()
+    while not check():
+        if time.time() - started > timeout:
+            raise TimeoutError(what)
+        time.sleep(0.25)
+    return time.time()
+
+
+def run_cell(env: dict[str, str], work: Path, contender: str, n: int, window_sec: float, idle_sec: float) -> dict:
+    from job import connect_from_env
+
+    cell = Cell(contender, n, work / f"{contender}{n}_{uuid.uuid4().hex[:6]}", env)
+    cell.work.mkdir(parents=True)
+    conn = connect_from_env(env)
+    conn.autocommit = True
+    cell.create_topics()
+    feeder = Feeder(env, cell.topics)
+    feeder.start()
+    result: dict = {"contender": contender, "n": n, "rate_per_pipeline": RATE}
+    try:
+        launched = time.time()
+        last_started = cell.start()
+        tree = Tree([p.pid for p in cell.procs])
+        last = n - 1
+        first_row_at = _wait(
+            lambda: cell.counts(conn).get(last, (0, 0))[0] > 0, FIRST_ROW_TIMEOUT_SEC, f"{contender} x{n}: first row"
+        )
+        _wait(
+            lambda: len(cell.counts(conn)) == n and all(c[0] > 0 for c in cell.counts(conn).values()),
+            FIRST_ROW_TIMEOUT_SEC,
+            f"{contender} x{n}: every pipeline's first row",
+        )
+        result["start_sec"] = round(last_started - launched, 1)
+        result["nth_first_row_sec"] = round(first_row_at - last_started, 1)
+        runs = cell.engine_runs()
+        result["states_at_start"] = _states(runs)
+        # The window: CPU over it, PSS sampled through it.
+        cpu0, t0 = tree.cpu(), time.time()
+        pss = []
+        while time.time() - t0 < window_sec:
+            time.sleep(min(15.0, window_sec / 4))
+            pss.append(tree.pss_mb())
+        cores = (tree.cpu() - cpu0) / (time.time() - t0)
+        result.update(
+            cores=round(cores, 3),
+            pss_mb=round(max(pss)),
+            pss_mb_mean=round(sum(pss) / len(pss)),
+            processes=len(tree.processes()),
+            window_sec=round(time.time() - t0),
+        )
+        sent = feeder.stop()
+        expected = {i: len([k for k in range(sent[t]) if k % 10 != 0]) for i, t in enumerate(cell.topics)}
+        try:
+            _wait(
+                lambda: all(cell.counts(conn).get(i, (0, 0))[0] == expected[i] for i in range(n)),
+                CATCH_UP_TIMEOUT_SEC,
+                f"{contender} x{n}: catch up",
+            )
+            result["exact"] = True
+        except TimeoutError:
+            got = cell.counts(conn)
+            result["exact"] = False
+            result["short"] = {
+                i: (got.get(i, (0, 0))[0], expected[i]) for i in range(n) if got.get(i, (0, 0))[0] != expected[i]
+            }
+        if contender == "engine" and idle_sec:
+            time.sleep(10)  # the last epochs commit
+            cpu0, t0 = tree.cpu(), time.time()
+            time.sleep(idle_sec)
+            result["idle_cores"] = round((tree.cpu() - cpu0) / (time.time() - t0), 4)
+            result["idle_cores_per_pipeline"] = round(result["idle_cores"] / n, 5)
+        runs = cell.engine_runs()
+        result["states_at_end"] = _states(runs)
+        result["restarts"] = sum(r.get("restarts", 0) for r in runs)
+        result["failed"] = [r["error"] for r in runs if r["state"] in ("failed", "invalid")]
+    finally:
+        feeder.stop()
+        cell.stop()
+        conn.execute(f'DROP SCHEMA IF EXISTS "{cell.schema}" CASCADE')
+        conn.close()
+        from suite import delete_topics
+
+        delete_topics(env, list(cell.topics))
+    cores, pss = result.get("cores"), result.get("pss_mb")
+    print(
+        f"  {contender:>9} x{n:<3}: {cores} cores, PSS {pss} MB, N-th first row {result.get('nth_first_row_sec')} s"
+        f", exact {result.get('exact')}"
+        + (f", idle {result['idle_cores_per_pipeline']} cores/pipeline" if "idle_cores" in result else ""),
+        flush=True,
+    )
+    return result
+
+
+def _states(runs: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in runs:
+        out[r["state"]] = out.get(r["state"], 0) + 1
+    return out
+
+
+def scenario(env: dict[str, str], work: Path, cells: list[tuple[str, int]], window_sec: float, idle_sec: float) -> dict:
+    print(f"[6] density: N pipelines at {RATE} rec/s each, {window_sec:.0f}s measured per cell", flush=True)
+    out = [run_cell(env, work, contender, n, window_sec, idle_sec) for contender, n in cells]
+    return {"rate_per_pipeline": RATE, "flush_sec": FLUSH_SEC, "sql": SQL, "window_sec": window_sec, "cells": out}
+
+
+def markdown(block: dict) -> list[str]:
+    lines = [
+        f"## 6. Density: N pipelines at {block['rate_per_pipeline']} rec/s each (Kafka Avro → SQL filter → Postgres "
+        "upsert)",
+        "",
+        "| contender | N | cores | PSS MB (max) | processes | N-th first row s | exact | idle cores / pipeline |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in block["cells"]:
+        lines.append(
+            f"| {c['contender']} | {c['n']} | {c.get('cores', '-')} | {c.get('pss_mb', '-')} | "
+            f"{c.get('processes', '-')} | {c.get('nth_first_row_sec', '-')} | {c.get('exact', '-')} | "
+            f"{c.get('idle_cores_per_pipeline', '-')} |"
+        )
+    return [*lines, ""]
