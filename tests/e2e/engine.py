@@ -77,16 +77,20 @@ def settings_document(cwd: Path, env: dict[str, str]) -> dict:
     return submitted_settings(load_settings(str(config), environ=variables))
 
 
-def submit_all(engine: Engine, pipelines: list[Path], document: dict) -> list[str]:
-    """POST every pipeline at the same moment (one thread each); the run ids, in `pipelines`' order."""
+def submit_all(engine: Engine, pipelines: list[Path], document: dict | list[dict]) -> list[str]:
+    """POST every pipeline at the same moment (one thread each), with one settings document or one each; the run
+    ids, in `pipelines`' order."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def post(path: Path) -> str:
+    documents = document if isinstance(document, list) else [document] * len(pipelines)
+
+    def post(pair: tuple[Path, dict]) -> str:
+        path, settings = pair
         answer = httpx.post(
-            f"{engine.url}/runs", json={"pipeline": str(path), "settings": document}, headers=engine.headers, timeout=60
+            f"{engine.url}/runs", json={"pipeline": str(path), "settings": settings}, headers=engine.headers, timeout=60
         )
         assert answer.status_code == 201, answer.text
         return answer.json()["id"]
 
     with ThreadPoolExecutor(max_workers=len(pipelines)) as pool:
-        return list(pool.map(post, pipelines))
+        return list(pool.map(post, zip(pipelines, documents, strict=True)))

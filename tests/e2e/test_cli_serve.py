@@ -94,7 +94,7 @@ def test_two_pipelines_at_once_one_failing_leaves_the_other_and_the_engine_untou
     (rows, _, _, highest), _ = counts(pg_connect, bad)
     assert rows == highest == sqlite_state(tmp_path / "state.db", "other_app")["src:generator"]["offset"] < 3500
 
-    assert httpx.get(f"{engine.url}/health", timeout=10).json() == {"status": "ok", "runs": 0}
+    assert httpx.get(f"{engine.url}/health", timeout=10).json() == {"status": "ok", "runs": 0, "held": 0}
     again = submit(tmp_path, engine, tmp_path / "good.yaml", env)
     _, again_err = again.communicate(timeout=240)
     assert again.returncode == 0, again_err

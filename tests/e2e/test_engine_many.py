@@ -72,7 +72,7 @@ def test_fifty_pipelines_submitted_at_once_all_start_commit_and_end_exact(
 ) -> None:
     n, rows = 50, 1500
     app = f"many_{uuid.uuid4().hex[:8]}"
-    env = {**state_env, "STREAMLING__JOB_MODE": "true", "STREAMLING__APPLICATION_ID": app}
+    env = {**state_env, "STREAMLING__JOB_MODE": "true"}
     pipelines = [
         write_pipeline(
             tmp_path,
@@ -84,7 +84,9 @@ def test_fifty_pipelines_submitted_at_once_all_start_commit_and_end_exact(
     ]
     engine = Engine(tmp_path, state_env)
     try:
-        ids = submit_all(engine, pipelines, settings_document(tmp_path, env))
+        # A namespace (application_id) per pipeline: their sources share a name, and positions are kept by name.
+        documents = [settings_document(tmp_path, {**env, "STREAMLING__APPLICATION_ID": f"{app}_{i}"}) for i in range(n)]
+        ids = submit_all(engine, pipelines, documents)
         starting_at_once = 0
         deadline = time.monotonic() + 600
         while True:
@@ -132,11 +134,8 @@ def test_a_backfill_does_not_hold_back_trickling_pipelines(tmp_path: Path, state
     """FAIR scheduler pools, one per pipeline: the trickles' small jobs take the next free task slot instead of
     queueing behind every task of the backfill's epochs. Compared within one engine, trickles alone and then beside
     the backfill (medians of their epochs, start to commit)."""
-    env = {
-        **state_env,
-        "STREAMLING__APPLICATION_ID": f"fair_{uuid.uuid4().hex[:8]}",
-        "STREAMLING__CHECKPOINT_INTERVAL_SEC": "1",
-    }
+    env = {**state_env, "STREAMLING__CHECKPOINT_INTERVAL_SEC": "1"}
+    app = f"fair_{uuid.uuid4().hex[:8]}"
     blackhole = "{type: blackhole, from: kept}"
     trickles = [
         write_pipeline(tmp_path, f"trickle{i}", "{type: generator, rows_per_second: 100, primary_key: id}", blackhole)
@@ -147,12 +146,14 @@ def test_a_backfill_does_not_hold_back_trickling_pipelines(tmp_path: Path, state
     )
     engine = Engine(tmp_path, state_env)
     try:
-        document = settings_document(tmp_path, env)
-        ids = submit_all(engine, trickles, document)
+        documents = [
+            settings_document(tmp_path, {**env, "STREAMLING__APPLICATION_ID": f"{app}_{i}"}) for i in range(10)
+        ]
+        ids = submit_all(engine, trickles, documents[:9])
         wait_for(lambda: all(r["state"] == "running" for r in engine.get("/runs")["runs"]), 180, "trickles running")
         time.sleep(5)
         alone = epoch_times(engine, ids, 25)
-        (busy,) = submit_all(engine, [backfill], document)
+        (busy,) = submit_all(engine, [backfill], documents[9:])
         wait_for(lambda: engine.get(f"/runs/{busy}")["sources"].get("src", {}).get("epochs", 0) >= 2, 120, "backfill")
         beside = epoch_times(engine, ids, 25)
         rows = engine.get(f"/runs/{busy}")["sources"]["src"]["rows_in"]
@@ -236,3 +237,28 @@ def test_submit_stop_cycles_leave_the_engine_flat(tmp_path: Path, postgres_env: 
             assert engine.stop() == 0
     finally:
         bed.close()
+
+
+def test_two_pipelines_that_would_share_their_positions_are_not_run_together(tmp_path: Path) -> None:
+    """One settings document for two pipelines whose sources share a name: the second is refused while the first
+    runs (positions are kept per source name within an application_id), naming both."""
+    blackhole = "{type: blackhole, from: kept}"
+    first = write_pipeline(tmp_path, "first", "{type: generator, rows_per_second: 50, primary_key: id}", blackhole)
+    second = write_pipeline(tmp_path, "second", "{type: generator, rows_per_second: 50, primary_key: id}", blackhole)
+    engine = Engine(tmp_path, {})
+    try:
+        document = settings_document(tmp_path, {})
+        (running,) = submit_all(engine, [first], document)
+        wait_for(lambda: engine.get(f"/runs/{running}")["state"] == "running", 120, "the first running")
+        (refused,) = submit_all(engine, [second], document)
+        wait_for(lambda: engine.get(f"/runs/{refused}")["done"], 120, "the second refused")
+        view = engine.get(f"/runs/{refused}")
+        assert (view["state"], view["exit_code"]) == ("invalid", 2)
+        assert view["error"] == (
+            f"pipeline 'second' keeps the positions of source(s) 'src' where running pipeline 'first' (run {running}) "
+            "keeps its own (application_id 'local_app_v1' in the same state backend): the two would read and commit "
+            "each other's positions; give each pipeline its own application_id"
+        )
+        assert engine.get(f"/runs/{running}")["state"] == "running"
+    finally:
+        assert engine.stop() == 0

@@ -98,6 +98,9 @@ class PostgresWriter:
             columns.append(stamp.format(sql.Identifier(target.time_column)))
 
         def create(cur: psycopg.Cursor) -> set[str]:
+            from streamling.postgres import catalog
+
+            catalog.lock_ddl(cur, target.schema, target.table)
             cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (target.schema,))
             if cur.fetchone() is None:  # CREATE SCHEMA IF NOT EXISTS needs CREATE even when it exists
                 cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(target.schema)))

@@ -28,9 +28,12 @@ def qualified(schema: str, table: str) -> sql.Composed:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
 
 
-def lock_ddl(cur: psycopg.Cursor, schema: str, table: str) -> None:
-    """Serialise concurrent starts: CREATE ... IF NOT EXISTS races on the catalog."""
-    cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"streamling:{schema}.{table}",))
+def lock_ddl(cur: psycopg.Cursor, schema: str, table: str = "") -> None:
+    """Serialise concurrent starts: CREATE ... IF NOT EXISTS races on the catalog (two sessions creating one name both
+    pass the check, and the second fails on pg_type's or pg_namespace's unique index). The lock is the schema's, so
+    the schema itself and a table every sink of it shares (`_streamling_progress`) are covered too: fifty pipelines
+    writing fifty tables of one schema start at once in an engine. `table` is kept for the callers' clarity."""
+    cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"streamling:{schema}",))
 
 
 def create_table(

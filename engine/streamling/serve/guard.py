@@ -158,9 +158,11 @@ class Guard:
             rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
             await _redirect_with_cookie(send, scope["path"] + (f"?{rest}" if rest else ""), query["token"])
             return
-        if given is None or not self._valid(given):
-            detail = "the token is not valid" if given is not None else "a token is required"
-            await _refuse(send, 401, f"{self.what}: {detail} (Authorization: Bearer <token>)")
+        if given is None:
+            await _refuse(send, 401, f"{self.what}: a token is required (Authorization: Bearer <token>)")
+            return
+        if not self._valid(given):
+            await _refuse(send, 401, f"{self.what}: the token is not valid")
             return
         await self.app(scope, receive, send)
 

@@ -34,6 +34,7 @@ from streamling.runtime.summary import RunSummary
 from streamling.telemetry.logs import RUN_SCOPE
 
 if TYPE_CHECKING:
+    from streamling.config import Settings
     from streamling.runtime.executor import PipelineRunner
 
 log = logging.getLogger("streamling.serve")
@@ -82,6 +83,8 @@ class Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     runner: PipelineRunner | None = None
     """The run's runner once its queries started (its live figures: positions, lag)."""
+    positions: set[tuple[str, ...]] = field(default_factory=set)
+    """Where its sources keep their positions: (state backend, application_id, source), once it is planned."""
 
     @property
     def name(self) -> str:
@@ -277,6 +280,7 @@ class Runs:
                 check_structure(location, settings)
                 spark = self._session(settings.spark.conf, settings.spark.shuffle_partitions)
                 plan = prepare_pipeline(Path(location), settings, spark)
+                self._claim_positions(run, settings, [node.name for node in plan.pipeline.sources])
             except StreamlingError as exc:
                 run.error = exc.message
                 run.state = "invalid" if exc.user_facing and not exc.retriable else "failed"
@@ -300,6 +304,36 @@ class Runs:
             run.finished_at = time.time()
             run.done.set()
             log.info("run %s: %s", run.id, run.state)
+
+    def _claim_positions(self, run: Run, settings: Settings, sources: list[str]) -> None:
+        """Refuse a run whose sources would keep their positions where a live run of another pipeline keeps its own:
+        positions are kept per source name within an application_id, so two pipelines submitted with one settings
+        document, each with a source called ``src``, would read and commit each other's positions. (Two runs of one
+        pipeline are kept apart by its lease.)"""
+        backend = settings.state_backend
+        where = (
+            backend.backend_type,
+            backend.sqlite.database_path if backend.backend_type == "Sqlite" else "",
+            f"{backend.postgres.host}:{backend.postgres.port}/{backend.postgres.database}"
+            if backend.backend_type == "Postgres"
+            else "",
+        )
+        wanted = {(*where, settings.application_id, source) for source in sources}
+        if backend.backend_type == "InMemory":
+            wanted = {(*key, run.id) for key in wanted}  # each run's own process memory: nothing shared
+        with self._lock:
+            for other in self._runs.values():
+                if other is run or other.done.is_set() or other.name == run.name:
+                    continue
+                shared = sorted(key[4] for key in wanted & other.positions)
+                if shared:
+                    raise StreamlingError.user(
+                        f"pipeline '{run.name}' keeps the positions of source(s) {', '.join(repr(s) for s in shared)} "
+                        f"where running pipeline '{other.name}' (run {other.id}) keeps its own (application_id "
+                        f"'{settings.application_id}' in the same state backend): the two would read and commit each "
+                        "other's positions; give each pipeline its own application_id"
+                    )
+            run.positions = wanted
 
     def _session(self, conf: dict[str, str], shuffle_partitions: int) -> SparkSession:
         spark = self.spark.newSession()

@@ -151,10 +151,14 @@ class RunTelemetry:
         duration_ms: float,
     ) -> None:
         """`epoch` is in the state backend: count its rows (a sink's are what it wrote; every other node's, what
-        its observation counted), its latencies (a source's epoch, each sink's write) and its duration."""
-        if figures is None:
-            return
+        its observation counted), its latencies (a source's epoch, each sink's write) and its duration. Without
+        telemetry (no figures: nothing was observed) the source's progress and the sinks' rows are still kept: the
+        engine's `GET /runs` shows them."""
         source = epoch.source
+        if figures is None:
+            sinks = {n: int(sink_rows.get(n, 0)) for n in self.plan.downstream[source] if self.nodes[n].kind == "sink"}
+            self.stats.epoch_committed(source, epoch.end, sinks, {}, epoch.timestamp_ms, duration_ms)
+            return
         rows: dict[str, int] = {}
         samples = dict(figures.samples)
         for name in [source, *self.plan.downstream[source]]:
