@@ -41,6 +41,7 @@ FIRST_ROW_TIMEOUT_SEC = 240.0
 CATCH_UP_TIMEOUT_SEC = 240.0
 CELLS = (("engine", 1), ("engine", 10), ("engine", 50), ("cli", 1), ("cli", 10))
 PEER_CELLS = (("hand_loop", 1), ("hand_loop", 10), ("hand_loop", 50), ("quix", 1), ("quix", 10), ("quix", 50))
+SMOKE_CELLS = (("engine", 2), ("cli", 1), ("hand_loop", 1), ("quix", 1))
 SQL = "SELECT id, user_id, email, country, amount, price, ts FROM events WHERE sel_key <> 0"
 
 
@@ -185,9 +186,8 @@ class Cell:
         if self.contender == "engine":
             return self._start_engine(topics, app)
         if self.contender == "cli":
-            env = self.ours_env(app)
-            for i, topic in enumerate(topics):
-                self._spawn([*streamling_cmd(), str(self.pipeline_file(i, topic))], env)
+            for i, topic in enumerate(topics):  # a namespace each: their sources are all called 'events'
+                self._spawn([*streamling_cmd(), str(self.pipeline_file(i, topic))], self.ours_env(f"{app}_{i}"))
             return time.time()
         env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
         env.update(self.env)
@@ -228,21 +228,23 @@ class Cell:
         self.engine_url = line.split("Engine ready on ", 1)[1].split("/ ", 1)[0]
         port = self.engine_url.rsplit(":", 1)[1]
         self.engine_token = (self.work / "home" / f"engine-{port}.token").read_text().strip()
-        document = submitted_settings(
-            load_settings(None, environ={k: v for k, v in env.items() if k.startswith("STREAMLING__")})
-        )
+        variables = {k: v for k, v in env.items() if k.startswith("STREAMLING__")}
+        documents = [  # a namespace each: their sources are all called 'events'
+            submitted_settings(load_settings(None, environ={**variables, "STREAMLING__APPLICATION_ID": f"{app}_{i}"}))
+            for i in range(len(topics))
+        ]
         client = httpx.Client(
             base_url=self.engine_url, headers={"Authorization": f"Bearer {self.engine_token}"}, timeout=120
         )
         files = [self.pipeline_file(i, topic) for i, topic in enumerate(topics)]
 
-        def submit(path: Path) -> None:
-            answer = client.post("/runs", json={"pipeline": str(path), "settings": document})
+        def submit(i: int) -> None:
+            answer = client.post("/runs", json={"pipeline": str(files[i]), "settings": documents[i]})
             if answer.status_code != 201:
                 sys.exit(f"[6] submission refused: {answer.status_code} {answer.text}")
 
         with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:  # at the same moment
-            list(pool.map(submit, files))
+            list(pool.map(submit, range(len(files))))
         submitted = time.time()
         client.close()
         return submitted

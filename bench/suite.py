@@ -848,6 +848,8 @@ def main() -> None:
     env = kafka_data.services_env("postgres", "kafka", "registry")
     warn_if_broker_full(env)
     suite = Suite(env, Path(tempfile.mkdtemp(prefix="streamling-bench-suite-")), sizes, runs, warmup)
+    if opts.smoke:  # every contender's path once, briefly
+        suite.density_cells, suite.density_sec, suite.density_idle_sec = list(density.SMOKE_CELLS), 6.0, 3.0
     if opts.density_cells:
         suite.density_cells = [(c, int(n)) for c, n in (cell.split(":") for cell in opts.density_cells.split(","))]
     if opts.density_sec is not None:

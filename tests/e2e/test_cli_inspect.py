@@ -67,13 +67,23 @@ def test_inspect_follows_a_running_pipeline(tmp_path: Path) -> None:
         once = subprocess.run(
             [STREAMLING, "inspect", "--once", "--node", "nope", base],
             cwd=tmp_path,
-            env=cli_env(tmp_path),
+            env=cli_env(tmp_path, {"STREAMLING__ADMIN_API_TOKEN": ADMIN_TOKEN}),
             capture_output=True,
             text=True,
             timeout=60,
         )
         assert once.returncode == 2
         assert once.stderr.strip() == "Error: no node 'nope' (nodes: ticks, named, out)"
+        tokenless = subprocess.run(
+            [STREAMLING, "inspect", "--once", base],
+            cwd=tmp_path,
+            env=cli_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert tokenless.returncode == 2
+        assert tokenless.stderr.strip() == "Error: the admin API: a token is required (Authorization: Bearer <token>)"
     finally:
         os.killpg(engine.pid, signal.SIGTERM)  # the whole group, as a supervisor does
         _, err = engine.communicate(timeout=120)

@@ -13,7 +13,7 @@ import pytest
 
 from streamling_dagster import build_definitions
 from streamling_dagster.resources import StreamlingResource
-from tests.e2e.test_cli_serve import Engine
+from tests.e2e.engine import Engine
 from tests.integration.test_dagster import SessionSpark
 
 PIPELINE = """
@@ -58,7 +58,11 @@ def rows(pg_connect, schema: str) -> tuple:
         return conn.execute(f'SELECT count(*), count(DISTINCT id), max(id) FROM "{schema}".rows').fetchone()
 
 
-def test_a_dagster_backfill_runs_on_the_warm_engine(tmp_path: Path, postgres_env, schema: str, pg_connect) -> None:
+def test_a_dagster_backfill_runs_on_the_warm_engine(
+    tmp_path: Path, postgres_env, schema: str, pg_connect, monkeypatch
+) -> None:
+    """The resource finds the engine's token where the engine keeps it on this host (its token file)."""
+    monkeypatch.setenv("STREAMLING_HOME", str(tmp_path / ".streamling-home"))
     engine = Engine(tmp_path, postgres_env)
     try:
         result, messages = backfill(tmp_path, schema, engine.url or "")

@@ -178,7 +178,9 @@ def engine_pss_mb(engine: Engine) -> float:
     return total / 2**20
 
 
-def test_submit_stop_cycles_leave_the_engine_flat(tmp_path: Path, postgres_env: dict[str, str], kafka_env) -> None:
+def test_submit_stop_cycles_leave_the_engine_flat(
+    tmp_path: Path, postgres_env: dict[str, str], kafka_env, schema: str
+) -> None:
     """Each cycle opens what a Kafka → Postgres run opens (consumers and a registry client in the workers, a pool on
     the driver) and stops it; the engine ends each cycle holding nothing of it, and its memory after the second
     half of the cycles is within a bound of the first half's."""
@@ -203,7 +205,6 @@ def test_submit_stop_cycles_leave_the_engine_flat(tmp_path: Path, postgres_env: 
             [{"id": i, "amount": float(i), "name": f"n{i}"} for i in range(200)],
             partition_of=lambda _i: 0,
         )
-        schema = f"cyc_{uuid.uuid4().hex[:8]}"
         pipeline = write_pipeline(
             tmp_path,
             "cycled",

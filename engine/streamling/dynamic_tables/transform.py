@@ -189,13 +189,14 @@ class DynamicTable(Transform[DynamicTableSpec]):
         return name
 
     def apply(self, spark: SparkSession, inputs: Mapping[str, DataFrame], epoch: Epoch | None) -> DataFrame:
-        values = self._values(spark, inputs)
+        values = self._values(spark, inputs, validating=epoch is None)
         if epoch is not None and inputs:
             self._add(values)
         return values
 
-    def _values(self, spark: SparkSession, inputs: Mapping[str, DataFrame]) -> DataFrame:
-        """This epoch's candidate values as one string column ``value``; checks the shape at validation."""
+    def _values(self, spark: SparkSession, inputs: Mapping[str, DataFrame], validating: bool) -> DataFrame:
+        """This epoch's candidate values as one string column ``value``; checks the shape at validation (on the empty
+        inputs analysis gives it: an epoch's input plan holds its source's own operations, a read's MapInArrow)."""
         if not inputs:
             return spark.createDataFrame([], VALUE_SCHEMA)
         (node, frame), *_ = inputs.items()
@@ -208,7 +209,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
                 df = spark.sql(rendered)
             except Exception as exc:  # AnalysisException, ParseException: the user's SQL is wrong
                 raise StreamlingError.user(f"{self.label}: {first_line(exc)}") from None
-            bad = forbidden_operations(df)
+            bad = forbidden_operations(df) if validating else []
             if bad:
                 raise StreamlingError.user(
                     f"{self.label}: {', '.join(bad)} is not allowed; a dynamic table's sql is a projection of one "

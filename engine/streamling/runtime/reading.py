@@ -31,6 +31,7 @@ from pyspark import cloudpickle
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from streamling.errors import StreamlingError
+from streamling.types import arrow_map
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -92,7 +93,7 @@ class ReaderEpochs:
         ids = self._ids.get(n)
         if ids is None or ids.sparkSession is not spark:
             ids = self._ids[n] = spark.range(0, n, 1, n)
-        return ids.mapInArrow(read, self.schema)
+        return arrow_map(ids, read, self.schema)
 
     def wake(self) -> None:
         """Cut a wait for new data short (a stop was asked)."""

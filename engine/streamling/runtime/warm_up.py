@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
+from streamling.types import arrow_map
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -31,7 +33,7 @@ def warm_up(spark: SparkSession) -> threading.Thread:
 
     def run() -> None:
         try:
-            spark.range(0, 1, 1, 1).mapInArrow(_same, "id long").collect()
+            arrow_map(spark.range(0, 1, 1, 1), _same, "id long").collect()
         except Exception as exc:  # a session stopped meanwhile, say
             log.debug("Spark's Python workers were not warmed up: %s", exc)
 
