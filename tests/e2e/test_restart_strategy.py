@@ -25,6 +25,7 @@ from tests.e2e.engine import Engine
 from tests.e2e.test_cli_postgres import create_audited_events
 
 ROWS = 24_000
+DAEMON = "-m streamling.runtime.worker_daemon"
 RESTARTED = "restarting from its last committed epochs"
 ENV = {
     "STREAMLING__JOB_MODE": "true",
@@ -82,7 +83,8 @@ def python_workers(under: int) -> list[psutil.Process]:
     for p in psutil.Process(under).children(recursive=True):
         try:
             parent = p.parent()
-            if parent is not None and "worker_daemon" in " ".join(parent.cmdline()):
+            # the daemon itself, not Spark's launcher scripts, whose arguments name the daemon module too
+            if parent is not None and DAEMON in " ".join(parent.cmdline()):
                 out.append(p)
         except psutil.Error:
             continue

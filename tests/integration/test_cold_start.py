@@ -54,12 +54,13 @@ DRIVER = textwrap.dedent("""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+                state, parent = stat.read().rsplit(")", 1)[1].split()[:2]
+                parent = int(parent)
             with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
                 command = cmdline.read().replace(b"\\0", b" ").decode().strip()
         except OSError:
             continue
-        if parent == jvm:
+        if parent == jvm and state != "Z" and command:  # not a helper that exited (Spark's `getconf PAGESIZE`)
             daemons.append(command.split(" -m ", 1)[-1])
             if "worker_daemon" in command:
                 with open(f"/proc/{pid}/maps") as maps:
