@@ -19,6 +19,7 @@ whatever the backend.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import textwrap
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import kafka_data
 import psutil
-from harness import streamling_cmd, tree_pss
+from harness import role, streamling_cmd, tree_pss
 
 RATE = 100
 FLUSH_SEC = 5.0
@@ -120,6 +122,52 @@ class Tree:
 
     def pss_mb(self) -> float:
         return tree_pss(self.processes()) / 2**20
+
+    def split(self) -> tuple[Counter[str], Counter[str], Counter[str]]:
+        """Where the tree's CPU seconds so far and its PSS now are: CPU and MB by process role (`harness.role`:
+        the command, the JVM, Spark's Python workers…), and the JVM's CPU by thread (its native names, numbers
+        folded: ``Executor task launch worker…``, ``dag-scheduler-event-loop``, ``C2 CompilerThread#``)."""
+        cpu: Counter[str] = Counter()
+        mb: Counter[str] = Counter()
+        threads: Counter[str] = Counter()
+        roots = {r.pid for r in self.roots}
+        for p in self.processes():
+            try:
+                kind = role(p, p.pid if p.pid in roots else -1) or "other"
+                t = p.cpu_times()
+                cpu[kind] += t.user + t.system
+                mb[kind] += getattr(p.memory_full_info(), "pss", 0) / 2**20
+            except psutil.Error:
+                continue
+            if kind == "jvm":
+                threads.update(_thread_cpu(p.pid))
+        return cpu, mb, threads
+
+
+def _thread_cpu(pid: int) -> Counter[str]:
+    """CPU seconds per thread name of one process (/proc/PID/task/*/stat; names are cut to 15 characters)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: Counter[str] = Counter()
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = re.sub(r"\d+", "#", stat[stat.index("(") + 1 : stat.rindex(")")])
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[name] += (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
+def _cores(after: Counter[str], before: Counter[str], sec: float, top: int = 12) -> dict[str, float]:
+    delta = {k: (v - before.get(k, 0.0)) / sec for k, v in after.items()}
+    ranked = sorted(delta.items(), key=lambda kv: -kv[1])
+    return {k: round(v, 3) for k, v in ranked[:top] if v >= 0.0005}
 
 
 @dataclass
@@ -318,18 +366,24 @@ def run_cell(env: dict[str, str], work: Path, contender: str, n: int, window_sec
         runs = cell.engine_runs()
         result["states_at_start"] = _states(runs)
         # The window: CPU over it, PSS sampled through it.
+        roles0, _, threads0 = tree.split()
         cpu0, t0 = tree.cpu(), time.time()
         pss = []
         while time.time() - t0 < window_sec:
             time.sleep(min(15.0, window_sec / 4))
             pss.append(tree.pss_mb())
         cores = (tree.cpu() - cpu0) / (time.time() - t0)
+        roles1, role_mb, threads1 = tree.split()
+        elapsed = time.time() - t0
         result.update(
             cores=round(cores, 3),
             pss_mb=round(max(pss)),
             pss_mb_mean=round(sum(pss) / len(pss)),
             processes=len(tree.processes()),
-            window_sec=round(time.time() - t0),
+            window_sec=round(elapsed),
+            cores_by_role=_cores(roles1, roles0, elapsed),
+            pss_mb_by_role={k: round(v) for k, v in sorted(role_mb.items())},
+            jvm_cores_by_thread=_cores(threads1, threads0, elapsed) if threads1 else {},
         )
         sent = feeder.stop()
         expected = {i: len([k for k in range(sent[t]) if k % 10 != 0]) for i, t in enumerate(cell.topics)}
@@ -401,4 +455,12 @@ def markdown(block: dict) -> list[str]:
             f"{c.get('processes', '-')} | {c.get('nth_first_row_sec', '-')} | {c.get('exact', '-')} | "
             f"{c.get('idle_cores_per_pipeline', '-')} |"
         )
+    ours = [c for c in block["cells"] if c.get("cores_by_role")]
+    if ours:
+        lines += ["", "Where ours spend it (cores by process role and the JVM's busiest threads; PSS MB by role):", ""]
+        for c in ours:
+            roles = ", ".join(f"{k} {v}" for k, v in c["cores_by_role"].items())
+            mb = ", ".join(f"{k} {v}" for k, v in c["pss_mb_by_role"].items())
+            threads = ", ".join(f"`{k}` {v}" for k, v in list(c["jvm_cores_by_thread"].items())[:8])
+            lines.append(f"- {c['contender']} x{c['n']}: cores {roles}; PSS {mb}; JVM threads {threads}")
     return [*lines, ""]

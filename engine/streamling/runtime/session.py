@@ -39,6 +39,11 @@ DEFAULT_CONF = {
     # Each run's jobs go to its pipeline's pool (`PipelineRunner.bind_thread`), and pools share the task slots fairly:
     # in an engine hosting many runs, a backfill's waiting tasks do not queue a trickling pipeline's behind them.
     "spark.scheduler.mode": "FAIR",
+    # What the (disabled) UI's status store keeps of ended jobs, stages and SQL executions: their plans and metrics,
+    # never read here. Spark keeps 1,000 of each: an engine of fifty pipelines ends ten epochs a second.
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.sql.ui.retainedExecutions": "100",
 }
 
 LOCAL_CONF = {
