@@ -154,14 +154,14 @@ def test_a_backfill_does_not_hold_back_trickling_pipelines(tmp_path: Path, state
         ids = submit_all(engine, trickles, documents[:9])
         wait_for(lambda: all(r["state"] == "running" for r in engine.get("/runs")["runs"]), 180, "trickles running")
         time.sleep(3)
-        alone = epoch_times(engine, ids, 15)
+        alone = epoch_times(engine, ids, 10)
         (busy,) = submit_all(engine, [backfill], documents[9:])
         wait_for(lambda: engine.get(f"/runs/{busy}")["sources"].get("src", {}).get("epochs", 0) >= 2, 120, "backfill")
-        beside = epoch_times(engine, ids, 15)
+        beside = epoch_times(engine, ids, 10)
         rows = engine.get(f"/runs/{busy}")["sources"]["src"]["rows_in"]
     finally:
         assert engine.stop() == 0
-    assert len(alone) >= 60 and len(beside) >= 60  # nine trickles, an epoch a second each
+    assert len(alone) >= 40 and len(beside) >= 40  # nine trickles, an epoch a second each
     assert rows >= 1_000_000  # the backfill did read at full speed meanwhile
     assert statistics.median(beside) <= 2 * statistics.median(alone), (
         statistics.median(alone),
@@ -252,7 +252,7 @@ def test_submit_stop_cycles_leave_the_engine_flat(
                 wait_for(lambda run=run: engine.get(f"/runs/{run}")["done"], 120, f"cycle {cycle}: stopped")
                 assert engine.get(f"/runs/{run}")["state"] == "stopped"
                 wait_for(lambda: engine.get("/health")["held"] == 0, 30, f"cycle {cycle}: clients released")
-                if cycle in (cycles // 2, cycles) or cycle % max(1, cycles // 10) == 0:
+                if cycle in (cycles // 2, cycles) or (cycles >= 100 and cycle % (cycles // 10) == 0):
                     marks[cycle] = engine_memory(engine)
             # the ended runs' records go once their retention is over
             wait_for(lambda: len(engine.get("/runs")["runs"]) == 0, 30, "ended runs evicted")
