@@ -375,7 +375,9 @@ def test_validation_errors(spark, make_settings, write_pipeline, pg_connect, sin
         """)
     report = validate_pipeline(path, make_settings(), spark)
     assert report.errors == [message]
-    assert fetch(pg_connect, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('t', 'l', 'a')") == [(0,)]
+    assert fetch(
+        pg_connect, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('t', 'l', 'a')"
+    ) == [(0,)]
 
 
 def test_aggregate_sink_totals_with_deletes_and_duplicates(
