@@ -830,6 +830,9 @@ def main() -> None:
     )
     args.add_argument("--density-sec", type=float, help="scenario 6: seconds measured per cell (default 300)")
     args.add_argument("--density-idle-sec", type=float, help="scenario 6: seconds of an idle engine (default 60)")
+    args.add_argument(
+        "--density-master", help="scenario 6: ours' spark.master (default local[2]: two task slots, as many as cores)"
+    )
     args.add_argument("--results", type=Path, default=RESULTS)
     opts = args.parse_args()
 
@@ -856,6 +859,8 @@ def main() -> None:
         suite.density_sec = opts.density_sec
     if opts.density_idle_sec is not None:
         suite.density_idle_sec = opts.density_idle_sec
+    if opts.density_master:
+        density.MASTER = opts.density_master
     started = time.time()
     results = {}
     try:
