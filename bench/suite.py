@@ -831,7 +831,8 @@ def main() -> None:
     args.add_argument("--density-sec", type=float, help="scenario 6: seconds measured per cell (default 300)")
     args.add_argument("--density-idle-sec", type=float, help="scenario 6: seconds of an idle engine (default 60)")
     args.add_argument(
-        "--density-master", help="scenario 6: ours' spark.master (default local[2]: two task slots, as many as cores)"
+        "--density-master",
+        help="scenario 6: ours' spark.master (default local[*]; the engine: cores * engine.task_slots_per_core)",
     )
     args.add_argument("--results", type=Path, default=RESULTS)
     opts = args.parse_args()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import socket
 import sys
@@ -34,6 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from streamling.config.model import SparkSettings
 from streamling.errors import StreamlingError
 from streamling.runtime.held import HELD
 from streamling.serve.directory import PipelineDirectory
@@ -156,6 +158,16 @@ def serve(
         thread.join(10)
 
 
+def engine_spark(spark: SparkSettings, task_slots_per_core: int) -> SparkSettings:
+    """The engine's Spark settings: ``local[*]`` becomes ``local[cores * task_slots_per_core]`` (an epoch's task
+    mostly waits on I/O, so a slot per core leaves many pipelines queueing while the cores idle); a master that
+    names its slots, or a cluster's, is kept."""
+    if spark.master.replace(" ", "") != "local[*]":
+        return spark
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return spark.model_copy(update={"master": f"local[{cores * task_slots_per_core}]"})
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="streamling serve", description="Keep a Spark engine warm and run the pipelines submitted to it."
@@ -202,7 +214,9 @@ def main(argv: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    spark = build_session(settings.spark, long_lived=True)
+    spark_settings = engine_spark(settings.spark, engine.task_slots_per_core)
+    log.info("Starting Spark (%s)", spark_settings.master)
+    spark = build_session(spark_settings, long_lived=True)
     runs = Runs(spark, engine.max_starting_runs, engine.run_retention_sec)
     handler = RunLogHandler(runs)
     engine_logger = logging.getLogger("streamling")
