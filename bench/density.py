@@ -375,6 +375,8 @@ def run_cell(env: dict[str, str], work: Path, contender: str, n: int, window_sec
             print(f"  {contender} x{n}: {timeout} after {FIRST_ROW_TIMEOUT_SEC:.0f} s", flush=True)
         runs = cell.engine_runs()
         result["states_at_start"] = _states(runs)
+        if runs:
+            result["admission"] = _admission(runs)
         # The window: CPU over it, PSS sampled through it.
         roles0, _, threads0 = tree.split()
         cpu0, t0 = tree.cpu(), time.time()
@@ -432,10 +434,29 @@ def run_cell(env: dict[str, str], work: Path, contender: str, n: int, window_sec
     print(
         f"  {contender:>9} x{n:<3}: {cores} cores, PSS {pss} MB, N-th first row {result.get('nth_first_row_sec')} s"
         f", exact {result.get('exact')}"
-        + (f", idle {result['idle_cores_per_pipeline']} cores/pipeline" if "idle_cores" in result else ""),
+        + (f", idle {result['idle_cores_per_pipeline']} cores/pipeline" if "idle_cores" in result else "")
+        + (f", starts {result['admission']}" if result.get("admission") else ""),
         flush=True,
     )
     return result
+
+
+def _admission(runs: list[dict]) -> dict[str, float]:
+    """Where the engine's start of N runs went: seconds queued (submitted -> admitted) and starting (admitted ->
+    every query started), the slowest and the median, and the span from the first admission to the last start."""
+    queued = sorted(r["admitted_at"] - r["submitted_at"] for r in runs if r.get("admitted_at"))
+    starting = sorted(r["started_at"] - r["admitted_at"] for r in runs if r.get("started_at") and r.get("admitted_at"))
+    if not starting:
+        return {}
+    span = max(r["started_at"] for r in runs if r.get("started_at")) - min(
+        r["admitted_at"] for r in runs if r.get("admitted_at")
+    )
+    return {
+        "queued_max_sec": round(queued[-1], 1),
+        "starting_median_sec": round(starting[len(starting) // 2], 2),
+        "starting_max_sec": round(starting[-1], 2),
+        "starts_span_sec": round(span, 1),
+    }
 
 
 def _states(runs: list[dict]) -> dict[str, int]:
@@ -494,4 +515,17 @@ def markdown(block: dict) -> list[str]:
             mb = ", ".join(f"{k} {v}" for k, v in c["pss_mb_by_role"].items())
             threads = ", ".join(f"`{k}` {v}" for k, v in list(c["jvm_cores_by_thread"].items())[:8])
             lines.append(f"- {c['contender']} x{c['n']}: cores {roles}; PSS {mb}; JVM threads {threads}")
+    starts = [c for c in block["cells"] if c.get("admission")]
+    if starts:
+        lines += [
+            "",
+            "The engine's starts (seconds: longest queued, a run's start median / max, first admission to last start):",
+            "",
+        ]
+        for c in starts:
+            a = c["admission"]
+            lines.append(
+                f"- x{c['n']}: queued {a['queued_max_sec']}, starting {a['starting_median_sec']} / "
+                f"{a['starting_max_sec']}, span {a['starts_span_sec']}"
+            )
     return [*lines, ""]

@@ -100,6 +100,8 @@ def test_fifty_pipelines_submitted_at_once_all_start_commit_and_end_exact(
             time.sleep(0.2)
         assert {runs[i]["state"] for i in ids} == {"succeeded"}, [runs[i]["error"] for i in ids if runs[i]["error"]]
         assert starting_at_once <= 2  # engine.max_starting_runs
+        for i in ids:  # when each waited, started and ended
+            assert runs[i]["submitted_at"] <= runs[i]["admitted_at"] <= runs[i]["started_at"] <= runs[i]["finished_at"]
         queued = [
             i
             for i in ids

@@ -70,6 +70,8 @@ class Run:
     origin: str = "submitted"
     """``submitted`` over the API, or ``directory`` (a file of the engine's pipelines directory)."""
     submitted_at: float = field(default_factory=time.time)
+    admitted_at: float | None = None
+    """When it left the queue (state ``starting``)."""
     started_at: float | None = None
     """When every source's query had started (state ``running``)."""
     finished_at: float | None = None
@@ -121,6 +123,7 @@ class Run:
             "restarts": self.summary.restarts,
             "last_error": self.error or self.summary.last_error,
             "submitted_at": self.submitted_at,
+            "admitted_at": self.admitted_at,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "sources": self.sources(),
@@ -273,7 +276,7 @@ class Runs:
                 run.state = "stopped"
                 return
             admitted = True
-            run.state = "starting"
+            run.state, run.admitted_at = "starting", time.time()
             try:
                 settings = settings_from_document(submission.settings)
                 location = resolve_location(submission.pipeline, settings)
