@@ -414,10 +414,14 @@ def run_cell(env: dict[str, str], work: Path, contender: str, n: int, window_sec
             }
         if contender == "engine" and idle_sec:
             time.sleep(min(10.0, idle_sec))  # the sources' last polls after the catch-up
+            roles0, _, threads0 = tree.split()
             cpu0, t0 = tree.cpu(), time.time()
             time.sleep(idle_sec)
             result["idle_cores"] = round((tree.cpu() - cpu0) / (time.time() - t0), 4)
             result["idle_cores_per_pipeline"] = round(result["idle_cores"] / n, 5)
+            roles1, _, threads1 = tree.split()
+            result["idle_cores_by_role"] = _cores(roles1, roles0, time.time() - t0)
+            result["idle_jvm_cores_by_thread"] = _cores(threads1, threads0, time.time() - t0) if threads1 else {}
         runs = cell.engine_runs()
         result["states_at_end"] = _states(runs)
         result["restarts"] = sum(r.get("restarts", 0) for r in runs)
@@ -515,6 +519,10 @@ def markdown(block: dict) -> list[str]:
             mb = ", ".join(f"{k} {v}" for k, v in c["pss_mb_by_role"].items())
             threads = ", ".join(f"`{k}` {v}" for k, v in list(c["jvm_cores_by_thread"].items())[:8])
             lines.append(f"- {c['contender']} x{c['n']}: cores {roles}; PSS {mb}; JVM threads {threads}")
+            if c.get("idle_cores_by_role"):
+                idle = ", ".join(f"{k} {v}" for k, v in c["idle_cores_by_role"].items())
+                idle_threads = ", ".join(f"`{k}` {v}" for k, v in list(c["idle_jvm_cores_by_thread"].items())[:6])
+                lines.append(f"  - idle: cores {idle}; JVM threads {idle_threads}")
     starts = [c for c in block["cells"] if c.get("admission")]
     if starts:
         lines += [
