@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.bench
 
 
 def test_plugin_transform_bench_records_both_contenders(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CONTENDERS = {"streamling", "hand_loop", "hand_loop_block", "quix"}
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.bench]
 
 
 def _numbers(stats: dict, *keys: str) -> None:

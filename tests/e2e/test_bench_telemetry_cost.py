@@ -10,7 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.bench
 
 
 def test_telemetry_cost_bench_records_three_contenders(tmp_path: Path, kafka_env) -> None:
