@@ -355,6 +355,8 @@ def run_cell(env: dict[str, str], work: Path, contender: str, n: int, window_sec
         launched = time.time()
         last_started = cell.start()
         tree = Tree([p.pid for p in cell.procs])
+        start_roles, _, start_threads = tree.split()
+        start_cpu, start_at = tree.cpu(), time.time()
         last = n - 1
         result["start_sec"] = round(last_started - launched, 1)
         try:
@@ -369,6 +371,12 @@ def run_cell(env: dict[str, str], work: Path, contender: str, n: int, window_sec
                 FIRST_ROW_TIMEOUT_SEC,
                 f"{contender} x{n}: every pipeline's first row",
             )
+            # From the N-th submission to every pipeline's first row: how busy the machine was, and with what.
+            took = time.time() - start_at
+            roles, _, threads = tree.split()
+            result["startup_cores"] = round((tree.cpu() - start_cpu) / took, 3)
+            result["startup_cores_by_role"] = _cores(roles, start_roles, took)
+            result["startup_jvm_cores_by_thread"] = _cores(threads, start_threads, took) if threads else {}
         except TimeoutError as timeout:  # recorded, and the cell is measured as it is: what a user would see
             result["timed_out"] = str(timeout)
             result["with_rows_at_timeout"] = sum(1 for c in cell.counts(conn).values() if c[0] > 0)
@@ -519,6 +527,12 @@ def markdown(block: dict) -> list[str]:
             mb = ", ".join(f"{k} {v}" for k, v in c["pss_mb_by_role"].items())
             threads = ", ".join(f"`{k}` {v}" for k, v in list(c["jvm_cores_by_thread"].items())[:8])
             lines.append(f"- {c['contender']} x{c['n']}: cores {roles}; PSS {mb}; JVM threads {threads}")
+            if c.get("startup_cores_by_role"):
+                busy = ", ".join(f"{k} {v}" for k, v in c["startup_cores_by_role"].items())
+                busy_threads = ", ".join(f"`{k}` {v}" for k, v in list(c["startup_jvm_cores_by_thread"].items())[:6])
+                lines.append(
+                    f"  - until every first row: {c['startup_cores']} cores: {busy}; JVM threads {busy_threads}"
+                )
             if c.get("idle_cores_by_role"):
                 idle = ", ".join(f"{k} {v}" for k, v in c["idle_cores_by_role"].items())
                 idle_threads = ", ".join(f"`{k}` {v}" for k, v in list(c["idle_jvm_cores_by_thread"].items())[:6])
