@@ -16,8 +16,11 @@ from streamling.telemetry.logs import in_this_run
 
 
 class Committer:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, on_done: Callable[[], None] | None = None) -> None:
+        """`on_done` is called after each job, failed or not, once the committer is idle again (the run's
+        supervisor looks at its queries then, instead of polling)."""
         self._cond = threading.Condition()
+        self._on_done = on_done
         self._pending: Callable[[], None] | None = None
         self._busy = False
         self._closed = False
@@ -51,6 +54,8 @@ class Committer:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+                if self._on_done is not None:
+                    self._on_done()
 
     def idle(self) -> bool:
         with self._cond:

@@ -45,6 +45,11 @@ from streamling.telemetry.run import RunTelemetry
 
 log = logging.getLogger("streamling.runtime")
 IDLE_CHECK_SEC = 1.0
+SUPERVISE_SEC = 0.25
+"""The supervisor's longest sleep between looks at its queries. A query wakes it at once when its thread ends or an
+epoch's commit finishes (`PipelineRunner.wake`), so this bounds only the reaction to an outside stop request and
+the lease check; it used to look every 50 ms, twenty wake-ups a second per run, a third of an idle engine's driver
+CPU (py-spy, fifty idle runs: 210 of 582 samples in the supervisor's loop)."""
 
 __all__ = ["PipelineRunner", "RunSummary", "SourceProgress", "epoch_key"]
 
@@ -70,6 +75,7 @@ class PipelineRunner:
         self.run_id = uuid.uuid4().hex[:16]
         self.lease: RunLease | None = None
         self._stop = stop or threading.Event()
+        self._tick = threading.Event()
         self.restarts = Restarts(settings.restart_strategy, "the run", self._stop, self._restarted)
         self.telemetry: RunTelemetry | None = None
         """The run's telemetry, from `run` on (its admin API lives as long as the run)."""
@@ -94,6 +100,7 @@ class PipelineRunner:
             self._limit_reached = True
         log.info("Stopping after %d records (sink '%s' wrote %d)", limit, sink, total)
         self._stop.set()
+        self._tick.set()
 
     def check_lease(self) -> None:
         """Raise once this run may no longer hold its pipeline's lease (before a commit, and while supervising)."""
@@ -103,6 +110,11 @@ class PipelineRunner:
     def request_stop(self) -> None:
         """Stop taking new data; the in-flight epoch finishes and commits. Safe from any thread."""
         self._stop.set()
+        self._tick.set()
+
+    def wake(self) -> None:
+        """Have the supervisor look at the queries now (a query's thread ended, an epoch's commit finished)."""
+        self._tick.set()
 
     def run(self) -> RunSummary:
         started = time.monotonic()
@@ -232,7 +244,11 @@ class PipelineRunner:
                     if error is not None:
                         raise _as_streamling_error(error, query.source.label)
                 return
-            time.sleep(0.05)
+            if grace_deadline is not None:
+                time.sleep(0.05)  # draining: look often until every query is idle
+            else:
+                self._tick.wait(SUPERVISE_SEC)
+                self._tick.clear()
 
     def replay_end(self, source: Source, start: dict[str, Any], committed: int) -> dict[str, Any] | None:
         """Where the first epoch must end so that sinks which applied the next epoch before a crash (but

@@ -54,6 +54,10 @@ class Runner(Protocol):
 
     def check_lease(self) -> None: ...
 
+    def wake(self) -> None:
+        """Have the supervisor look at the run's queries now."""
+        ...
+
     def bind_thread(self, spark: SparkSession, source: str) -> None:
         """Make the calling thread's Spark jobs this run's (its scheduler pool, its job group for `source`)."""
         ...
@@ -132,7 +136,7 @@ class SourceQuery:
         # The last epoch handed to the committer; it may not be committed yet.
         self.planned_epoch = epoch
         self.planned_end = dict(start)
-        self.committer = Committer(source.name)
+        self.committer = Committer(source.name, on_done=runner.wake)
         self.progress = runner.summary.sources.setdefault(source.name, SourceProgress(position=dict(start)))
         self.commit = EpochCommit(runner, source, self.downstream, self.progress)
         self.reader: ReaderEpochs | None = None
@@ -194,6 +198,8 @@ class SourceQuery:
                         self.in_flight = False
         except BaseException as exc:
             self.error = exc
+        finally:
+            self.runner.wake()
 
     def active(self) -> bool:
         reading = self._thread is not None and self._thread.is_alive()
