@@ -42,6 +42,7 @@ MASTER = "local[*]"
 """Ours' `spark.master` (`--density-master`): its task slots bound how many epochs run at once. The default is
 each contender's own: a CLI run's `local[*]` (a slot per core), the engine's `local[cores * task_slots_per_core]`."""
 FLUSH_SEC = 5.0
+ENGINE_VARS = "STREAMLING__ENGINE__"
 FIRST_ROW_TIMEOUT_SEC = 120.0
 CATCH_UP_TIMEOUT_SEC = 240.0
 CELLS = (("engine", 1), ("engine", 10), ("engine", 50), ("cli", 1), ("cli", 10))
@@ -210,7 +211,9 @@ class Cell:
         return path
 
     def ours_env(self, app: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
+        # The engine's own settings (STREAMLING__ENGINE__…) pass through: `--density-cells engine:50` with another
+        # `max_starting_runs` or `task_slots_per_core` measures that choice.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__") or k.startswith(ENGINE_VARS)}
         env.update(self.env)
         pg = "STREAMLING__POSTGRES_SINK__"
         state = "STREAMLING__STATE_BACKEND__"
