@@ -6,6 +6,7 @@ over a Unix domain socket."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def facts(_: object) -> tuple[str, str, bool, int, str, list[str]]:
     return (
         pyspark.__file__ or "",
         os.environ.get("OPENBLAS_NUM_THREADS", ""),
-        "streamling.kafka.source.reader" in sys.modules,
+        all(name in sys.modules for name in ("streamling.kafka.source.reader", "confluent_kafka", "fastavro")),
         len(os.listdir(f"/proc/{daemon}/task")),
         command,
         sorted(socket_families()),
@@ -60,6 +61,17 @@ def test_workers_come_from_the_engine_daemon_with_compiled_pyspark_and_preloaded
     assert blas == "1"
     assert preloaded
     assert daemon_threads == 1
+
+
+def test_a_daemon_imports_the_modules_its_preload_variable_names(tmp_path: Path) -> None:
+    """What `streamling serve` asks of its daemon (pandas) through `worker_daemon.PRELOAD_VARIABLE`; a name that
+    does not import is passed over, as an optional part's would be."""
+    probe = "import sys; from streamling.runtime.worker_daemon import preload; preload('json'); "
+    probe += "print('colorsys' in sys.modules, 'no_such_module_here' in sys.modules)"
+    env = {**os.environ, "STREAMLING_WORKER_PRELOAD": "colorsys, no_such_module_here"}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
 
 
 def test_only_zips_inside_an_installed_pyspark_are_dropped(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from pyspark.sql import types as spark_types
 import streamling
 from streamling.config.model import SparkSettings
 from streamling.errors import first_line
-from streamling.runtime import class_archive, jvm_stderr
+from streamling.runtime import class_archive, jvm_stderr, worker_daemon
 from streamling.runtime.spark_home import launch_home
 from streamling.runtime.warm_up import warm_up
 
@@ -55,6 +55,11 @@ the driver's Arrow transfers talk to the JVM over Unix domain sockets rather tha
 `addBatch` at 20k rec/s 198-200 -> 147-151 ms, p50 latency 430-455 -> 351-379 ms, bulk throughput unchanged:
 bench/README.md). Not on a cluster by default: a socket's path is limited to 107 bytes, and an executor's temporary
 directory (YARN's container directories) can be longer."""
+
+LONG_LIVED_CONF = {f"spark.executorEnv.{worker_daemon.PRELOAD_VARIABLE}": "pandas"}
+"""An engine's Python workers fork with pandas imported (`worker_daemon.PRELOAD_VARIABLE`)."""
+WARM_UP_WAIT_SEC = 120.0
+"""How long a long-lived session's start waits for its Python workers' daemon (`warm_up`) before it goes on."""
 
 JIT_OPTIONS = "-XX:CompileThresholdScaling=5"
 """Methods must run 5x as often before the JIT compiles them. Most of a bounded run's JVM CPU was the JIT
@@ -130,6 +135,7 @@ def session_conf(settings: SparkSettings, long_lived: bool = False) -> dict[str,
         **DEFAULT_CONF,
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         **(LOCAL_CONF if settings.master.startswith("local") else {}),
+        **(LONG_LIVED_CONF if long_lived else {}),
         **settings.conf,
         "spark.driver.extraJavaOptions": driver_java_options(settings, long_lived),
     }
@@ -145,7 +151,7 @@ def build_session(settings: SparkSettings, long_lived: bool = False) -> SparkSes
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return finish_session(builder.getOrCreate(), settings)
+    return finish_session(builder.getOrCreate(), settings, long_lived)
 
 
 def start_session(settings: SparkSettings) -> Future[SparkSession]:
@@ -183,9 +189,12 @@ def start_jvm(conf: Mapping[str, str]) -> None:
     SparkContext._ensure_initialized(gateway=gateway)
 
 
-def finish_session(spark: SparkSession, settings: SparkSettings) -> SparkSession:
+def finish_session(spark: SparkSession, settings: SparkSettings, long_lived: bool = False) -> SparkSession:
     """Quiet logs, on a cluster ship the package, and start Spark's Python processes in the background
-    (`warm_up`): for sessions built here or by a caller."""
+    (`warm_up`): for sessions built here or by a caller. A long-lived session (an engine) waits for them: fifty
+    runs submitted the moment the engine said it was ready otherwise found no daemon yet, and it started, importing
+    for seconds, on a machine busy starting the runs (its first read tasks took 25 s; the runs' first rows 30 s
+    after their starts, median)."""
     spark.sparkContext.setLogLevel("ERROR")
     _quiet_accumulator_server(spark.sparkContext)
     # PySpark logs every analysis error with its JVM stack; the engine reports them itself.
@@ -193,7 +202,9 @@ def finish_session(spark: SparkSession, settings: SparkSettings) -> SparkSession
     if not settings.master.startswith("local"):
         _ship_package(spark)
     skip_data_source_lookup(spark)
-    warm_up(spark)
+    warming = warm_up(spark)
+    if long_lived:
+        warming.join(WARM_UP_WAIT_SEC)
     return spark
 
 

@@ -27,6 +27,8 @@ PRELOAD = (
     "pyarrow",
     "streamling.kafka.source.reader",
     "streamling.kafka.source.decoding",  # imported by a read, not by the reader's module (see there)
+    "confluent_kafka",  # imported by a read (the reader's module leaves it to the driver's own import)
+    "fastavro",  # imported by the decoders a read builds
     "streamling.dead_letters",
     "streamling.builtins.generator",
 )
@@ -37,7 +39,18 @@ run's first epoch, which waits for the daemon to listen (cold first row 6.36 -> 
 the plugin sources' reader either (~0.1 s, most of it the plugin adapters' imports): a plugin source's worker
 imports it at its first read (cold first row of a Kafka pipeline 6.27 -> 6.15 s, medians of 8 pairs). Not the
 Schema Registry client (0.17 s): the Avro reader needs it only for a writer schema other than the reader schema,
-which the driver hands over with its id."""
+which the driver hands over with its id.
+
+`confluent_kafka` and `fastavro` (0.1 s together) are imported by every Kafka read: here once, rather than in each
+worker after its fork. Fifty pipelines starting in one engine on two cores fork eight workers at once, and each
+imported them (and pandas) anew on a starved machine: the engine's first eight read tasks took 25 s each
+(Spark's event log), while their JVM threads used 0.2 s of CPU."""
+
+PRELOAD_VARIABLE = "STREAMLING_WORKER_PRELOAD"
+"""More modules to import before forking, comma-separated: a long-lived session's daemon (`streamling serve`) adds
+pandas (0.46 s), which each worker otherwise imports at its first Arrow array built from Python values. The engine
+starts its daemon once, before its first run, so what weighed on a CLI run's first row is paid at the engine's
+start instead of in every worker it forks."""
 
 
 def bundled_zip(entry: str) -> bool:
@@ -50,7 +63,8 @@ def bundled_zip(entry: str) -> bool:
 
 
 def preload(worker_module: str) -> None:
-    for name in (worker_module, *PRELOAD):
+    more = [name.strip() for name in os.environ.get(PRELOAD_VARIABLE, "").split(",") if name.strip()]
+    for name in (worker_module, *PRELOAD, *more):
         try:
             importlib.import_module(name)
         except ImportError:  # an optional part missing: its workers import (and fail) as they would anyway
