@@ -102,6 +102,8 @@ def test_fifty_pipelines_submitted_at_once_all_start_commit_and_end_exact(
         assert starting_at_once <= 2  # engine.max_starting_runs
         for i in ids:  # when each waited, started and ended
             assert runs[i]["submitted_at"] <= runs[i]["admitted_at"] <= runs[i]["started_at"] <= runs[i]["finished_at"]
+        by_submission = sorted(ids, key=lambda i: runs[i]["submitted_at"])
+        assert by_submission == sorted(ids, key=lambda i: runs[i]["admitted_at"])  # first come, first started
         queued = [
             i
             for i in ids

@@ -9,7 +9,8 @@ engine resumes where it committed when submitted again.
 
 Starting is what costs (settings, the pipeline's analysis on Spark, its sources opened): at most
 ``engine.max_starting_runs`` runs start at once and later submissions wait in state ``queued`` (saying so in their
-log), so fifty submitted together all start, one pair after another, instead of starving each other. A run leaves
+log), so fifty submitted together all start, one pair after another and in the order they were submitted
+(`admission.py`), instead of starving each other. A run leaves
 ``starting`` for ``running`` once every source's query started. A finished run's record is kept for
 ``engine.run_retention_sec``, then evicted; what it held in the engine's processes is released when it ends
 (`runtime/held.py`).
@@ -31,6 +32,7 @@ from pyspark.sql import SparkSession
 from streamling.errors import StreamlingError, first_line
 from streamling.runtime.held import HELD
 from streamling.runtime.summary import RunSummary
+from streamling.serve.admission import Admission
 from streamling.telemetry.logs import RUN_SCOPE
 
 if TYPE_CHECKING:
@@ -189,7 +191,7 @@ class Runs:
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
         self.max_starting = max_starting
-        self._admission = threading.BoundedSemaphore(max_starting)
+        self._admission = Admission(max_starting)
         self._evicted_at = time.monotonic()
         self.closed = False
 
@@ -208,6 +210,7 @@ class Runs:
                 raise StreamlingError.user("the engine is stopping: it takes no new runs")
             run = Run(uuid.uuid4().hex[:12], submission, origin)
             self._runs[run.id] = run
+            self._admission.line_up(run.stop)
         thread = threading.Thread(target=self._execute, args=(run,), name=f"streamling-run-{run.id}", daemon=True)
         thread.start()
         self.evict()
@@ -241,15 +244,12 @@ class Runs:
         return all(run.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) for run in runs)
 
     def _admit(self, run: Run) -> bool:
-        """Wait for a start slot (state ``queued``); False when the run was stopped while it waited."""
-        if self._admission.acquire(blocking=False):
-            return True
-        waiting = sum(1 for r in self.all() if r.state == "queued")
-        log.info("run %s is queued: runs start %d at a time, %d waiting", run.id, self.max_starting, waiting)
-        while not run.stop.is_set():
-            if self._admission.acquire(timeout=0.2):
-                return True
-        return False
+        """Wait for a start slot, in submission order (state ``queued``); False when the run was stopped first."""
+
+        def queued(waiting: int) -> None:
+            log.info("run %s is queued: runs start %d at a time, %d waiting", run.id, self.max_starting, waiting)
+
+        return self._admission.enter(run.stop, queued)
 
     def _execute(self, run: Run) -> None:
         from streamling.api import check_structure, execute_plan, prepare_pipeline, resolve_location
@@ -268,7 +268,7 @@ class Runs:
                 log.info("run %s is running", run.id)
             if admitted:
                 admitted = False
-                self._admission.release()
+                self._admission.leave()
 
         try:
             log.info("run %s: %s submitted", run.id, submission.pipeline)
@@ -300,7 +300,7 @@ class Runs:
             log.error("run %s failed: %s", run.id, run.error, exc_info=log.isEnabledFor(logging.DEBUG))
         finally:
             if admitted:
-                self._admission.release()
+                self._admission.leave()
             closed = HELD.retire(run.id)
             log.debug("run %s: %d clients closed", run.id, closed)
             RUN_SCOPE.reset(scope)
