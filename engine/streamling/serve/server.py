@@ -128,8 +128,10 @@ def serve(
     allowed_hosts: list[str],
     directory: PipelineDirectory | None = None,
     token_where: str = "",
+    signals: list[str] | None = None,
 ) -> None:
-    """Answer on `sock` until `stopping` is set; then stop every run (each drains) and the HTTP server."""
+    """Answer on `sock` until `stopping` is set; then stop every run (each drains) and the HTTP server. `signals`
+    holds the names of the signals that set it, logged here rather than in their handler (see `main`)."""
     import uvicorn
 
     host, port = sock.getsockname()[:2]
@@ -152,6 +154,8 @@ def serve(
         while not stopping.wait(0.5):
             runs.evict()
     finally:
+        if signals:
+            log.info("Received %s", signals[0])
         log.info("Stopping: every run finishes its in-flight epoch")
         runs.stop_all()
         server.should_exit = True
@@ -207,9 +211,13 @@ def main(argv: list[str]) -> int:
         return 2
     configure_logging(settings.log_level, settings.log_format)
     stopping = threading.Event()
+    signals: list[str] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
-        log.info("Received %s", signal.Signals(signum).name)
+        # No logging here: the handler runs on the main thread between any two of its bytecodes, maybe while it
+        # holds the runs' lock (`Runs.evict`), and a run's thread logging at that moment holds the run log
+        # handler's lock while it waits for the runs' lock: an engine stuck on SIGTERM (seen in a test run).
+        signals.append(signal.Signals(signum).name)
         stopping.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -225,7 +233,7 @@ def main(argv: list[str]) -> int:
     directory = PipelineDirectory(Path(folder), runs, settings, spark, engine.pipelines_poll_sec) if folder else None
     where = f"its token is in {token_file}" if token_file is not None else "its token is engine.token"
     try:
-        serve(runs, sock, stopping, token, engine.allowed_hosts, directory, where)
+        serve(runs, sock, stopping, token, engine.allowed_hosts, directory, where, signals)
     except StreamlingError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)
         return 1
