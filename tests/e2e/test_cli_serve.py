@@ -167,15 +167,27 @@ def test_the_engine_refuses_a_submission_it_cannot_read_with_a_clear_error(tmp_p
     assert refused.json() == {"error": "a submission needs 'pipeline': the pipeline file's path on the engine's host"}
 
 
+def _is_workers_daemon(process: psutil.Process) -> bool:
+    """Whether `process` is the daemon Spark's JVM forked its Python workers from. Workers the daemon forked for a
+    task that just ended may be zombies or gone by the time they are asked: they are not the daemon."""
+    try:
+        parent = process.parent()
+        return (
+            parent is not None
+            and "java" in parent.name()
+            and "streamling.runtime.worker_daemon" in " ".join(process.cmdline())
+        )
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return False
+
+
 def test_the_engine_is_ready_once_its_python_workers_daemon_runs_with_pandas_and_kafka_imported(engine: Engine) -> None:
     """Runs submitted the moment the engine is ready fork their readers from a daemon already up, with what every
     Kafka read imports (`worker_daemon.PRELOAD`, and pandas for an engine) already loaded: fifty such runs on two
     cores otherwise waited 25 s for their first read tasks."""
     tree = psutil.Process(engine.proc.pid).children(recursive=True)
-    daemons = [
-        p for p in tree if "streamling.runtime.worker_daemon" in " ".join(p.cmdline()) and "java" in p.parent().name()
-    ]
-    assert len(daemons) == 1, [p.cmdline() for p in tree]
+    daemons = [p for p in tree if _is_workers_daemon(p)]
+    assert len(daemons) == 1, [p.pid for p in tree]
     environ = daemons[0].environ()
     assert environ["STREAMLING_WORKER_PRELOAD"] == "pandas"
     mapped = {m.path for m in daemons[0].memory_maps()}  # the extension modules its imports loaded
