@@ -169,12 +169,13 @@ def source_status(location: str | Path, settings: Settings) -> dict[str, SourceS
     return out
 
 
-def reset_positions(location: str | Path, settings: Settings) -> list[str]:
+def reset_positions(location: str | Path, settings: Settings, streams: bool = False) -> list[str]:
     """Make the next job-mode run in namespace `settings.application_id` read every bounded source from its
     start (or its `backfill_range`'s start): their committed positions are removed, a hybrid source goes back
-    to its first phase. Kept: each source's epoch counter (sinks' progress tables number on, so no new epoch is
-    mistaken for one they applied) and a hybrid's stream offsets (its stream goes on where it was). Returns
-    the keys removed or reset."""
+    to its first phase. With `streams`, unbounded sources (Kafka) start over too, from `starting_offsets`.
+    Kept: each source's epoch counter (sinks' progress tables number on, so no new epoch is mistaken for one
+    they applied) and a hybrid's stream offsets (its stream goes on where it was). Returns the keys removed or
+    reset. This is the only way a changed starting point is honoured: a run resumes from committed positions."""
     path = Path(location)
     pipeline, report = load_pipeline(
         read_pipeline_text(path), name=path.stem, path=path, job_mode=False, settings=settings
@@ -185,7 +186,7 @@ def reset_positions(location: str | Path, settings: Settings) -> list[str]:
     removed: list[str] = []
     with open_state_backend(settings.state_backend, settings.application_id) as state:
         for node in pipeline.sources:
-            if not node.spec.bounded:
+            if not node.spec.bounded and not streams:
                 continue
             source = plan.source(node.name)
             try:

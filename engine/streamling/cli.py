@@ -41,6 +41,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config", metavar="NAME_OR_PATH", help="config file (default base name 'config'; .yaml/.yml/.json)"
     )
+    p.add_argument(
+        "--reset-positions",
+        action="store_true",
+        help="start every source over before the run: ClickHouse and a hybrid's backfill from start_at, Kafka "
+        "from starting_offsets (a hybrid's stream keeps its offsets); without it a run resumes from its committed "
+        "positions whatever the YAML's starting point says",
+    )
     p.add_argument("--version", action="version", version=f"streamling {__version__}")
     return p
 
@@ -107,6 +114,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         try:
             location = resolve_location(args.pipeline, settings)
+            if args.reset_positions:
+                from streamling.api import reset_positions
+
+                reset_positions(location, settings, streams=True)
             starting = start_session(settings.spark)
             # The rest of the engine is imported, the pipeline checked and its sources' schemas looked up while
             # the JVM starts; an invalid structure exits without waiting for it.

@@ -94,3 +94,44 @@ def test_kill_9_in_each_phase_then_resume_applies_every_row_once(tmp_path, kafka
         (applied,) = conn.execute(f'SELECT n FROM "{schema}".counts').fetchone()
     assert ids == list(range(1, 301)) + list(range(2001, 2051)) + list(range(3001, 3011))
     assert applied == 360  # effectively-once across both kills: nothing counted twice
+
+
+def test_a_clickhouse_source_resumes_whatever_start_at_says_until_its_positions_are_reset(
+    tmp_path, postgres_env, pg_connect
+) -> None:
+    """The rule the original's Kafka consumer groups follow: the committed position wins over the starting point.
+    A changed `start_at` is a reset only when the run says so (`--reset-positions`)."""
+    path = tmp_path / "clickhouse"
+    subprocess.run([sys.executable, "-c", PREPARE.format(path=path)], check=True, timeout=120)
+    schema = f"p_{uuid.uuid4().hex[:8]}"
+    pipeline = """
+        sources:
+          recent: {type: clickhouse, table_name: recent, primary_key: id START}
+        sinks:
+          counts:
+            type: postgres_aggregate
+            from: recent
+            schema: SCHEMA
+            landing_table: landing
+            agg_table: counts
+            aggregate: {n: {fn: count}}
+        """.replace("SCHEMA", schema)
+    env = {**postgres_env, "STREAMLING__CLICKHOUSE_SOURCE__PATH": str(path), "STREAMLING__JOB_MODE": "true"}
+
+    def counted() -> int:
+        with pg_connect() as conn:
+            return conn.execute(f'SELECT n FROM "{schema}".counts').fetchone()[0]
+
+    first = run_cli(tmp_path, str(write(tmp_path, pipeline.replace("START", ', start_at: "201"'))), env=env)
+    assert first.returncode == 0, first.stderr
+    assert counted() == 100
+    dropped = run_cli(tmp_path, str(write(tmp_path, pipeline.replace("START", ""))), env=env)
+    assert dropped.returncode == 0, dropped.stderr
+    assert "source 'recent': 0 epochs, position {'from': 301}" in dropped.stderr  # nothing read again
+    assert "start_at None differs from the '201' its saved cursor started from; it resumes the cursor" in dropped.stderr
+    changed = write(tmp_path, pipeline.replace("START", ', start_at: "251"'))
+    reset = run_cli(tmp_path, str(changed), "--reset-positions", env=env)
+    assert reset.returncode == 0, reset.stderr
+    assert "Started clickhouse source 'recent' from position {'from': 251}" in reset.stderr
+    assert "sink 'counts': 50 rows written (50 inserts" in reset.stderr
+    assert counted() == 100  # upserts of the keys it had: the count stays

@@ -204,3 +204,32 @@ def test_kafka_ranges_by_offset_and_by_message_time(spark, make_settings, write_
     early = datetime.fromtimestamp((now_ms - 120_000) / 1000, tz=UTC).isoformat()
     run_pipeline(path, ranged(make_settings, kafka.env, early, recent, application_id="early"), spark)
     assert sorted(r["id"] for r in rows_of(key)) == list(range(40))
+
+
+def test_a_stream_keeps_its_offsets_whatever_starting_offsets_says_until_its_positions_are_reset(
+    spark, make_settings, write_pipeline, kafka, tmp_path
+) -> None:
+    """`starting_offsets` is where a source with no committed offsets starts, as `auto.offset.reset` is for a
+    consumer group; `streamling PIPELINE --reset-positions` (`reset_positions(streams=True)`) starts it over."""
+    topic = kafka.topic("restart")
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(10)])
+    key = uuid.uuid4().hex
+    text = f"""
+        sources:
+          src: {{type: kafka, topic: {topic}, starting_offsets: STARTING, ending_offsets: latest}}
+        sinks:
+          out: {{type: test.collect, from: src, options: {{key: {key}}}}}
+        """
+    settings = make_settings(environ=kafka.env, job_mode=True)
+    run_pipeline(write_pipeline(text.replace("STARTING", "earliest")), settings, spark)
+    assert sorted(r["id"] for r in rows_of(key)) == list(range(10))
+    kafka.produce_avro(topic, TX_SCHEMA, [tx(i) for i in range(10, 13)])
+    run_pipeline(write_pipeline(text.replace("STARTING", "latest")), settings, spark)
+    assert sorted(r["id"] for r in rows_of(key)) == [10, 11, 12]  # resumed: `latest` would have read nothing
+    path = write_pipeline(text.replace("STARTING", "earliest").replace(", ending_offsets: latest", ""))
+    assert reset_positions(path, settings) == []  # a stream is kept unless asked
+    offsets = sorted(k for k in state_items(tmp_path) if k.startswith(f"src:{topic}:"))
+    assert offsets and sorted(reset_positions(path, settings, streams=True)) == offsets
+    assert not set(offsets) & set(state_items(tmp_path))
+    run_pipeline(write_pipeline(text.replace("STARTING", "earliest")), settings, spark)
+    assert sorted(r["id"] for r in rows_of(key)) == list(range(13))

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from streamling import run_pipeline
+from streamling import reset_positions, run_pipeline
 from streamling.api import validate_pipeline
 from streamling.clickhouse.paging import Pager
 from streamling.clickhouse.source import ClickHouseSource, ClickHouseSourceSpec
@@ -176,7 +176,12 @@ def test_pipeline_job_mode_start_at_filter_and_restart(
     COLLECTED[key].clear()
     run_pipeline(write_pipeline(text.replace("START", "1050")), settings, spark)
     assert COLLECTED[key] == []
-    # a new start_at overrides the saved cursor
+    # the position belongs to the pipeline: a dropped or changed start_at resumes the saved cursor
+    run_pipeline(write_pipeline(text.replace("start_at: START", "")), settings, spark)
+    run_pipeline(write_pipeline(text.replace("START", "1098")), settings, spark)
+    assert COLLECTED[key] == []
+    # a reset is what starts it over from the new start_at
+    reset_positions(write_pipeline(text.replace("START", "1098")), settings)
     run_pipeline(write_pipeline(text.replace("START", "1098")), settings, spark)
     again = [row for _, row in COLLECTED[key]]
     assert {int(r["block"]) for r in again} == {1098, 1099, 5000}

@@ -164,22 +164,32 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
             raise StreamlingError.user(f"{self.label}: invalid filter {self.spec.filter!r}: {problem}") from None
 
     def load_position(self, state: StateBackend) -> dict[str, Any]:
-        """The saved cursor, unless `start_at` is set and differs from the one the cursor started from."""
+        """The saved cursor whatever `start_at` says now, like a Kafka consumer group's committed offsets win over
+        `auto.offset.reset`: the position belongs to the pipeline, and dropping or editing `start_at` must not
+        make an append-only sink receive the table twice. Starting over is a reset (`--reset-positions`, or a
+        Dagster run tagged `streamling/reprocess`)."""
         self.pager.snapshot()
         if self.settings.backfill_range is not None:
             log.info("%s reads the range %s of its first sort key", self.label, self.settings.backfill_range)
+        saved = state.get(self.state_key)
         position = self.committed_position(state)
-        if position is not None:
-            log.info("%s resumes after %s", self.label, position)
-            return position
-        if state.get(self.state_key):
-            log.info("%s: start_at %r overrides the saved cursor", self.label, self.spec.start_at)
-        return self.pager.initial()
+        if position is None:
+            return self.pager.initial()
+        if saved.get("start_at") != self.spec.start_at:
+            log.warning(
+                "%s: start_at %r differs from the %r its saved cursor started from; it resumes the cursor "
+                "(reset its position to start from start_at: `streamling PIPELINE --reset-positions`)",
+                self.label,
+                self.spec.start_at,
+                saved.get("start_at"),
+            )
+        log.info("%s resumes after %s", self.label, position)
+        return position
 
     def committed_position(self, state: StateBackend) -> dict[str, Any] | None:
-        """The saved cursor, if it was taken from the current `start_at`."""
+        """The saved cursor, if any."""
         saved = state.get(self.state_key)
-        if saved and saved.get("start_at") == self.spec.start_at:
+        if saved:
             return {k: v for k, v in saved.items() if k not in ("updated_at", "start_at")}
         return None
 
