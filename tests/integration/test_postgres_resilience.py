@@ -7,6 +7,7 @@ equal the committed source offset exactly — nothing lost, nothing written twic
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -94,6 +95,58 @@ def test_read_only_database_then_writable_again_loses_nothing(
     run.wait_until(lambda: _count(pg_connect, schema) > frozen + 2000, timeout=120)
     run.finish()
     _assert_exact(pg_connect, schema, tmp_path)
+
+
+def test_a_failover_to_read_only_and_back_is_recovered_on_fresh_sessions(
+    spark, make_settings, write_pipeline, postgres_env, pg_connect, schema, tmp_path, caplog
+) -> None:
+    """What a failover or a maintenance window does: the database is made read-only for new sessions only
+    (`ALTER DATABASE … SET`), every session is cut, and later the setting is reset. Sessions opened meanwhile stay
+    read-only for their whole life (SQLSTATE 25006), so both the sink and the Postgres state backend must open fresh
+    ones rather than retry on them; each outage is one WARNING when it starts and one when it ends."""
+    app = f"failover_{schema}"
+    database = postgres_env["STREAMLING__STATE_BACKEND__POSTGRES__DATABASE"]
+    caplog.set_level(logging.DEBUG, logger="streamling.postgres")
+    run = _start(
+        write_pipeline,
+        make_settings,
+        postgres_env,
+        spark,
+        schema,
+        **{"application_id": app, "state_backend.backend_type": "Postgres"},
+    )
+    run.wait_until(lambda: _count(pg_connect, schema) > 0)
+    refused = "in a read-only transaction"
+    try:
+        with pg_connect() as admin:
+            admin.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'streamling'"
+            )
+        # Retries on read-only sessions, long enough for the sink's backoff to grow past its first steps.
+        run.wait_until(lambda: sum(refused in r.getMessage() for r in caplog.records) >= 4, timeout=60)
+        frozen = _count(pg_connect, schema)
+    finally:
+        with pg_connect() as admin:
+            admin.execute("SET default_transaction_read_only = off")  # this new session started read-only
+            admin.execute(f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
+    writable = time.monotonic()
+    run.wait_until(lambda: _count(pg_connect, schema) > frozen + 2000, timeout=60)
+    recovered_in = time.monotonic() - writable
+    run.finish()
+    with pg_connect() as conn:
+        (offset,) = conn.execute(
+            "SELECT (data->>'offset')::bigint FROM streamling.state WHERE namespace = %s AND key = 'src:generator'",
+            (app,),
+        ).fetchone()
+    _assert_exact(pg_connect, schema, tmp_path, offset)
+    assert recovered_in < 30, recovered_in  # the backoff's 10 s cap, not a session that stays read-only
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    started = [w for w in warnings if "; retrying for up to " in w]
+    ended = [w for w in warnings if ": recovered after " in w]
+    assert started and len(started) == len(ended), warnings
+    assert {w.split(":")[0] for w in started} == {w.split(":")[0] for w in ended}
+    assert any(w.startswith("postgres sink 'out': ") for w in started), started
 
 
 def test_postgres_state_backend_rides_out_a_server_restart(

@@ -297,3 +297,17 @@ def test_a_refused_login_is_not_transient_but_a_lost_connection_is() -> None:
     lost = 'connection failed: connection to server at "127.0.0.1", port 5432 failed: Connection refused'
     assert not refused_login(lost)
     assert is_transient(psycopg.OperationalError(lost))
+
+
+def test_a_read_only_terminated_or_lost_session_is_discarded_but_a_conflict_keeps_it() -> None:
+    """`connection` closes what `spoils_session` names, so the pool opens a fresh session for the retry."""
+    import psycopg
+    from psycopg import errors
+
+    from streamling.postgres.connection import spoils_session
+
+    assert spoils_session(errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"))
+    assert spoils_session(errors.AdminShutdown("terminating connection due to administrator command"))
+    assert spoils_session(psycopg.OperationalError("server closed the connection unexpectedly"))
+    assert not spoils_session(errors.SerializationFailure("could not serialize access"))
+    assert not spoils_session(errors.UndefinedColumn('column "x" does not exist'))

@@ -81,6 +81,22 @@ def refused_login(text: str) -> bool:
     return REFUSED_LOGIN.search(text) is not None
 
 
+SESSION_SPOILING_SQLSTATES = ("25006", "57P", "08")
+"""A session opened while the database was read-only keeps `default_transaction_read_only` for its life (25006);
+an administrator's shutdown or `pg_terminate_backend` (57P01-57P03) and a connection failure (08) leave nothing
+worth keeping. Such a connection is closed rather than returned, so a retry gets a fresh session."""
+
+
+def spoils_session(exc: BaseException) -> bool:
+    """Whether the connection that raised `exc` must be discarded instead of reused."""
+    if not isinstance(exc, psycopg.Error):
+        return False
+    state = getattr(exc, "sqlstate", None) or ""
+    if not state:
+        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    return state.startswith(SESSION_SPOILING_SQLSTATES)
+
+
 def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, psycopg.Error) and refused_login(str(exc)):
         return False
@@ -180,7 +196,8 @@ def connection(
     settings: PostgresConnectionSettings, where: str, *, autocommit: bool = True
 ) -> Iterator[psycopg.Connection]:
     """A connection of this process's pool, for this thread alone until the block ends; then it goes back
-    (rolled back if a transaction was left open, replaced if it broke), as with ``pool.connection()``. Not getting
+    (rolled back if a transaction was left open, replaced if it broke or its session is spoiled: `spoils_session`),
+    as with ``pool.connection()``. Not getting
     one within ``pool_acquire_timeout_secs`` (at most ``retry_timeout_sec``) raises a retriable error naming
     `where`."""
     source = pool(settings, autocommit=autocommit, where=where)
@@ -196,6 +213,10 @@ def connection(
     try:
         with conn:
             yield conn
+    except psycopg.Error as exc:
+        if spoils_session(exc):
+            conn.close()  # the pool replaces a closed connection instead of handing it out again
+        raise
     finally:
         source.putconn(conn)
 
@@ -217,13 +238,20 @@ def with_retries(
 ) -> T:
     """Run `attempt` until it succeeds, retrying transient failures with jittered exponential backoff
     for up to `timeout_sec`; other failures raise at once as user-facing errors naming `where`. `on_retry` is
-    told of each retry (a node's retry count)."""
-    deadline = time.monotonic() + timeout_sec
+    told of each retry (a node's retry count). An outage is one WARNING when it starts and one when it ends;
+    the attempts between are logged at debug level."""
+    started = time.monotonic()
+    deadline = started + timeout_sec
     delay = 0.2
     failures = 0
     while True:
         try:
-            return attempt()
+            result = attempt()
+            if failures:
+                log.warning(
+                    "%s: recovered after %d failed attempts in %.1fs", where, failures, time.monotonic() - started
+                )
+            return result
         except StreamlingError as exc:
             if not exc.retriable:
                 raise
@@ -236,7 +264,10 @@ def with_retries(
         text = problem.message.removeprefix(f"{where}: ") if isinstance(problem, StreamlingError) else reason(problem)
         if time.monotonic() + delay > deadline:
             raise StreamlingError.retry(f"{where}: still failing after {failures} attempts: {text}") from None
-        log.warning("%s: %s; retrying in %.1fs (attempt %d)", where, text, delay, failures)
+        if failures == 1:
+            log.warning("%s: %s; retrying for up to %gs", where, text, timeout_sec)
+        else:
+            log.debug("%s: %s; retrying in %.1fs (attempt %d)", where, text, delay, failures)
         if on_retry is not None:
             on_retry()
         time.sleep(delay * (0.75 + random.random() / 2))
