@@ -51,6 +51,7 @@ COUNTER_METRICS = {
     "dead_lettered": "dead_lettered_rows_total",
     "rejected": "rejected_rows_total",
     "retries": "retries_total",
+    "records_lost": "records_lost_total",
 }
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 EXPORTER_LOGGERS = ("opentelemetry.exporter", "opentelemetry.sdk.metrics._internal.export")

@@ -15,9 +15,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-COUNTERS = ("retries", "dead_lettered", "rejected")
+COUNTERS = ("retries", "dead_lettered", "rejected", "records_lost")
 """``retries``: attempts repeated after a transient failure (HTTP requests, Postgres writes). ``dead_lettered``: rows
-routed to a dead-letter target. ``rejected``: rows a sink's destination refused (dead-lettered by a sink)."""
+routed to a dead-letter target. ``rejected``: rows a sink's destination refused (dead-lettered by a sink).
+``records_lost``: records a Kafka source skipped under ``on_data_loss: skip`` because the broker deleted them."""
 
 MAX_LATENCIES = 10_000
 """Latency values one task keeps per node; beyond, every other value is dropped (a histogram needs no more)."""

@@ -58,15 +58,21 @@ def list_partitions(consumer, topic: str, timeout: float = 10) -> list[int]:  # 
     return sorted(info.partitions)
 
 
-def high_watermark(consumer, topic: str, partition: int) -> int:  # type: ignore[no-untyped-def]
+def watermarks(consumer, topic: str, partition: int) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """The partition's earliest offset the broker still keeps (retention moves it) and its end, in one request."""
     from confluent_kafka import KafkaException, TopicPartition
 
     try:
-        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)[1]
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
     except KafkaException as exc:
         raise StreamlingError.unavailable(
             f"cannot read the end offset of topic '{topic}' partition {partition}: {describe(exc)}"
         ) from None
+    return int(low), int(high)
+
+
+def high_watermark(consumer, topic: str, partition: int) -> int:  # type: ignore[no-untyped-def]
+    return watermarks(consumer, topic, partition)[1]
 
 
 def initial_offsets(consumer, topic: str, partitions: list[int], starting: str) -> dict[str, int]:  # type: ignore[no-untyped-def]

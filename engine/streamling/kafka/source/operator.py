@@ -344,6 +344,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
             "replay_end": json.dumps({k: int(v) for k, v in replay_end.items()} if replay_end is not None else None),
             "ending": json.dumps(self._ending or {}),
             "starting_offsets": self.spec.starting_offsets,
+            "on_data_loss": self.spec.on_data_loss,
             "log_level": self.settings.log_level,
             "log_format": self.settings.log_format,
             "data_format": self.spec.data_format,

@@ -21,7 +21,12 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from streamling.errors import StreamlingError
 from streamling.kafka.availability import Outage, is_unavailable, patience, transient_kafka_error
-from streamling.kafka.source.offsets import high_watermark, initial_offsets, list_partitions, open_consumer
+from streamling.kafka.source.offsets import (
+    initial_offsets,
+    list_partitions,
+    open_consumer,
+    watermarks,
+)
 from streamling.runtime.held import HELD
 from streamling.runtime.pacing import Pacer
 from streamling.telemetry.logs import configure_worker_logging
@@ -112,11 +117,13 @@ class KafkaStreamReader(DataSourceStreamReader):
             current.update(initial_offsets(consumer, self.topic, new, self.options["starting_offsets"]))
             return current
         pending: dict[str, int] = {}
-        for key, offset in current.items():
+        for key in list(current):
+            low, high = watermarks(consumer, self.topic, int(key))
+            if low > current[key]:
+                current[key] = self._data_lost(key, current[key], low)
+            offset = current[key]
             if self.ending is not None:
                 high = self.ending.get(key, offset)
-            else:
-                high = high_watermark(consumer, self.topic, int(key))
             if high > offset:
                 pending[key] = high - offset
         at_end = self.ending is not None
@@ -124,6 +131,21 @@ class KafkaStreamReader(DataSourceStreamReader):
         take = self.pacer.take(sum(pending.values()), at_end=at_end, limit=getattr(limit, "max_rows", None))
         shares = pack(current, pending, take) if first else concentrate(current, pending, take, self.parallelism)
         return {k: v + n for k, v, n in shares}
+
+    def _data_lost(self, key: str, offset: int, earliest: int) -> int:
+        """The next record to read was deleted by the broker (retention, `DeleteRecords`) before it was read: an
+        error, or with ``on_data_loss: skip`` one WARNING, the `records_lost` count, and the earliest offset kept
+        (the epoch's range may start below it: the reading consumer starts at the earliest record)."""
+        lost = earliest - offset
+        where = f"kafka source '{self.options['source']}': topic '{self.topic}' partition {key}"
+        what = f"{lost} records (offsets {offset} to {earliest - 1}) were deleted by the broker before they were read"
+        if self.options.get("on_data_loss", "fail") != "skip":
+            raise StreamlingError.user(
+                f"{where}: {what}; its earliest offset is now {earliest}. Set on_data_loss: skip to go on from there"
+            )
+        log.warning("%s: %s; on_data_loss: skip goes on from offset %d", where, what, earliest)
+        self.recorder.count("records_lost", lost)
+        return earliest
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         ranges = [(int(k), int(start.get(k, v)), int(v)) for k, v in end.items() if int(v) > int(start.get(k, v))]

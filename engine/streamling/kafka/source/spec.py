@@ -29,6 +29,9 @@ class KafkaSourceSpec(SourceSpec, ErrorHandlingSpec):
     schema_: dict[str, str] | None = Field(default=None, alias="schema")
     starting_offsets: str = "earliest"
     ending_offsets: Literal["latest"] | None = None
+    on_data_loss: Literal["fail", "skip"] = "fail"
+    """When records the source has not read yet were deleted by the broker (retention): fail naming them, or skip
+    them with a WARNING and the `records_lost` metric."""
     filter: str | None = None
     include_metadata: bool = False
     validate_writer_schema_ordering: bool = True
