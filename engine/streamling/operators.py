@@ -45,6 +45,9 @@ class Epoch:
     start: Mapping[str, Any]
     end: Mapping[str, Any]
     timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    generation: int = 0
+    """The lease generation of the run that made it (0: no lease): a sink that records its progress refuses to
+    write over a later generation's, so a run that lost its lease cannot write once another run has."""
 
 
 @dataclass(frozen=True)

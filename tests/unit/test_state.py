@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamling.config.model import PostgresConnectionSettings
-from streamling.state import InMemoryStateBackend, StateBackend
+from streamling.state import Fence, InMemoryStateBackend, LeaseLostError, StateBackend
 from streamling.state.sqlite import SqliteStateBackend
 
 
@@ -197,9 +197,47 @@ def lease_contract(make: Callable[[], StateBackend], other_namespace: StateBacke
         backend.close()
 
 
+def fence_contract(make: Callable[[], StateBackend]) -> None:
+    """Commits carry the lease (`put_many(fence=)`): refused, writing nothing, once the lease expired and another
+    run took it, and once released. Generations grow with each takeover, not when a holder takes its lease again."""
+    a, b = make(), make()
+    assert a.acquire_lease("pipeline:f", "run-a", {}, ttl_sec=0.5) is None
+    first = a.lease_generation("pipeline:f", "run-a")
+    assert first is not None and first >= 1
+    assert a.acquire_lease("pipeline:f", "run-a", {}, ttl_sec=0.5) is None
+    assert a.lease_generation("pipeline:f", "run-a") == first
+    mine = Fence("pipeline:f", "run-a", first)
+    a.put_many({"k": {"v": 1}}, fence=mine)
+    assert a.get("k") == {"v": 1}
+    deadline = time.monotonic() + 10
+    while b.acquire_lease("pipeline:f", "run-b", {}, ttl_sec=30) is not None:
+        assert time.monotonic() < deadline, "the lease never expired"
+        time.sleep(0.05)
+    assert b.lease_generation("pipeline:f", "run-b") == first + 1
+    assert a.lease_generation("pipeline:f", "run-a") is None
+    with pytest.raises(LeaseLostError) as refused:
+        a.put_many({"k": {"v": 2}, "j": {"v": 2}}, fence=mine)
+    assert (
+        refused.value.message == "its run lease 'pipeline:f' is held by another run or expired; the commit was refused"
+    )
+    assert (a.get("k"), a.get("j")) == ({"v": 1}, None)
+    yours = Fence("pipeline:f", "run-b", first + 1)
+    b.put_many({"k": {"v": 3}}, fence=yours)
+    b.release_lease("pipeline:f", "run-b")
+    with pytest.raises(LeaseLostError):
+        b.put_many({"k": {"v": 4}}, fence=yours)
+    assert b.get("k") == {"v": 3}
+    assert a.acquire_lease("pipeline:f", "run-a", {}, ttl_sec=30) is None  # released: free, the generation kept
+    assert a.lease_generation("pipeline:f", "run-a") == first + 2
+    for backend in (a, b):
+        backend.close()
+
+
 def test_in_memory_leases_are_per_instance() -> None:
     memory = InMemoryStateBackend("app")
     lease_contract(lambda: memory, InMemoryStateBackend("other"))
+    fenced = InMemoryStateBackend("app")
+    fence_contract(lambda: fenced)
     # Another instance (another process) shares nothing, the lease included.
     assert InMemoryStateBackend("app").acquire_lease("pipeline:p", "run-z", {}, 30) is None
 
@@ -208,6 +246,7 @@ def test_sqlite_leases(tmp_path: Path) -> None:
     path = str(tmp_path / "state.db")
     with SqliteStateBackend("other", path) as other:
         lease_contract(lambda: SqliteStateBackend("app", path), other)
+    fence_contract(lambda: SqliteStateBackend("app", path))
 
 
 @pytest.mark.integration
@@ -225,6 +264,7 @@ def test_postgres_leases(postgres_env) -> None:
     namespace = f"test_lease_{time.time_ns()}"
     with PostgresStateBackend(namespace + "_o", settings) as other:
         lease_contract(lambda: PostgresStateBackend(namespace, settings), other)
+    fence_contract(lambda: PostgresStateBackend(namespace, settings))
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])

@@ -32,6 +32,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from streamling.config.model import PostgresConnectionSettings
 from streamling.errors import StreamlingError
 from streamling.runtime.held import HELD
+from streamling.state.base import LeaseLostError
 
 log = logging.getLogger("streamling.postgres")
 T = TypeVar("T")
@@ -252,6 +253,8 @@ def with_retries(
                     "%s: recovered after %d failed attempts in %.1fs", where, failures, time.monotonic() - started
                 )
             return result
+        except LeaseLostError:
+            raise  # fenced: no retry can succeed
         except StreamlingError as exc:
             if not exc.retriable:
                 raise

@@ -17,6 +17,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from streamling.plugin import AppliedEpoch, Epoch
+from streamling.state.base import LeaseLostError
 
 TABLE = "_streamling_progress"
 
@@ -35,8 +36,10 @@ class ProgressKey:
 
 
 def ddl(schema: str) -> sql.Composed:
+    """The table, and its `generation` column on a table made before the column existed."""
+    table = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(TABLE))
     return sql.SQL(
-        """CREATE TABLE IF NOT EXISTS {}.{} (
+        """CREATE TABLE IF NOT EXISTS {table} (
             application_id TEXT NOT NULL,
             sink TEXT NOT NULL,
             source TEXT NOT NULL,
@@ -47,9 +50,11 @@ def ddl(schema: str) -> sql.Composed:
             end_position JSONB NOT NULL,
             rows BIGINT NOT NULL,
             updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+            generation BIGINT NOT NULL DEFAULT 0,
             PRIMARY KEY (application_id, sink, source, stream)
-        )"""
-    ).format(sql.Identifier(schema), sql.Identifier(TABLE))
+        );
+        ALTER TABLE {table} ADD COLUMN IF NOT EXISTS generation BIGINT NOT NULL DEFAULT 0"""
+    ).format(table=table)
 
 
 def canonical(position: Mapping[str, Any]) -> str:
@@ -78,13 +83,17 @@ def already_applied(cur: psycopg.Cursor, key: ProgressKey, epoch: Epoch, stream:
 
 
 def record(cur: psycopg.Cursor, key: ProgressKey, epoch: Epoch, stream: int, streams: int, rows: int) -> None:
+    """Upsert the stream's row, unless a run of a later lease generation wrote it: then `LeaseLostError`, and the
+    transaction (the epoch's rows with it) is rolled back. The fence that keeps a run that lost its lease from
+    writing over its successor's rows, even when the sink's database is not the state backend's."""
     cur.execute(
         sql.SQL(
             "INSERT INTO {} AS p (application_id, sink, source, stream, streams, epoch, start_position, "
-            "end_position, rows) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "end_position, rows, generation) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (application_id, sink, source, stream) DO UPDATE SET streams = EXCLUDED.streams, "
             "epoch = EXCLUDED.epoch, start_position = EXCLUDED.start_position, "
-            "end_position = EXCLUDED.end_position, rows = EXCLUDED.rows, updated_at = now()"
+            "end_position = EXCLUDED.end_position, rows = EXCLUDED.rows, updated_at = now(), "
+            "generation = EXCLUDED.generation WHERE p.generation <= EXCLUDED.generation"
         ).format(key.table),
         (
             key.application_id,
@@ -96,8 +105,15 @@ def record(cur: psycopg.Cursor, key: ProgressKey, epoch: Epoch, stream: int, str
             Jsonb(dict(epoch.start)),
             Jsonb(dict(epoch.end)),
             rows,
+            epoch.generation,
         ),
     )
+    if cur.rowcount == 0:
+        raise LeaseLostError(
+            f"epoch {epoch.id} of source '{epoch.source}' was refused: a run holding a later lease of the "
+            f"pipeline (generation > {epoch.generation}) has written to {key.schema}.{TABLE}",
+            retriable=True,
+        )
 
 
 def latest_applied(cur: psycopg.Cursor, key: ProgressKey, source: str, streams: int) -> AppliedEpoch | None:

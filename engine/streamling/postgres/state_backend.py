@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from streamling.config.model import PostgresConnectionSettings
 from streamling.errors import StreamlingError
 from streamling.postgres.connection import transact
-from streamling.state.base import JsonDoc, LeaseHolder, StateBackend
+from streamling.state.base import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend
 
 DDL = (
     "CREATE SCHEMA IF NOT EXISTS streamling",
@@ -37,6 +37,8 @@ DDL = (
         expires_at TIMESTAMPTZ NOT NULL,
         PRIMARY KEY(namespace, name)
     )""",
+    # Leases written before they had generations.
+    "ALTER TABLE streamling.leases ADD COLUMN IF NOT EXISTS generation BIGINT NOT NULL DEFAULT 0",
 )
 UPSERT = (
     "INSERT INTO streamling.state(namespace, key, data) VALUES (%s, %s, %s) "
@@ -44,10 +46,11 @@ UPSERT = (
 )
 # Expiry is on the database's clock, so hosts with skewed clocks agree on it.
 ACQUIRE_LEASE = (
-    "INSERT INTO streamling.leases AS l (namespace, name, token, holder, renewals, expires_at) "
-    "VALUES (%(ns)s, %(name)s, %(token)s, %(holder)s, 0, clock_timestamp() + make_interval(secs => %(ttl)s)) "
+    "INSERT INTO streamling.leases AS l (namespace, name, token, holder, renewals, expires_at, generation) "
+    "VALUES (%(ns)s, %(name)s, %(token)s, %(holder)s, 0, clock_timestamp() + make_interval(secs => %(ttl)s), 1) "
     "ON CONFLICT (namespace, name) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder, renewals = 0, "
-    "expires_at = EXCLUDED.expires_at "
+    "expires_at = EXCLUDED.expires_at, "
+    "generation = l.generation + CASE WHEN l.token = EXCLUDED.token THEN 0 ELSE 1 END "
     "WHERE l.expires_at <= clock_timestamp() OR l.token = EXCLUDED.token OR l.token = %(replace)s "
     "RETURNING l.token"
 )
@@ -78,10 +81,25 @@ class PostgresStateBackend(StateBackend):
 
         return self._run(fetch)
 
-    def put_many(self, items: Mapping[str, JsonDoc]) -> None:
-        if items:
-            rows = [(self.namespace, k, Jsonb(v)) for k, v in items.items()]
-            self._run(lambda cur: cur.executemany(UPSERT, rows))
+    def put_many(self, items: Mapping[str, JsonDoc], fence: Fence | None = None) -> None:
+        """With `fence`, the lease row is read `FOR SHARE` in the same transaction: a takeover (which updates the
+        row) waits for this commit, and a commit after a takeover — a retry landing minutes late — is refused."""
+        if not items:
+            return
+        rows = [(self.namespace, k, Jsonb(v)) for k, v in items.items()]
+
+        def write(cur: psycopg.Cursor) -> None:
+            if fence is not None:
+                cur.execute(
+                    "SELECT 1 FROM streamling.leases WHERE namespace = %s AND name = %s AND token = %s "
+                    "AND expires_at > clock_timestamp() FOR SHARE",
+                    (self.namespace, fence.name, fence.token),
+                )
+                if cur.fetchone() is None:
+                    raise LeaseLostError(self.fence_refusal(fence.name), retriable=True)
+            cur.executemany(UPSERT, rows)
+
+        self._run(write)
 
     def remove(self, key: str) -> None:
         self._run(
@@ -142,7 +160,19 @@ class PostgresStateBackend(StateBackend):
     def release_lease(self, name: str, token: str) -> None:
         self._run(
             lambda cur: cur.execute(
-                "DELETE FROM streamling.leases WHERE namespace = %s AND name = %s AND token = %s",
+                "UPDATE streamling.leases SET expires_at = '-infinity' WHERE namespace = %s AND name = %s "
+                "AND token = %s",
                 (self.namespace, name, token),
             )
         )
+
+    def lease_generation(self, name: str, token: str) -> int | None:
+        def fetch(cur: psycopg.Cursor) -> int | None:
+            cur.execute(
+                "SELECT generation FROM streamling.leases WHERE namespace = %s AND name = %s AND token = %s",
+                (self.namespace, name, token),
+            )
+            row = cur.fetchone()
+            return int(row[0]) if row else None
+
+        return self._run(fetch)

@@ -2,7 +2,8 @@
 
 In this order, strictly one epoch after another: the sinks' deferred writes; every downstream operator's
 `flush_epoch` (the marker: make the epoch durable); the source's new position, the epoch counter and any operator
-state (`Operator.state_entries`) in ONE state-backend write, after checking the run still holds its lease; then
+state (`Operator.state_entries`) in ONE state-backend write, fenced by the run's lease (the backend refuses it in
+the same transaction once another run holds the pipeline, `StateBackend.put_many(fence=)`); then
 every operator's `epoch_committed` (the finalizer). A failure before the state write leaves the position where it
 was, so the epoch is read again on restart: at-least-once.
 """
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from streamling.errors import error_context
 from streamling.operators import Epoch, Operator, Source, Written, rows_of
 from streamling.runtime.faults import crash_point
+from streamling.state import LeaseLostError
 
 if TYPE_CHECKING:
     from streamling.runtime.queries import Runner
@@ -101,8 +103,18 @@ class EpochCommit:
             if isinstance(value, dict) and "updated_at" in value:
                 value["updated_at"] = now_ms
         self.runner.check_lease()
+        crash_point("during_commit", epoch.id)
+        fence = self.runner.fence()
         with error_context(f"{self.source.label}: failed to commit epoch {epoch.id}"):
-            self.runner.state.put_many(entries)
+            try:
+                self.runner.state.put_many(entries, fence=fence)
+            except LeaseLostError as exc:  # fenced: named as the run's, not the source's, failure
+                log.warning("%s: the commit of epoch %d was refused: %s", self.source.label, epoch.id, exc.message)
+                raise LeaseLostError(
+                    f"pipeline '{self.runner.plan.pipeline.name}': {exc.message}; stopping without committing "
+                    f"epoch {epoch.id} of {self.source.label}, as another run may be writing its positions",
+                    retriable=True,
+                ) from None
         self.progress.epochs += 1
         self.progress.position = dict(epoch.end)
         self.progress.rows_in += rows or 0

@@ -39,7 +39,7 @@ from streamling.runtime.plan import Plan
 from streamling.runtime.queries import SHUTDOWN_GRACE_SEC, PhasedQuery, QueryDriver, SourceQuery
 from streamling.runtime.restarts import Restarts
 from streamling.runtime.summary import RunSummary, SourceProgress
-from streamling.state import StateBackend
+from streamling.state import Fence, StateBackend
 from streamling.telemetry.logs import RUN_SCOPE
 from streamling.telemetry.run import RunTelemetry
 
@@ -106,6 +106,9 @@ class PipelineRunner:
         """Raise once this run may no longer hold its pipeline's lease (before a commit, and while supervising)."""
         if self.lease is not None:
             self.lease.check()
+
+    def fence(self) -> Fence | None:
+        return self.lease.fence if self.lease is not None else None
 
     def request_stop(self) -> None:
         """Stop taking new data; the in-flight epoch finishes and commits. Safe from any thread."""

@@ -22,17 +22,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from streamling.errors import StreamlingError, StreamlingRetriableError, first_line
-from streamling.state import JsonDoc, LeaseHolder, StateBackend
+from streamling.errors import StreamlingError, first_line
+from streamling.state import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend
 from streamling.telemetry.logs import in_this_run
 
 log = logging.getLogger("streamling.runtime")
 HEARTBEATS_PER_TTL = 6
-
-
-class LeaseLostError(StreamlingRetriableError):
-    """The run may no longer hold its pipeline's lease: it stops without committing, and is not restarted in place
-    (another run may hold the pipeline by then)."""
 
 
 def _read(path: str) -> str | None:
@@ -100,6 +95,9 @@ class RunLease:
         self.token = run_id
         self.holder = {**this_process(), "pipeline": pipeline, "path": str(path) if path else None, "run": run_id}
         self._valid_until = 0.0  # monotonic: past this, another run may hold the lease
+        self.fence: Fence | None = None
+        """What this run's commits carry once it holds the lease; kept after `release`, so a commit that lands
+        after the release is refused by the state backend and the sinks rather than written."""
         self._lost: str | None = None
         self._held = False
         self._done = threading.Event()
@@ -144,6 +142,11 @@ class RunLease:
     def _taken(self, asked: float, previous: LeaseHolder | None) -> None:
         self._valid_until = asked + self.ttl_sec
         self._held = True
+        generation = self.state.lease_generation(self.name, self.token)
+        if generation is None:  # taken and lost again within one round trip: as if it had expired
+            generation = 0
+            self._lost = "its run lease was taken by another run as soon as it was granted"
+        self.fence = Fence(self.name, self.token, generation)
         if previous is not None:
             log.info(
                 "pipeline '%s': took over the run lease of pid %s on %s",

@@ -30,7 +30,7 @@ from streamling.runtime.held import HELD, RETIRED_PROPERTY
 from streamling.runtime.plan import Plan
 from streamling.runtime.reading import ReaderEpochs
 from streamling.runtime.summary import RunSummary, SourceProgress
-from streamling.state import StateBackend
+from streamling.state import Fence, StateBackend
 from streamling.telemetry.logs import in_this_run
 from streamling.telemetry.run import RunTelemetry
 
@@ -53,6 +53,10 @@ class Runner(Protocol):
     def count_sink_rows(self, sink: str, written: Written | int) -> None: ...
 
     def check_lease(self) -> None: ...
+
+    def fence(self) -> Fence | None:
+        """What this run's commits carry to be refused once another run holds the pipeline."""
+        ...
 
     def wake(self) -> None:
         """Have the supervisor look at the run's queries now."""
@@ -215,7 +219,15 @@ class SourceQuery:
         if retired != self._retired:  # the epoch's tasks release what runs that ended held in their workers
             spark.sparkContext.setLocalProperty(RETIRED_PROPERTY, retired)
             self._retired = retired
-        epoch = Epoch(self.source.name, self.planned_epoch + 1, self.planned_end, end, timestamp_ms)
+        fence = self.runner.fence()
+        epoch = Epoch(
+            self.source.name,
+            self.planned_epoch + 1,
+            self.planned_end,
+            end,
+            timestamp_ms,
+            generation=fence.generation if fence is not None else 0,
+        )
         log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
         rows_in = self.source.rows_between(epoch.start, epoch.end)  # once: a source may forget it once asked
         tap = self.runner.telemetry.tap(self.source.name, rows_in)

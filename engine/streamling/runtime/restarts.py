@@ -28,7 +28,7 @@ from tenacity import RetryCallState, Retrying
 
 from streamling.config.model import RestartStrategySettings
 from streamling.errors import InvalidPipelineError, StreamlingError, first_line
-from streamling.runtime.lease import LeaseLostError
+from streamling.state import LeaseLostError
 
 log = logging.getLogger("streamling.runtime")
 T = TypeVar("T")

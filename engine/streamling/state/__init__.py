@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streamling.config.model import StateBackendSettings
-from streamling.state.base import JsonDoc, LeaseHolder, StateBackend
+from streamling.state.base import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend
 from streamling.state.memory import InMemoryStateBackend
 
 
@@ -19,4 +19,12 @@ def open_state_backend(settings: StateBackendSettings, namespace: str) -> StateB
     return InMemoryStateBackend(namespace)
 
 
-__all__ = ["InMemoryStateBackend", "JsonDoc", "LeaseHolder", "StateBackend", "open_state_backend"]
+__all__ = [
+    "Fence",
+    "InMemoryStateBackend",
+    "JsonDoc",
+    "LeaseHolder",
+    "LeaseLostError",
+    "StateBackend",
+    "open_state_backend",
+]

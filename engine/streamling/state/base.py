@@ -12,7 +12,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from streamling.errors import StreamlingRetriableError
+
 JsonDoc = dict[str, Any]
+
+
+class LeaseLostError(StreamlingRetriableError):
+    """The run may no longer hold its pipeline's lease: it stops without committing, and is not restarted in place
+    (another run may hold the pipeline by then). Raised by the run's own check before a commit, and by a state
+    backend or a sink that refuses a fenced write."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What a run's commits carry to prove they are still its pipeline's: the lease's name, the run's token and
+    the lease's generation (a number that grows with every takeover, so a sink can refuse an older run's write
+    without seeing the lease)."""
+
+    name: str
+    token: str
+    generation: int
 
 
 @dataclass(frozen=True)
@@ -36,8 +55,11 @@ class StateBackend(ABC):
         self.put_many({key: value})
 
     @abstractmethod
-    def put_many(self, items: Mapping[str, JsonDoc]) -> None:
-        """Write all items atomically: a commit of several partitions lands whole or not at all."""
+    def put_many(self, items: Mapping[str, JsonDoc], fence: Fence | None = None) -> None:
+        """Write all items atomically: a commit of several partitions lands whole or not at all. With `fence`, the
+        same transaction first checks that lease `fence.name` is still `fence.token`'s and unexpired, and raises
+        `LeaseLostError` writing nothing when it is not: a run that lost its lease can never commit, however late
+        its write (or a retry of it) lands."""
 
     @abstractmethod
     def remove(self, key: str) -> None: ...
@@ -64,7 +86,15 @@ class StateBackend(ABC):
 
     @abstractmethod
     def release_lease(self, name: str, token: str) -> None:
-        """Give our lease up; a lease that is no longer ours is left alone."""
+        """Give our lease up (it expires now; its generation is kept); a lease no longer ours is left alone."""
+
+    @abstractmethod
+    def lease_generation(self, name: str, token: str) -> int | None:
+        """The generation of lease `name` if `token` holds it: 1 for the first holder, one more at every takeover
+        by another token, unchanged when a holder takes it again."""
+
+    def fence_refusal(self, name: str) -> str:
+        return f"its run lease '{name}' is held by another run or expired; the commit was refused"
 
     def close(self) -> None:  # noqa: B027  (optional hook)
         pass

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from streamling.state.base import JsonDoc, LeaseHolder, StateBackend
+from streamling.state.base import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend
 
 
 class InMemoryStateBackend(StateBackend):
@@ -18,6 +18,7 @@ class InMemoryStateBackend(StateBackend):
         super().__init__(namespace)
         self._data: dict[str, JsonDoc] = {}
         self._leases: dict[str, tuple[LeaseHolder, float]] = {}  # name -> (holder, expiry on the monotonic clock)
+        self._generations: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def get(self, key: str) -> JsonDoc | None:
@@ -25,8 +26,12 @@ class InMemoryStateBackend(StateBackend):
             value = self._data.get(key)
             return copy.deepcopy(value) if value is not None else None
 
-    def put_many(self, items: Mapping[str, JsonDoc]) -> None:
+    def put_many(self, items: Mapping[str, JsonDoc], fence: Fence | None = None) -> None:
         with self._lock:
+            if fence is not None:
+                current = self._leases.get(fence.name)
+                if current is None or current[0].token != fence.token or current[1] <= time.monotonic():
+                    raise LeaseLostError(self.fence_refusal(fence.name), retriable=True)
             self._data.update({k: copy.deepcopy(v) for k, v in items.items()})
 
     def remove(self, key: str) -> None:
@@ -48,6 +53,8 @@ class InMemoryStateBackend(StateBackend):
         with self._lock:
             current = self._leases.get(name)
             if current is None or current[1] <= now or current[0].token in (token, replace):
+                if current is None or current[0].token != token:
+                    self._generations[name] = self._generations.get(name, 0) + 1
                 self._leases[name] = (LeaseHolder(token, copy.deepcopy(holder), 0), now + ttl_sec)
                 return None
             return current[0]
@@ -65,4 +72,9 @@ class InMemoryStateBackend(StateBackend):
         with self._lock:
             current = self._leases.get(name)
             if current is not None and current[0].token == token:
-                del self._leases[name]
+                self._leases[name] = (current[0], float("-inf"))
+
+    def lease_generation(self, name: str, token: str) -> int | None:
+        with self._lock:
+            current = self._leases.get(name)
+            return self._generations.get(name) if current is not None and current[0].token == token else None

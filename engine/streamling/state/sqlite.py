@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from streamling.errors import StreamlingError
-from streamling.state.base import JsonDoc, LeaseHolder, StateBackend
+from streamling.state.base import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend
 
 T = TypeVar("T")
 
@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS leases (
     holder TEXT NOT NULL,
     renewals INTEGER NOT NULL,
     expires_at REAL NOT NULL,
+    generation INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY(namespace, name)
 )
 """
@@ -56,6 +57,9 @@ class SqliteStateBackend(StateBackend):
             self._use_wal()
             self._conn.execute(DDL)
             self._conn.execute(LEASE_DDL)
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(leases)")}
+            if "generation" not in columns:  # a file written before leases had generations
+                self._conn.execute("ALTER TABLE leases ADD COLUMN generation INTEGER NOT NULL DEFAULT 0")
         except (OSError, sqlite3.Error) as exc:
             raise StreamlingError.user(f"sqlite state backend '{self.path}': cannot open: {exc}") from exc
         self._lock = threading.Lock()
@@ -83,18 +87,22 @@ class SqliteStateBackend(StateBackend):
             ).fetchone()
         return json.loads(row[0]) if row else None
 
-    def put_many(self, items: Mapping[str, JsonDoc]) -> None:
+    def put_many(self, items: Mapping[str, JsonDoc], fence: Fence | None = None) -> None:
         if not items:
             return
         rows = [(self.namespace, k, json.dumps(v, separators=(",", ":"))) for k, v in items.items()]
-        with self._lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                self._conn.executemany(UPSERT, rows)
-                self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._conn.execute("ROLLBACK")
-                raise StreamlingError.retry(f"sqlite state backend '{self.path}': write failed: {exc}") from exc
+
+        def write(conn: sqlite3.Connection) -> None:
+            if fence is not None:
+                held = conn.execute(
+                    "SELECT 1 FROM leases WHERE namespace = ? AND name = ? AND token = ? AND expires_at > ?",
+                    (self.namespace, fence.name, fence.token, time.time()),
+                ).fetchone()
+                if held is None:
+                    raise LeaseLostError(self.fence_refusal(fence.name), retriable=True)
+            conn.executemany(UPSERT, rows)
+
+        self._write("write", write)
 
     def remove(self, key: str) -> None:
         with self._lock:
@@ -125,6 +133,10 @@ class SqliteStateBackend(StateBackend):
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise StreamlingError.retry(f"sqlite state backend '{self.path}': {what} failed: {exc}") from exc
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
 
     def acquire_lease(
         self, name: str, token: str, holder: JsonDoc, ttl_sec: float, replace: str | None = None
@@ -138,8 +150,10 @@ class SqliteStateBackend(StateBackend):
             if row is not None and row[3] > now and row[0] not in (token, replace):
                 return LeaseHolder(row[0], json.loads(row[1]), row[2])
             conn.execute(
-                "INSERT OR REPLACE INTO leases(namespace, name, token, holder, renewals, expires_at) "
-                "VALUES (?, ?, ?, ?, 0, ?)",
+                "INSERT INTO leases(namespace, name, token, holder, renewals, expires_at, generation) "
+                "VALUES (?, ?, ?, ?, 0, ?, 1) ON CONFLICT(namespace, name) DO UPDATE SET token = excluded.token, "
+                "holder = excluded.holder, renewals = 0, expires_at = excluded.expires_at, "
+                "generation = generation + (token != excluded.token)",
                 (self.namespace, name, token, json.dumps(holder, separators=(",", ":")), now + ttl_sec),
             )
             return None
@@ -161,9 +175,18 @@ class SqliteStateBackend(StateBackend):
         self._write(
             "lease release",
             lambda conn: conn.execute(
-                "DELETE FROM leases WHERE namespace = ? AND name = ? AND token = ?", (self.namespace, name, token)
+                "UPDATE leases SET expires_at = 0 WHERE namespace = ? AND name = ? AND token = ?",
+                (self.namespace, name, token),
             ),
         )
+
+    def lease_generation(self, name: str, token: str) -> int | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT generation FROM leases WHERE namespace = ? AND name = ? AND token = ?",
+                (self.namespace, name, token),
+            ).fetchone()
+        return int(row[0]) if row else None
 
     def close(self) -> None:
         with self._lock:
