@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -106,8 +107,15 @@ def test_mutation_mode_holds_exactly_the_current_rows(spark, ch_settings, write_
         """)
     settings = ch_settings()
     with caplog.at_level(logging.INFO, logger="streamling.clickhouse"):
-        run_pipeline(path, settings, spark)
+        summary = run_pipeline(path, settings, spark)
     assert "clickhouse sink 'out': compression zstd does not apply to the embedded engine" in caplog.text
+    # One mutation per epoch, whatever the insert batches (25 rows), and the run's staging table is gone.
+    (mutations,) = rows_of(
+        client, f"SELECT count() FROM system.mutations WHERE database = '{db}' AND table = 'current'"
+    )
+    assert mutations == (summary.sources["src"].epochs,)
+    staging = rows_of(client, f"SELECT name FROM system.tables WHERE database = '{db}' AND name LIKE '_streamling%'")
+    assert staging == []
     expected = final_state(generated(SOURCE, settings))
     got = rows_of(client, f"SELECT id, amount, name, created_at FROM {db}.current ORDER BY id")  # no FINAL
     assert [(r[0], r[1], r[2]) for r in got] == [
@@ -329,8 +337,8 @@ class RecordingClickHouse(ThreadingHTTPServer):
     the INSERT included — with an empty 200. Every request's method, headers, URL parameters and raw
     body are recorded."""
 
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.requests: list[dict[str, Any]] = []
         self.columns = (
             b'{"name":"id","type":"Int64","default_kind":"","is_in_sorting_key":1}\n'
@@ -443,6 +451,49 @@ def test_compression_applies_to_the_arrow_insert_on_the_wire(
     assert all("s3cret-pw" not in str(r["params"]) + r["query"] for r in fake_clickhouse.requests)
 
 
+def test_a_server_outage_mid_run_is_waited_out_and_inserts_carry_deduplication_tokens(
+    spark, make_settings, fake_clickhouse, caplog
+) -> None:
+    """The server goes away after the sink started and comes back on the same port 2 s later: the epoch's insert
+    waits (one WARNING, one INFO) instead of failing the run, and carries its `insert_deduplication_token`."""
+    settings = make_settings(environ={"STREAMLING__CLICKHOUSE_SINK__URL": fake_clickhouse.url})
+    spec = ClickHouseSinkSpec.model_validate({"type": "clickhouse", "from": "x", "table": "wire"})
+    sink = ClickHouseSink("out", spec, settings)
+    schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("_gs_op", T.StringType())])
+    assert sink.check(schema, ["id"]) == []
+    sink.initialize(RunContext(settings, InMemoryStateBackend("app"), spark))
+    port = fake_clickhouse.server_port
+    fake_clickhouse.shutdown()
+    fake_clickhouse.server_close()
+    back: list[RecordingClickHouse] = []
+
+    def restart() -> None:
+        time.sleep(2.0)
+        server = RecordingClickHouse(port)
+        back.append(server)
+        server.serve_forever()
+
+    threading.Thread(target=restart, daemon=True).start()
+    caplog.set_level(logging.INFO, logger="streamling.clickhouse")
+    started = time.monotonic()
+    try:
+        sink.deliver(pa.table({"id": [1, 2], "_gs_op": ["i", "i"]}), Epoch("src", 5, {"offset": 0}, {"offset": 2}))
+    finally:
+        sink.terminate()
+        for server in back:
+            server.shutdown()
+            server.server_close()
+    assert time.monotonic() - started >= 1.5
+    lines = [r.getMessage() for r in caplog.records if "ClickHouse" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("clickhouse sink 'out': ClickHouse unreachable (")
+    assert lines[0].endswith("), waiting up to 600 s")
+    assert lines[1].startswith("clickhouse sink 'out': ClickHouse reachable again after ")
+    (insert,) = [r for r in back[0].requests if r["query"].startswith("INSERT")]
+    token = insert["params"]["insert_deduplication_token"]
+    assert token.startswith("streamling:local_app_v1:out:`default`.`wire`:src:5:0:0:")
+
+
 def test_connection_failures_are_retriable_and_keep_the_password_out(make_settings) -> None:
     settings = make_settings(
         environ={
@@ -457,6 +508,37 @@ def test_connection_failures_are_retriable_and_keep_the_password_out(make_settin
     assert caught.value.retriable
     assert str(caught.value).startswith("clickhouse sink 'out': cannot connect to http://127.0.0.1:9")
     assert "s3cret-pw" not in str(caught.value)
+
+
+def test_a_replayed_epoch_is_a_no_op_by_its_deduplication_tokens(spark, ch_settings, clickhouse) -> None:
+    """The table the sink makes remembers its last inserts' tokens (`non_replicated_deduplication_window`); a
+    replay of an epoch (same source, epoch, rows) inserts nothing, though its versions are stamped anew. An epoch
+    whose rows differ is written."""
+    client, db = clickhouse
+    settings = ch_settings()
+    spec = ClickHouseSinkSpec.model_validate(
+        {"type": "clickhouse", "from": "x", "table": "replayed", "primary_key": "id", "batch_size": 4}
+    )
+    sink = ClickHouseSink("out", spec, settings)
+    schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("_gs_op", T.StringType())])
+    assert sink.check(schema, ["id"]) == []
+    sink.initialize(RunContext(settings, InMemoryStateBackend("app"), spark))
+    client.command(f"SYSTEM STOP MERGES {db}.replayed")  # count() then counts every row inserted
+    rows = pa.table({"id": list(range(10)), "_gs_op": ["i"] * 10})
+    epoch = Epoch("src", 3, {"offset": 0}, {"offset": 10})
+    try:
+        sink.deliver(rows, epoch)
+        sink.deliver(rows, epoch)  # the replay after a crash between the write and the commit
+        assert rows_of(client, f"SELECT count() FROM {db}.replayed") == [(10,)]  # no FINAL: nothing doubled
+        sink.deliver(pa.table({"id": [0, 1], "_gs_op": ["d", "u"]}), epoch)  # other rows: written
+        sink.deliver(rows, Epoch("src", 4, {"offset": 10}, {"offset": 20}))
+    finally:
+        sink.terminate()
+    assert rows_of(client, f"SELECT count() FROM {db}.replayed") == [(22,)]
+    (ddl,) = rows_of(
+        client, f"SELECT create_table_query FROM system.tables WHERE database = '{db}' AND name = 'replayed'"
+    )
+    assert "non_replicated_deduplication_window = 1000" in ddl[0]
 
 
 # ---- tables and fields of the original Streamling ----

@@ -11,17 +11,21 @@ inserts it (the embedded engine exists only in the driver process). Two modes:
   change of a key wins even within one insert; ``SELECT … FINAL`` shows the current state. A replayed
   epoch (at-least-once) inserts the same changes again with newer versions, which ends in the same state.
 - ``append_only_mode: false``: a plain ``MergeTree ORDER BY (<key>)`` holding exactly the current rows.
-  Per insert batch, the last change per key wins; the batch's keys are loaded into a small staging
-  table, one synchronous mutation ``ALTER TABLE … DELETE WHERE (key) IN (SELECT … FROM staging)``
+  Per epoch, the last change per key wins; the epoch's keys are loaded into a small staging table of the
+  run's own, one synchronous mutation ``ALTER TABLE … DELETE WHERE (key) IN (SELECT … FROM staging)``
   (``mutations_sync = 2``) removes every old row of those keys, and the ``i``/``u`` rows are inserted.
   So an update never leaves its old row behind, a delete removes the key, and a replay converges.
+
+Append-only inserts carry deterministic ``insert_deduplication_token``s, so a replayed epoch is a no-op on a
+Replicated table or one with a deduplication window (which the sink gives the tables it creates). A server that
+cannot be reached is waited out for ``clickhouse_sink.retry_timeout_sec``, as the Postgres sink does.
 
 Tables made for the original Streamling are written as they are: the version is the ReplacingMergeTree's own
 column (``insert_time DateTime DEFAULT now()`` among them), stamped per insert at that column's precision
 where it is coarser than microseconds (equal versions: the later insert wins); without an ``is_deleted`` engine
-parameter, deletes are applied as the same synchronous mutation after the batch's other rows. With
+parameter, deletes are applied as the same synchronous mutation after the epoch's other rows. With
 ``version_column_name`` the version is an input column instead. ``deduplicate`` (default on) keeps only the
-last change per key of each insert batch; off, every row is written in order (delta tables such as
+last change per key of each epoch; off, every row is written in order (delta tables such as
 ``SummingMergeTree``). ``parallelism`` splits each epoch into that many key-hashed streams inserted at once,
 each on its own connection (servers only; the embedded engine takes one writer).
 """
@@ -29,12 +33,14 @@ each on its own connection (servers only; the embedded engine takes one writer).
 from __future__ import annotations
 
 import gzip
+import hashlib
 import itertools
 import json
 import logging
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Literal
@@ -60,7 +66,8 @@ from streamling.clickhouse.types import (
     unwrap_nullable,
 )
 from streamling.config.units import Milliseconds
-from streamling.errors import StreamlingError, first_line
+from streamling.core.outage import Outage, wait_out
+from streamling.errors import StreamlingError, StreamlingUnavailableError, first_line
 from streamling.plugin import Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.topology.spec import SinkSpec, flush_interval, ignored_field
 from streamling.types import GS_OP, select_exact
@@ -69,6 +76,9 @@ log = logging.getLogger("streamling.clickhouse")
 IS_DELETED = "is_deleted"
 INSERT_TIME = "insert_time"
 VERSION_TYPE = "DateTime64(6, 'UTC')"
+DEDUPLICATION_WINDOW = 1000
+"""Insert tokens a non-replicated table the sink creates remembers (``non_replicated_deduplication_window``): a
+replayed epoch's inserts carry the tokens of their first attempt and are dropped."""
 _DATETIME = re.compile(r"^DateTime(?:64\((\d+)(?:,.*)?\)|\(.*\))?$")
 Compression = Literal["none", "gzip", "zstd", "lz4"]
 
@@ -149,6 +159,9 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         insert."""
         self.deleted: str | None = IS_DELETED
         """The column marking deletes; None: deletes are applied as mutations."""
+        self.run_key = uuid.uuid4().hex[:12]
+        """Names this run's staging tables: two pipelines (or two runs) writing one table never share one."""
+        self._outage = Outage(self.label, "ClickHouse", self.connection.retry_timeout_sec, log)
 
     @property
     def label(self) -> str:
@@ -195,7 +208,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
 
     @property
     def staging_name(self) -> str:
-        return f"_streamling_keys_{self.spec.table}"
+        return f"_streamling_keys_{self.spec.table}_{self.run_key}"
 
     @property
     def staging(self) -> str:
@@ -257,7 +270,19 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
     # ---- start ----
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
-        """Run a client call; connection problems are retriable, everything else is the user's."""
+        """Run a client call. A server that cannot be reached (refused, reset, timed out: a restart or a failover)
+        is waited out for ``clickhouse_sink.retry_timeout_sec``, as the Postgres sink does, with one WARNING when
+        the waiting starts and one INFO when it ends; then the error is retriable. Everything else is the user's.
+        Every call is safe to repeat: inserts carry deduplication tokens or converge on the same rows, deletes and
+        staging loads are idempotent."""
+        return wait_out(
+            lambda: self._call_once(what, fn),
+            self._outage,
+            lambda exc: isinstance(exc, StreamlingUnavailableError),
+            lambda exc: exc.message.split(" failed: ", 1)[-1] if isinstance(exc, StreamlingError) else first_line(exc),
+        )
+
+    def _call_once(self, what: str, fn: Callable[[], Any]) -> Any:
         from clickhouse_connect.driver.exceptions import OperationalError
 
         try:
@@ -265,7 +290,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         except StreamlingError:
             raise
         except OperationalError as exc:
-            raise StreamlingError.retry(
+            raise StreamlingError.unavailable(
                 f"{self.label}: {what} on {describe(self.connection)} failed: {self._scrub(first_line(exc))}"
             ) from None
         except Exception as exc:
@@ -344,9 +369,13 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             if self.spec.version_column_name is None:
                 columns.append(f"{quote(INSERT_TIME)} {VERSION_TYPE}")
             engine = f"ReplacingMergeTree({quote(self.version)}, {quote(IS_DELETED)})"
+            settings = f" SETTINGS non_replicated_deduplication_window = {DEDUPLICATION_WINDOW}"
         else:
-            engine = "MergeTree"
-        return f"CREATE TABLE IF NOT EXISTS {self.target} ({', '.join(columns)}) ENGINE = {engine} ORDER BY ({order})"
+            engine, settings = "MergeTree", ""
+        return (
+            f"CREATE TABLE IF NOT EXISTS {self.target} ({', '.join(columns)}) ENGINE = {engine} ORDER BY ({order})"
+            + settings
+        )
 
     def _verify(self, existing: list[dict[str, Any]], engine: str = "", engine_full: str = "") -> None:
         """Match the input with an existing table: extra input columns are dropped (logged), key and mode
@@ -437,11 +466,11 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         """Collect the epoch as Arrow now (Spark); insert it on the committer thread (driver)."""
         assert self._client is not None, "initialize() opens the client"
         table = select_exact(df, [*self.send, GS_OP]).toArrow()
-        return lambda: self.deliver(table)
+        return lambda: self.deliver(table, epoch)
 
-    def deliver(self, table: pa.Table) -> Written:
+    def deliver(self, table: pa.Table, epoch: Epoch | None = None) -> Written:
         """Insert the epoch's rows; returns the rows received by operation (with ``deduplicate`` more than the
-        last change per key that is applied)."""
+        last change per key that is applied). `epoch` names the inserts' deduplication tokens."""
         if table.num_rows == 0:
             return Written()
         for key in self.keys:
@@ -452,10 +481,10 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             streams = self._split(self._stamped(table) if self.stamps_version else table)
             clients = [self._client, *self._clients]
             if len(streams) == 1:
-                self._write(streams[0], clients[0], 0)
+                self._write(streams[0], clients[0], 0, epoch)
             else:
                 with ThreadPoolExecutor(len(streams), thread_name_prefix=f"streamling-ch-{self.name}") as pool:
-                    done = [pool.submit(self._write, rows, clients[i], i) for i, rows in enumerate(streams)]
+                    done = [pool.submit(self._write, rows, clients[i], i, epoch) for i, rows in enumerate(streams)]
                     for future in done:
                         future.result()
         return Written.of(table)
@@ -492,42 +521,52 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         for start in range(0, table.num_rows, size):
             yield table.slice(start, size)
 
-    def _write(self, rows: pa.Table, client: Any, stream: int) -> None:
-        for chunk in self._chunks(rows):
-            if self.spec.deduplicate:
-                by_version = self.spec.append_only_mode and self.spec.version_column_name is not None
-                chunk = _last_per_key(chunk, self.keys, self.version if by_version else None)
-            if self.spec.append_only_mode:
-                self._append(chunk, client, stream)
-            elif self.spec.deduplicate:
-                self._replace(chunk, client, stream)
-            else:
+    def _write(self, rows: pa.Table, client: Any, stream: int, epoch: Epoch | None) -> None:
+        """One stream's part of the epoch. With ``deduplicate``, the last change per key of the whole epoch; then
+        at most one mutation for the epoch (not one per insert batch), and the inserts in `batch_size` chunks."""
+        if self.spec.deduplicate:
+            by_version = self.spec.append_only_mode and self.spec.version_column_name is not None
+            rows = _last_per_key(rows, self.keys, self.version if by_version else None)
+        if not self.spec.append_only_mode and not self.spec.deduplicate:
+            for chunk in self._chunks(rows):
                 self._in_order(chunk, client, stream)
-
-    def _append(self, chunk: pa.Table, client: Any, stream: int) -> None:
-        is_delete = pc.fill_null(pc.equal(chunk.column(GS_OP), "d"), False)
-        if self.deleted is not None:
-            rows = chunk.select(self.send).append_column(self.deleted, is_delete.cast(pa.uint8()))
-            if self.stamps_version:
-                rows = rows.append_column(self.version, chunk.column(self.version))
-            self._insert(self.spec.table, rows, client)
             return
-        # No is_deleted column: the changes go in as rows, then keys whose last change is a delete are removed.
-        upserts = chunk.filter(pc.invert(is_delete))
-        if upserts.num_rows:
+        is_delete = pc.fill_null(pc.equal(rows.column(GS_OP), "d"), False)
+        if self.spec.append_only_mode and self.deleted is not None:
+            # Inserts only, each an atomic block: a replay repeats them with the same tokens.
+            data = rows.select(self.send).append_column(self.deleted, is_delete.cast(pa.uint8()))
+            if self.stamps_version:
+                data = data.append_column(self.version, rows.column(self.version))
+            for index, chunk in enumerate(self._chunks(data)):
+                self._insert(self.spec.table, chunk, client, token=self._token(epoch, stream, index, chunk))
+            return
+        upserts = rows.filter(pc.invert(is_delete))
+        if self.spec.append_only_mode:
+            # No is_deleted column: the changes go in as rows, then the keys whose last change is a delete go.
             columns = self.send + ([self.version] if self.stamps_version else [])
-            self._insert(self.spec.table, upserts.select(columns), client)
-        last = _last_per_key(chunk, self.keys)
-        gone = last.filter(pc.fill_null(pc.equal(last.column(GS_OP), "d"), False))
-        if gone.num_rows:
-            self._delete_keys(gone, client, stream)
+            for chunk in self._chunks(upserts.select(columns)):
+                self._insert(self.spec.table, chunk, client)
+            last = rows if self.spec.deduplicate else _last_per_key(rows, self.keys)
+            gone = last.filter(pc.fill_null(pc.equal(last.column(GS_OP), "d"), False))
+            if gone.num_rows:
+                self._delete_keys(gone, client, stream)
+            return
+        # A plain MergeTree: every old row of the epoch's keys goes in one mutation, then the i/u rows go in.
+        self._delete_keys(rows, client, stream)
+        for chunk in self._chunks(upserts.select(self.send)):
+            self._insert(self.spec.table, chunk, client)
 
-    def _replace(self, chunk: pa.Table, client: Any, stream: int) -> None:
-        """Every old row of the chunk's keys goes, then its ``i``/``u`` rows are inserted."""
-        self._delete_keys(chunk, client, stream)
-        upserts = chunk.filter(pc.fill_null(pc.not_equal(chunk.column(GS_OP), "d"), True))
-        if upserts.num_rows:
-            self._insert(self.spec.table, upserts.select(self.send), client)
+    def _token(self, epoch: Epoch | None, stream: int, index: int, chunk: pa.Table) -> str | None:
+        """A deterministic ``insert_deduplication_token``: application, sink, table, source, epoch, stream and chunk,
+        and a digest of the chunk's rows but its stamped version (a replay stamps newer ones). A replay that reads
+        the same rows gets the same tokens, so a Replicated table, or one with a deduplication window (the tables
+        the sink creates), drops it; one whose rows differ is written, never lost."""
+        if epoch is None:
+            return None
+        content = chunk.drop_columns([self.version]) if self.stamps_version else chunk
+        digest = hashlib.blake2b(_arrow_file(content), digest_size=12).hexdigest()
+        where = f"{self.settings.application_id}:{self.name}:{self.target}"
+        return f"streamling:{where}:{epoch.source}:{epoch.id}:{stream}:{index}:{digest}"
 
     def _in_order(self, chunk: pa.Table, client: Any, stream: int) -> None:
         """``deduplicate: false``: runs of deletes remove their keys, runs of ``i``/``u`` rows are inserted as
@@ -559,7 +598,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             ),
         )
 
-    def _insert(self, name: str, rows: pa.Table, client: Any = None) -> None:
+    def _insert(self, name: str, rows: pa.Table, client: Any = None, token: str | None = None) -> None:
         """Table and column names go to the driver quoted: it would pass a dotted table name (`a.b`) or a name
         already in backquotes unquoted into the INSERT."""
         target = qualified(self.database, name)
@@ -572,12 +611,22 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             # configured level and sends it with Content-Encoding, as the ClickHouse HTTP interface accepts for any
             # format.
             body = _compress(body, codec, self.spec.compression_level)
+        settings = {"insert_deduplication_token": token} if token else None
         self._call(
             f"inserting into {target}",
-            lambda: (client or self._client).raw_insert(target, names, body, fmt="Arrow", compression=codec),
+            lambda: (client or self._client).raw_insert(
+                target, names, body, fmt="Arrow", compression=codec, settings=settings
+            ),
         )
 
     def terminate(self) -> None:
+        if self._client is not None and (not self.spec.append_only_mode or self.deleted is None):
+            for stream in range(self.streams):  # this run's staging tables; best effort (Memory tables)
+                staging = qualified(self.database, self._staging_name(stream))
+                try:
+                    self._client.command(f"DROP TABLE IF EXISTS {staging}")
+                except Exception as exc:
+                    log.debug("%s: cannot drop %s: %s", self.label, staging, self._scrub(first_line(exc)))
         if self.connection.url:
             for client in [self._client, *self._clients]:
                 try:

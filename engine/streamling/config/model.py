@@ -113,6 +113,9 @@ class ClickHouseSinkSettings(ClickHouseConnectionSettings):
     """Rows per insert for ClickHouse sinks without their own `batch_size`; null: the whole epoch."""
     batch_flush_interval: Milliseconds | None = None
     """The longest rows wait, for ClickHouse sinks without their own `batch_flush_interval`."""
+    retry_timeout_sec: Seconds = 600.0
+    """How long a write keeps waiting out a server it cannot reach (a restart, a failover) before the pipeline
+    fails; the epoch is not acknowledged meanwhile. As ``postgres_sink.retry_timeout_sec``."""
 
 
 class DynamicTableBackendSettings(_Section):

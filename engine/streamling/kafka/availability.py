@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from streamling.core.retry import RetryPolicy, is_retriable
+from streamling.core import outage
+from streamling.core.outage import wait_out as _wait_out
+from streamling.core.retry import is_retriable
 from streamling.errors import StreamlingUnavailableError, first_line
 
 log = logging.getLogger("streamling.kafka")
 T = TypeVar("T")
-
-BACKOFF_SEC = 0.5
-BACKOFF_MAX_SEC = 10.0
 
 
 @functools.cache
@@ -80,61 +78,16 @@ def describe(exc: BaseException) -> str:
     return first_line(exc)
 
 
-class Outage:
-    """One caller's view of one service being unreachable: when it began and whether it was logged."""
+class Outage(outage.Outage):
+    """An outage logged under ``streamling.kafka``."""
 
     def __init__(self, label: str, service: str, timeout_sec: float) -> None:
-        self.label = label
-        self.service = service
-        self.timeout_sec = timeout_sec
-        self.since: float | None = None
-
-    @property
-    def ongoing(self) -> bool:
-        return self.since is not None
-
-    def failed(self, reason: str) -> bool:
-        """Record a failed attempt. True: keep waiting; False: the patience is used up and the caller fails."""
-        now = time.monotonic()
-        if self.since is None:
-            self.since = now
-            log.warning(
-                "%s: %s unreachable (%s), waiting up to %.0f s", self.label, self.service, reason, self.timeout_sec
-            )
-            return True
-        if now - self.since < self.timeout_sec:
-            return True
-        log.warning("%s: %s still unreachable after %.0f s; giving up", self.label, self.service, now - self.since)
-        self.since = None
-        return False
-
-    def recovered(self) -> None:
-        if self.since is not None:
-            log.info("%s: %s reachable again after %.1f s", self.label, self.service, time.monotonic() - self.since)
-            self.since = None
+        super().__init__(label, service, timeout_sec, log)
 
 
 def wait_out(attempt: Callable[[], T], outage: Outage) -> T:
-    """`attempt()`, retried with jittered exponential backoff while it fails because the service is unreachable;
-    any other failure, or the last one after the patience, is raised as it is."""
-    policy = RetryPolicy(
-        max_retries=1 << 30,
-        retry_timeout_sec=outage.timeout_sec,
-        backoff_sec=BACKOFF_SEC,
-        backoff_max_sec=BACKOFF_MAX_SEC,
-    )
-    retry = 0
-    while True:
-        try:
-            result = attempt()
-        except Exception as exc:
-            if not is_unavailable(exc) or not outage.failed(describe(exc)):
-                raise
-            time.sleep(policy.backoff(retry))
-            retry += 1
-            continue
-        outage.recovered()
-        return result
+    """`attempt()`, retried while the broker or registry is unreachable (`core.outage.wait_out`)."""
+    return _wait_out(attempt, outage, is_unavailable, describe)
 
 
 def patience(options: Mapping[str, str]) -> float:
