@@ -29,7 +29,8 @@ from streamling.kafka.avro import avro_schema_for
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, registry
 from streamling.kafka.clients import producer as cached_producer
 from streamling.kafka.objects import topic_object
-from streamling.plugin import Epoch, ExternalObject, RunContext, Sink, Written, rows_of
+from streamling.kafka.transactions import EpochTransactions
+from streamling.plugin import AppliedEpoch, Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.postgres.writer import ORDER_COLUMN, merge_rounds
 from streamling.topology.spec import SinkSpec
 from streamling.types import GS_OP, exact_columns, json_default, map_in_arrow, spread
@@ -55,6 +56,9 @@ class KafkaSinkSpec(SinkSpec):
     parallelism: PositiveInt | None = None
     """Spark tasks producing per epoch (each with its worker's producer): rows are hashed by the key into this
     many partitions first, so a key's messages keep their order."""
+    exactly_once: bool = False
+    """Each epoch in one Kafka transaction from the driver, committed with the sink's progress: a
+    ``read_committed`` consumer sees every record once across crashes (`streamling.kafka.transactions`)."""
 
     @field_validator("compression", "data_format", mode="before")
     @classmethod
@@ -66,7 +70,6 @@ def produce_partition(batches: Iterator[pa.RecordBatch], plan: Mapping[str, Any]
     """mapInArrow body: produce every row of this partition (with ``deduplicate`` the last one per key), flush,
     and report the rows received by operation (`Written`, vectorised; before deduplication, as the Postgres
     sinks count)."""
-    from confluent_kafka import KafkaError, KafkaException
 
     producer = cached_producer(plan["producer"])
     topic, keys, label = plan["topic"], plan["keys"], plan["label"]
@@ -76,7 +79,7 @@ def produce_partition(batches: Iterator[pa.RecordBatch], plan: Mapping[str, Any]
         if err is not None and len(failures) < 5:
             failures.append(f"partition {msg.partition()}: {err.str()}")
 
-    encode = _avro_encoder(plan) if plan["format"] == "avro" else _json_encode
+    encode = encoder(plan)
     sent = 0
     written = Written()
     if plan["deduplicate"]:  # the partition holds whole keys in input order: produce each key's last row
@@ -88,28 +91,7 @@ def produce_partition(batches: Iterator[pa.RecordBatch], plan: Mapping[str, Any]
     for batch in batches:
         if not plan["deduplicate"]:
             written += Written.of(batch)
-        ops = batch.column(GS_OP).to_pylist()
-        rows = batch.drop_columns([GS_OP]).to_pylist()
-        for row, op in zip(rows, ops, strict=True):
-            key = _key(row, keys)
-            value = encode(row)
-            headers = [("dbz.op", OPS_TO_DBZ.get(op or "i", b"c"))]
-            while True:
-                try:
-                    producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered)
-                    break
-                except BufferError:
-                    producer.poll(0.5)  # local queue full: let deliveries drain
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                        raise
-                    raise StreamlingError.user(
-                        f"{label}: the message for key {key.decode('utf-8', 'replace')!r} is {len(value)} bytes, more "
-                        f"than the producer's message.max.bytes ({plan['producer'].get('message.max.bytes', 1_000_000)}"
-                        "); raise message_max_bytes"
-                    ) from None
-            sent += 1
-        producer.poll(0)
+        sent += produce_batch(producer, batch, plan, encode, delivered)
     outage = Outage(label, "broker", plan["unavailable_timeout_sec"])
     remaining = producer.flush(FLUSH_STEP_SEC)
     while remaining and not failures:
@@ -125,6 +107,39 @@ def produce_partition(batches: Iterator[pa.RecordBatch], plan: Mapping[str, Any]
     yield pa.RecordBatch.from_pydict(
         {"sent": [sent], "inserts": [written.inserts], "updates": [written.updates], "deletes": [written.deletes]}
     )
+
+
+def produce_batch(producer: Any, batch: pa.RecordBatch, plan: Mapping[str, Any], encode: Any, delivered: Any) -> int:
+    """Hand every row of `batch` to `producer` (keyed, its operation in ``dbz.op``); the number produced."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    topic, keys, label = plan["topic"], plan["keys"], plan["label"]
+    ops = batch.column(GS_OP).to_pylist()
+    rows = batch.drop_columns([GS_OP]).to_pylist()
+    for row, op in zip(rows, ops, strict=True):
+        key = _key(row, keys)
+        value = encode(row)
+        headers = [("dbz.op", OPS_TO_DBZ.get(op or "i", b"c"))]
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.5)  # local queue full: let deliveries drain
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise
+                raise StreamlingError.user(
+                    f"{label}: the message for key {key.decode('utf-8', 'replace')!r} is {len(value)} bytes, more "
+                    f"than the producer's message.max.bytes ({plan['producer'].get('message.max.bytes', 1_000_000)}"
+                    "); raise message_max_bytes"
+                ) from None
+    producer.poll(0)
+    return len(rows)
+
+
+def encoder(plan: Mapping[str, Any]):  # type: ignore[no-untyped-def]
+    return _avro_encoder(plan) if plan["format"] == "avro" else _json_encode
 
 
 def _key(row: Mapping[str, Any], keys: list[str]) -> bytes:
@@ -169,6 +184,7 @@ class KafkaSink(Sink[KafkaSinkSpec]):
         self.value_schema: StructType | None = None
         self.schema_id: int | None = None
         self._plan: dict[str, Any] = {}
+        self._transactions: EpochTransactions | None = None
 
     @property
     def label(self) -> str:
@@ -245,13 +261,39 @@ class KafkaSink(Sink[KafkaSinkSpec]):
             "deduplicate": self.spec.deduplicate,
             "unavailable_timeout_sec": self.settings.kafka_sink.unavailable_timeout_sec,
         }
+        if self.spec.exactly_once:
+            if self.spec.parallelism:
+                log.warning(
+                    "%s: parallelism %s is ignored: with exactly_once the driver writes each epoch in one transaction",
+                    self.label,
+                    self.spec.parallelism,
+                )
+            self._transactions = EpochTransactions(
+                self.producer_config(),
+                self.spec.topic,
+                f"{ctx.settings.application_id}.{self.name}",
+                self.label,
+                patience,
+            )
+            self._transactions.open()
+
+    def applied_epoch(self, source: str) -> AppliedEpoch | None:
+        return self._transactions.applied_epoch(source) if self._transactions is not None else None
+
+    def terminate(self) -> None:
+        if self._transactions is not None:
+            self._transactions.close()
+            self._transactions = None
 
     def write(self, df: DataFrame, epoch: Epoch) -> int:
         return rows_of(self.stage(df, epoch)())
 
     def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
-        """Everything happens now, in the Spark tasks; each reports its messages by operation."""
+        """Everything happens now, in the Spark tasks; each reports its messages by operation. With
+        ``exactly_once`` the rows come to the driver now and go out in one transaction on the committer thread."""
         plan = self._plan
+        if self._transactions is not None:
+            return self._transactional(df, epoch, self._transactions)
         if self.spec.deduplicate:  # every row of a key in one partition (of `parallelism`), in input order
             ordered = df.withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
             keys = exact_columns(self.keys)
@@ -267,3 +309,29 @@ class KafkaSink(Sink[KafkaSinkSpec]):
         counts = map_in_arrow(df, lambda batches: produce_partition(batches, plan), schema).collect()
         written = sum((Written(row.inserts, row.updates, row.deletes) for row in counts), Written())
         return lambda: written
+
+    def _transactional(self, df: DataFrame, epoch: Epoch, transactions: EpochTransactions) -> Callable[[], Written]:
+        plan = self._plan
+        table = df.toArrow()
+        received = Written.of(table)
+        if self.spec.deduplicate and table.num_rows:
+            table = merge_rounds(table, tuple(self.keys), deduplicate=True)[0]
+
+        def produce(producer: Any) -> None:
+            encode = encoder(plan)
+            failures: list[str] = []
+
+            def delivered(err: Any, msg: Any) -> None:
+                if err is not None and len(failures) < 5:
+                    failures.append(f"partition {msg.partition()}: {err.str()}")
+
+            for batch in table.to_batches():
+                produce_batch(producer, batch, plan, encode, delivered)
+            producer.flush(FLUSH_STEP_SEC)
+            if failures:
+                raise StreamlingError.retry(f"{self.label}: delivery to topic '{plan['topic']}' failed: {failures}")
+
+        def deliver() -> Written:
+            return received if transactions.write(epoch, produce, table) else Written()
+
+        return deliver

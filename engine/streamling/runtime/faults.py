@@ -4,8 +4,9 @@
 flush: exactly like a lost machine) when epoch `<epoch>` of any source reaches `<point>`:
 
 - ``before_write``: the epoch was evaluated, no sink has written it;
-- ``during_write``: a Postgres sink applied the epoch's rows inside its transaction, not committed yet
-  (driver-side writes, i.e. ``parallelism: 1``; in a Spark task it would only kill that task's worker);
+- ``during_write``: a Postgres sink applied the epoch's rows inside its transaction, or an ``exactly_once`` Kafka
+  sink produced them in its transaction, not committed yet (driver-side writes, i.e. ``parallelism: 1``; in a
+  Spark task it would only kill that task's worker);
 - ``after_write``: every sink wrote and flushed it, its position is not committed yet;
 - ``during_commit``: the run checked its lease and is about to write the position (the state write in flight);
 - ``after_commit``: its position is committed, ``epoch_committed`` has not run.

@@ -1,0 +1,185 @@
+"""The Kafka sink's effectively-once mode (``exactly_once: true``): each epoch is one Kafka transaction.
+
+The epoch's rows come to the driver as Arrow; on the committer thread one transactional producer begins a
+transaction, produces them, adds the epoch's progress to the transaction, and commits — so the records and the record
+of having written them become visible together, to ``read_committed`` consumers, or not at all.
+
+- The producer's ``transactional.id`` is derived from the application, the sink and its topic: a restarted run's
+  `init_transactions` fences its predecessor (a zombie's next commit fails) and aborts the transaction it left open.
+- The progress is an offset committed inside the transaction (``send_offsets_to_transaction``) for a consumer
+  group of the sink and source (``streamling-sink.<application>.<sink>.<source>``): the offset is the epoch number
+  and its metadata the epoch's bounds. After a crash between the Kafka commit and the state backend's commit,
+  `applied_epoch` tells the runner, which replays exactly that epoch, and the sink skips it: nothing is doubled.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from streamling.errors import StreamlingError
+from streamling.kafka.availability import Outage, describe, is_unavailable, wait_out
+from streamling.operators import AppliedEpoch, Epoch
+from streamling.runtime.faults import crash_point
+from streamling.state.base import LeaseLostError
+
+log = logging.getLogger("streamling.kafka")
+PROGRESS_PARTITION = 0
+TRANSACTION_TIMEOUT_SEC = 60.0
+
+
+def _pack(epoch: Epoch) -> str:
+    """The epoch's bounds as offset metadata, compressed (brokers keep 4 KB of it by default)."""
+    text = json.dumps({"start": dict(epoch.start), "end": dict(epoch.end)}, sort_keys=True, separators=(",", ":"))
+    return base64.b64encode(zlib.compress(text.encode())).decode()
+
+
+def _unpack(metadata: str) -> dict[str, Any]:
+    return json.loads(zlib.decompress(base64.b64decode(metadata)))
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return {str(k): v for k, v in a.items()} == {str(k): v for k, v in b.items()}
+
+
+class EpochTransactions:
+    """One sink's transactional producer and its per-source progress."""
+
+    def __init__(self, config: Mapping[str, Any], topic: str, identity: str, label: str, patience: float) -> None:
+        self.config = dict(config)
+        self.topic = topic
+        self.identity = identity
+        """``<application>.<sink>``: names the transactional id and the progress groups."""
+        self.label = label
+        self.patience = patience
+        self.transactional_id = f"streamling.{identity}.{topic}"
+        self._producer: Any = None
+        self._groups: dict[str, Any] = {}
+        self._applied: dict[str, AppliedEpoch | None] = {}
+        self._lock = threading.Lock()
+
+    def open(self) -> None:
+        """Create the producer and take the transactional id over (fencing a previous run's producer)."""
+        from confluent_kafka import Producer
+
+        config = {
+            **self.config,
+            "transactional.id": self.transactional_id,
+            # librdkafka wants undelivered messages to time out within the transaction's own timeout.
+            "transaction.timeout.ms": max(int(TRANSACTION_TIMEOUT_SEC * 1000), int(self.config["message.timeout.ms"])),
+        }
+        self._producer = Producer(config)
+        wait_out(
+            lambda: self._producer.init_transactions(TRANSACTION_TIMEOUT_SEC),
+            Outage(self.label, "broker", self.patience),
+        )
+        log.info("%s writes each epoch in one transaction (transactional.id %s)", self.label, self.transactional_id)
+
+    def group(self, source: str) -> str:
+        return f"streamling-sink.{self.identity}.{source}"
+
+    def _consumer(self, source: str) -> Any:
+        """A consumer of the source's progress group: it reads the group's offset and gives the transaction the
+        group's metadata; it never subscribes."""
+        from confluent_kafka import Consumer
+
+        found = self._groups.get(source)
+        if found is None:
+            settings = {k: v for k, v in self.config.items() if not k.startswith(_PRODUCER_ONLY)}
+            found = Consumer({**settings, "group.id": self.group(source), "enable.auto.commit": False})
+            self._groups[source] = found
+        return found
+
+    def applied_epoch(self, source: str) -> AppliedEpoch | None:
+        """The last epoch of `source` whose transaction committed, from the progress group's offset."""
+        with self._lock:
+            return self._load_applied(source)
+
+    def _load_applied(self, source: str) -> AppliedEpoch | None:
+        from confluent_kafka import TopicPartition
+
+        asked = [TopicPartition(self.topic, PROGRESS_PARTITION)]
+        committed = wait_out(
+            lambda: self._consumer(source).committed(asked, timeout=10), Outage(self.label, "broker", self.patience)
+        )
+        found = committed[0] if committed else None
+        applied = None
+        if found is not None and found.offset >= 0 and found.metadata:
+            bounds = _unpack(found.metadata)
+            applied = AppliedEpoch(int(found.offset), bounds["start"], bounds["end"])
+        self._applied[source] = applied
+        return applied
+
+    def write(self, epoch: Epoch, produce: Callable[[Any], int], rows: pa.Table | None) -> bool:
+        """`produce(producer)` the epoch's records and commit them with its progress in one transaction. False when
+        the epoch had already been committed (a replay): nothing is written."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        with self._lock:
+            applied = self._applied[epoch.source] if epoch.source in self._applied else self._load_applied(epoch.source)
+            if applied is not None and applied.id == epoch.id:
+                if _same(applied.start, epoch.start) and _same(applied.end, epoch.end):
+                    log.info("%s: epoch %d of %s was committed before; skipped", self.label, epoch.id, epoch.source)
+                    return False
+            producer = self._producer
+            try:
+                producer.begin_transaction()
+                produce(producer)
+                offsets = [TopicPartition(self.topic, PROGRESS_PARTITION, epoch.id, _pack(epoch))]
+                metadata = self._consumer(epoch.source).consumer_group_metadata()
+                producer.send_offsets_to_transaction(offsets, metadata, TRANSACTION_TIMEOUT_SEC)
+                crash_point("during_write", epoch.id)  # produced, not committed: the successor aborts it
+                producer.commit_transaction(TRANSACTION_TIMEOUT_SEC)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if error is not None and error.fatal():
+                    # Fenced (another run took the transactional id over) or another fatal error: this producer is
+                    # finished; what it produced in the open transaction is aborted by the new owner.
+                    raise LeaseLostError(
+                        f"{self.label}: its Kafka transaction was fenced: {describe(exc)}", retriable=True
+                    ) from None
+                self._abort()
+                kind = StreamlingError.unavailable if is_unavailable(exc) else StreamlingError.retry
+                raise kind(f"{self.label}: the transaction of epoch {epoch.id} failed: {describe(exc)}") from None
+            except BaseException:
+                self._abort()
+                raise
+            self._applied[epoch.source] = AppliedEpoch(epoch.id, dict(epoch.start), dict(epoch.end))
+            return True
+
+    def _abort(self) -> None:
+        try:
+            self._producer.abort_transaction(TRANSACTION_TIMEOUT_SEC)
+        except Exception as exc:  # the next run's init_transactions aborts it anyway
+            log.debug("%s: abort failed: %s", self.label, describe(exc))
+
+    def close(self) -> None:
+        for consumer in self._groups.values():
+            try:
+                consumer.close()
+            except Exception:
+                pass
+        self._groups.clear()
+        self._producer = None
+
+
+_PRODUCER_ONLY = (
+    "compression.",
+    "enable.idempotence",
+    "acks",
+    "linger.ms",
+    "queue.buffering.",
+    "message.timeout.ms",
+    "batch.num.messages",
+    "message.max.bytes",
+    "transactional.id",
+    "transaction.timeout.ms",
+)
+"""Producer settings a consumer does not accept (librdkafka warns about or rejects them)."""
