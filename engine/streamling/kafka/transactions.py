@@ -53,7 +53,10 @@ class EpochTransactions:
     """One sink's transactional producer and its per-source progress."""
 
     def __init__(self, config: Mapping[str, Any], topic: str, identity: str, label: str, patience: float) -> None:
-        self.config = dict(config)
+        # Without the Python `logger`: confluent-kafka calls it from inside `commit_transaction`/`flush`, and when an
+        # error is pending there the call fails with "<class 'logging.LogRecord'> returned a result with an
+        # exception set" (seen on a broker restart), replacing the real error; librdkafka logs to stderr instead.
+        self.config = {k: v for k, v in config.items() if k != "logger"}
         self.topic = topic
         self.identity = identity
         """``<application>.<sink>``: names the transactional id and the progress groups."""
