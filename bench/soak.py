@@ -44,6 +44,7 @@ from pathlib import Path
 
 import kafka_data
 import psutil
+from generator_sql_postgres import connect as pg_connect
 from harness import record, streamling_cmd
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,21 +58,6 @@ CAUGHT_UP_SEC = 3.0
 
 def services(*args: str) -> None:
     subprocess.run([*SERVICES, *args], check=True, capture_output=True, text=True)
-
-
-def pg_connect(env: dict[str, str]):  # type: ignore[no-untyped-def]
-    import psycopg
-
-    p = "STREAMLING__STATE_BACKEND__POSTGRES__"
-    return psycopg.connect(
-        host=env[p + "HOST"],
-        port=int(env[p + "PORT"]),
-        user=env[p + "USER"],
-        password=env[p + "PASSWORD"],
-        dbname=env[p + "DATABASE"],
-        autocommit=True,
-        connect_timeout=5,
-    )
 
 
 class Load:
@@ -180,6 +166,8 @@ class Lag:
         from confluent_kafka import Consumer
 
         self.env, self.namespace, self.sources = env, namespace, sources  # source name -> topic
+        self.committed = 0
+        """Records committed so far (the sum of the positions), as of the last reading."""
         self.consumer = Consumer(
             {"bootstrap.servers": env["STREAMLING__KAFKA_SOURCE__BROKERS"], "group.id": f"soak-lag-{uuid.uuid4()}"}
         )
@@ -194,6 +182,7 @@ class Lag:
                     (self.namespace,),
                 ).fetchall()
             committed = dict(rows)
+            self.committed = sum(int(v or 0) for k, v in committed.items() if not k.endswith("__epoch__"))
             total = 0
             for source, topic in self.sources.items():
                 meta = self.consumer.list_topics(topic, timeout=5).topics[topic].partitions
@@ -418,10 +407,14 @@ def main(argv: list[str] | None = None) -> int:
             inject(kind, engine, env, load, lag)
             ended = time.monotonic()
             recovered = None
+            lag()
+            committed_at_end = lag.committed
             while time.monotonic() - ended < 300:
                 engine.keep_alive()
                 point = sample()
-                if point["lag"] is not None and point["lag"] <= threshold:
+                # Caught up: the lag is small again and the run has committed since the fault ended (a killed run's
+                # last positions can look current for a moment, before the next records arrive).
+                if point["lag"] is not None and point["lag"] <= threshold and lag.committed > committed_at_end:
                     recovered = round(time.monotonic() - ended, 1)
                     break
                 time.sleep(1)

@@ -18,6 +18,7 @@ import base64
 import json
 import logging
 import threading
+import time
 import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,6 +34,8 @@ from streamling.state.base import LeaseLostError
 log = logging.getLogger("streamling.kafka")
 PROGRESS_PARTITION = 0
 TRANSACTION_TIMEOUT_SEC = 60.0
+STUCK_TRANSACTION_SEC = 30.0
+"""How long one attempt at an epoch's transaction may take before its producer is given up for a new one."""
 
 
 def _pack(epoch: Epoch) -> str:
@@ -72,8 +75,10 @@ class EpochTransactions:
         """Create the producer and take the transactional id over (fencing a previous run's producer)."""
         from confluent_kafka import Producer
 
+        self._broker_lost = False
         config = {
             **self.config,
+            "error_cb": self._on_error,
             "transactional.id": self.transactional_id,
             # librdkafka wants undelivered messages to time out within the transaction's own timeout.
             "transaction.timeout.ms": max(int(TRANSACTION_TIMEOUT_SEC * 1000), int(self.config["message.timeout.ms"])),
@@ -84,6 +89,13 @@ class EpochTransactions:
             Outage(self.label, "broker", self.patience),
         )
         log.info("%s writes each epoch in one transaction (transactional.id %s)", self.label, self.transactional_id)
+
+    def _on_error(self, error: Any) -> None:
+        """librdkafka's client-level errors: a lost broker connection is remembered (see `write`)."""
+        from confluent_kafka import KafkaError
+
+        if error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
+            self._broker_lost = True
 
     def group(self, source: str) -> str:
         return f"streamling-sink.{self.identity}.{source}"
@@ -131,15 +143,25 @@ class EpochTransactions:
                 if _same(applied.start, epoch.start) and _same(applied.end, epoch.end):
                     log.info("%s: epoch %d of %s was committed before; skipped", self.label, epoch.id, epoch.source)
                     return False
-            producer = self._producer
-            try:
+            self._producer.poll(0)  # serves the error callback: was the broker lost since the last epoch?
+            if self._broker_lost:
+                # After the local broker restarts, the first transaction of a producer that knew it before never
+                # completes, and stays open for read_committed consumers even once a new producer took the id
+                # over (measured); a producer made after the restart has no such trouble.
+                log.info("%s: the broker connection was lost; a new producer writes epoch %d", self.label, epoch.id)
+                self.open()
+            offsets = [TopicPartition(self.topic, PROGRESS_PARTITION, epoch.id, _pack(epoch))]
+            metadata = self._consumer(epoch.source).consumer_group_metadata()
+
+            def transaction(producer: Any) -> None:
                 producer.begin_transaction()
                 produce(producer)
-                offsets = [TopicPartition(self.topic, PROGRESS_PARTITION, epoch.id, _pack(epoch))]
-                metadata = self._consumer(epoch.source).consumer_group_metadata()
                 producer.send_offsets_to_transaction(offsets, metadata, TRANSACTION_TIMEOUT_SEC)
                 crash_point("during_write", epoch.id)  # produced, not committed: the successor aborts it
                 producer.commit_transaction(TRANSACTION_TIMEOUT_SEC)
+
+            try:
+                self._bounded(transaction, epoch)
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 if error is not None and error.fatal():
@@ -156,6 +178,44 @@ class EpochTransactions:
                 raise
             self._applied[epoch.source] = AppliedEpoch(epoch.id, dict(epoch.start), dict(epoch.end))
             return True
+
+    def _bounded(self, transaction: Callable[[Any], None], epoch: Epoch) -> None:
+        """Run `transaction(producer)` with a deadline. A producer whose call outlives it (after a broker restart,
+        the local broker left `send_offsets_to_transaction` waiting forever, its own timeout notwithstanding) is
+        abandoned: a new producer takes the transactional id over, which fences the old one and aborts its
+        transaction, and the epoch is written again — for up to the broker patience."""
+        deadline = time.monotonic() + self.patience
+        while True:
+            producer = self._producer
+            outcome: list[BaseException | None] = []
+
+            def attempt(producer: Any = producer, outcome: list[BaseException | None] = outcome) -> None:
+                try:
+                    transaction(producer)
+                    outcome.append(None)
+                except BaseException as exc:
+                    outcome.append(exc)
+
+            worker = threading.Thread(target=attempt, name=f"streamling-txn-{self.label}", daemon=True)
+            worker.start()
+            worker.join(STUCK_TRANSACTION_SEC)
+            if outcome:
+                if outcome[0] is not None:
+                    raise outcome[0]
+                return
+            if time.monotonic() > deadline:
+                raise StreamlingError.retry(
+                    f"{self.label}: the transaction of epoch {epoch.id} did not complete within {self.patience:.0f} s"
+                )
+            log.warning(
+                "%s: the transaction of epoch %d did not complete within %.0f s; a new producer takes "
+                "transactional.id %s over and writes it again",
+                self.label,
+                epoch.id,
+                STUCK_TRANSACTION_SEC,
+                self.transactional_id,
+            )
+            self.open()
 
     def _abort(self) -> None:
         try:
