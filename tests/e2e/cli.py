@@ -78,10 +78,13 @@ def sqlite_state(db: Path, app: str = "local_app_v1") -> dict:
 
 
 def sqlite_leases(db: Path, app: str = "local_app_v1") -> dict[str, dict]:
-    """The run leases held in a Sqlite state file: lease name → holder."""
+    """The run leases held in a Sqlite state file: lease name → holder. A released lease keeps its row, expired (its
+    generation goes on), so only unexpired ones are held."""
     conn = sqlite3.connect(db)
     try:
-        rows = conn.execute("SELECT name, holder FROM leases WHERE namespace = ?", (app,)).fetchall()
+        rows = conn.execute(
+            "SELECT name, holder FROM leases WHERE namespace = ? AND expires_at > ?", (app, time.time())
+        ).fetchall()
     finally:
         conn.close()
     return {name: json.loads(holder) for name, holder in rows}

@@ -86,7 +86,9 @@ def backend(request, tmp_path: Path) -> Backend:
     def pg_holder() -> dict | None:
         with pg_connect() as conn:
             row = conn.execute(
-                "SELECT holder FROM streamling.leases WHERE namespace = %s AND name = 'pipeline:pipeline'", (app,)
+                "SELECT holder FROM streamling.leases WHERE namespace = %s AND name = 'pipeline:pipeline' "
+                "AND expires_at > clock_timestamp()",
+                (app,),
             ).fetchone()
         return row[0] if row else None
 
