@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 
 from streamling.config.model import PostgresConnectionSettings
 from streamling.errors import StreamlingError
-from streamling.postgres.connection import transact
+from streamling.postgres.connection import connection, reason, transact
 from streamling.state.base import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend
 
 DDL = (
@@ -146,16 +146,20 @@ class PostgresStateBackend(StateBackend):
         return self._run(take)
 
     def renew_lease(self, name: str, token: str, ttl_sec: float) -> bool:
-        def renew(cur: psycopg.Cursor) -> bool:
-            cur.execute(
-                "UPDATE streamling.leases SET renewals = renewals + 1, "
-                "expires_at = clock_timestamp() + make_interval(secs => %s) "
-                "WHERE namespace = %s AND name = %s AND token = %s",
-                (ttl_sec, self.namespace, name, token),
-            )
-            return cur.rowcount == 1
-
-        return self._run(renew)
+        """One attempt, not the commits' retries: the heartbeat tries again at its next beat, so a renewal lands
+        within a beat of the database taking writes again. Retried with backoff (up to 10 s between attempts), a
+        renewal stuck behind a 10 s read-only failover came back 25 s later and the run lost its 30 s lease."""
+        try:
+            with connection(self._settings, self._where) as conn, conn.transaction(), conn.cursor() as cur:
+                cur.execute(
+                    "UPDATE streamling.leases SET renewals = renewals + 1, "
+                    "expires_at = clock_timestamp() + make_interval(secs => %s) "
+                    "WHERE namespace = %s AND name = %s AND token = %s",
+                    (ttl_sec, self.namespace, name, token),
+                )
+                return cur.rowcount == 1
+        except psycopg.Error as exc:
+            raise StreamlingError.retry(f"{self._where}: {reason(exc)}") from None
 
     def release_lease(self, name: str, token: str) -> None:
         self._run(
