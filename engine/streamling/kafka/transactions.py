@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from streamling.errors import StreamlingError
 from streamling.kafka.availability import Outage, describe, is_unavailable, wait_out
-from streamling.operators import AppliedEpoch, Epoch
+from streamling.plugin import AppliedEpoch, Epoch
 from streamling.runtime.faults import crash_point
 from streamling.state.base import LeaseLostError
 
