@@ -228,7 +228,7 @@ def positions_sensor(
             events += sink_observations(pf, statuses, settings=settings)
             if reports_lag(pf):
                 events += stream_health(pf, statuses)
-        digest = hashlib.sha256(json.dumps([_fingerprint(e) for e in events], default=str).encode()).hexdigest()
+        digest = hashlib.sha256(json.dumps([unchanged_key(e) for e in events], default=str).encode()).hexdigest()
         if digest == context.cursor:
             return dg.SkipReason("no committed position, backlog or check result changed")
         return dg.SensorResult(asset_events=events, cursor=digest)
@@ -236,7 +236,11 @@ def positions_sensor(
     return committed_positions_sensor
 
 
-def _fingerprint(event: dg.AssetObservation | dg.AssetCheckEvaluation) -> Any:
+def unchanged_key(event: dg.AssetObservation | dg.AssetCheckEvaluation, *also: str) -> Any:
+    """What an event says that matters for "did anything change": a check's result; an observation's committed
+    positions and backlog (and the `also` metadata entries, e.g. a running stream's rows written) — not times or
+    rates, which differ on every reading."""
     if isinstance(event, dg.AssetCheckEvaluation):
         return [event.asset_key.to_user_string(), event.check_name, event.passed]
-    return [event.asset_key.to_user_string(), {k: event.metadata[k].value for k in ("committed_positions", "backlog")}]
+    fields = ("committed_positions", "backlog", *also)
+    return [event.asset_key.to_user_string(), {k: event.metadata[k].value for k in fields if k in event.metadata}]

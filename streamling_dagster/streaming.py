@@ -31,7 +31,7 @@ import dagster as dg
 from streamling import EngineClient, RunSummary, Settings, run_on_engine, run_pipeline, source_status
 from streamling.errors import StreamlingError, first_line
 from streamling_dagster.guard import check_no_other_run, engine_refusal
-from streamling_dagster.observations import named_position, sink_observations
+from streamling_dagster.observations import named_position, sink_observations, unchanged_key
 from streamling_dagster.pipelines import PipelineFile
 
 FIRST_OBSERVATION_RETRY_SEC = 2.0
@@ -56,7 +56,9 @@ class Progress:
     Rates say what they cover: the log line gives the rows written by all sinks per second since the previous
     line and since the run started; an observation gives each sink's rows per second since the previous
     observation and since the run started. The first observation comes as soon as the first epoch commits,
-    then every `observe_interval_sec`."""
+    then at most every `observe_interval_sec`, and only when a sink's rows, committed positions or backlog moved
+    since the previous one: an idle stream reports nothing (one identical event a minute is ~1,440 per asset and
+    day that tell an operator nothing)."""
 
     context: dg.OpExecutionContext
     pf: PipelineFile
@@ -69,6 +71,8 @@ class Progress:
     _observed: tuple[float, dict[str, int]] = field(init=False)
     _first_seen: bool = field(init=False, default=False)
     _tried: float = field(init=False, default=float("-inf"))
+    _reported: Any = field(init=False, default=None)
+    """What the last observations said (`observations.unchanged_key`), to skip identical ones."""
 
     def __post_init__(self) -> None:
         self._logged = (self.started, 0)
@@ -90,8 +94,8 @@ class Progress:
         if not (due or first):
             return []
         self._tried = now
-        events = self.observations(now)
-        self._first_seen = self._first_seen or bool(events)
+        events = self.observations(now, only_changed=True)
+        self._first_seen = self._first_seen or self._reported is not None
         return events
 
     def log_line(self, now: float) -> None:
@@ -114,7 +118,10 @@ class Progress:
         )
         self._logged = (now, rows)
 
-    def observations(self, now: float) -> list[dg.AssetObservation]:
+    def observations(self, now: float, only_changed: bool = False) -> list[dg.AssetObservation]:
+        """Each sink's observation; with `only_changed`, none when they would say what the previous ones said
+        (rows written, committed positions and backlog), and the rates then keep counting from the previous
+        one."""
         last, rows_then = self._observed
         rows = dict(self.summary.sink_rows)
         elapsed = max(now - last, 1e-9)
@@ -131,13 +138,19 @@ class Progress:
             }
             for sink, count in rows.items()
         }
-        self._observed = (now, rows)
         try:
             statuses = source_status(self.pf.path, self.settings)
         except Exception as exc:  # monitoring must never stop the stream
             self.context.log.warning(f"cannot read positions for observations: {first_line(exc)}")
             return []
-        return sink_observations(self.pf, statuses, extra, self.settings)
+        events = sink_observations(self.pf, statuses, extra, self.settings)
+        said = [unchanged_key(e, "stream_rows_written") for e in events]
+        if only_changed and events and said == self._reported:
+            return []
+        if events:
+            self._reported = said
+        self._observed = (now, rows)
+        return events
 
 
 def run_engine(

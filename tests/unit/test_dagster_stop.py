@@ -16,7 +16,7 @@ import pytest
 import streamling_dagster.backfill as backfill
 import streamling_dagster.jobs as jobs
 import streamling_dagster.streaming as streaming
-from streamling import RunSummary
+from streamling import RunSummary, SourceStatus
 from streamling.runtime.summary import SourceProgress
 from streamling_dagster import build_definitions
 from streamling_dagster.pipelines import discover
@@ -219,3 +219,36 @@ def stand_in_resources(tmp_path: Path) -> dict:
 
 def run_assets(directory: Path) -> list[dg.AssetsDefinition]:
     return [a for a in build_definitions(directory).assets or [] if isinstance(a, dg.AssetsDefinition)]
+
+
+def test_a_running_stream_observes_only_when_its_rows_positions_or_backlog_moved(tmp_path: Path, monkeypatch) -> None:
+    """An idle stream reports nothing after its first observation (issue: one identical observation a minute per
+    asset). `source_status` is replaced by a stand-in returning what the state backend would say at each reading;
+    the observations are built by the real `Progress`."""
+    (tmp_path / "gen.yaml").write_text(GENERATOR)
+    (pf,) = discover(tmp_path)
+    settings = StreamlingResource(
+        overrides={"state_backend.sqlite.database_path": str(tmp_path / "state.db")}
+    ).pipeline_settings(pf)
+    said = {"g": SourceStatus({"offset": 5}, 1, 1_000, {"0": 0})}
+    monkeypatch.setattr(streaming, "source_status", lambda path, settings: dict(said))
+    summary = RunSummary()
+    summary.sources["g"] = SourceProgress(epochs=1, rows_in=5)
+    summary.sink_rows["o"] = 5
+    context = dg.build_op_context(instance=dg.DagsterInstance.ephemeral())
+    progress = streaming.Progress(
+        context, pf, settings, summary, StreamConfig(observe_interval_sec=60, progress_interval_sec=3600), True
+    )
+    start = progress.started
+    assert len(progress.tick(start + 1)) == 1  # the first commit: observed at once
+    assert [progress.tick(start + 61 + 60 * i) for i in range(9)] == [[]] * 9  # idle for ten minutes: nothing
+    said["g"] = SourceStatus({"offset": 5}, 1, 1_000, {"0": 7})  # records arrive, not yet read
+    (waiting,) = progress.tick(start + 661)
+    assert waiting.metadata["backlog_total"].value == 7
+    summary.sink_rows["o"] = 12
+    said["g"] = SourceStatus({"offset": 12}, 2, 2_000, {"0": 0})
+    assert progress.tick(start + 700) == []  # moved, but not due yet: the interval still holds
+    (moved,) = progress.tick(start + 721)
+    assert moved.metadata["stream_rows_written"].value == 12
+    assert moved.metadata["rows_per_sec_since_last_observation"].value == round(7 / 60, 1)
+    assert progress.observations(start + 722) != []  # the run's final observations are always made
