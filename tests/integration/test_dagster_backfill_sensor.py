@@ -126,7 +126,8 @@ def test_runs_when_the_file_changes_or_a_sort_key_grows_and_skips_otherwise(
     # comments, formatting, a default written out and orchestration settings change nothing a run does
     original = pf.path.read_text()
     pf.path.write_text(
-        "# tuned\n" + original.replace("    primary_key: id\n", "    primary_key: id   # the trade id\n", 1)
+        "# tuned\n"
+        + original.replace("    primary_key: id\n", "    primary_key: id   # the trade id\n", 1)
         + "orchestration: {backfill_schedule: '0 3 * * *'}\n"
     )
     reformatted = run(numeric.cursor)
