@@ -5,8 +5,9 @@ pipeline tag limit still queues a backfill behind a backfill). Every submitted r
 — launched from a job page, an asset page, the lineage page's "Materialize all", a sensor, a schedule or the
 GraphQL API. Asset runs (`__ASSET_JOB`) carry no job tags, so the run's pipelines are read from the tags of the
 ops in its plan (`guard.op_tags`) and written onto the run, which the tag limit and the in-op guard then see.
-A refused run ends FAILURE before it is queued, tagged `streamling/refused`, and the launch returns the error:
-the UI shows its message, naming the stream run to terminate first.
+A refused run ends FAILURE before it is queued, tagged `streamling/refused` and ``dagster/max_retries=0`` (Dagster's
+run retries would only be refused again), and the launch returns the error: the UI shows its message, naming the
+stream run to terminate first.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import dagster as dg
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 
-from streamling_dagster.guard import PIPELINE_TAG, PIPELINES_TAG, REFUSED_TAG, RunRefused, active_stream, refusal
+from streamling_dagster.guard import PIPELINE_TAG, PIPELINES_TAG, RunRefused, active_stream, mark_refused, refusal
 
 
 def planned_pipelines(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[str]:
@@ -42,7 +43,7 @@ class StreamlingRunCoordinator(QueuedRunCoordinator):
             for pipeline in pipelines:
                 stream = active_stream(instance, pipeline, exclude=run.run_id)
                 if stream is not None:
-                    instance.add_run_tags(run.run_id, {REFUSED_TAG: stream.run_id})
+                    mark_refused(instance, run.run_id, stream.run_id)
                     raise RunRefused(refusal(pipeline, stream, run.job_name))
             run = instance.get_run_by_id(run.run_id) or run
         return super().submit_run(SubmitRunContext(run, context.workspace))

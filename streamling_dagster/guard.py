@@ -23,7 +23,10 @@ PIPELINE_TAG = "streamling/pipeline"
 PIPELINES_TAG = "streamling/pipelines"
 STREAM_TAG = "streamling/stream"
 REFUSED_TAG = "streamling/refused"
-"""Set on a run the coordinator refused: the id of the run it would have collided with."""
+"""Set on a refused run (by the coordinator, or by the op's own check for a run that never met the coordinator):
+the id of the run it would have collided with, or ``outside`` when the holder is not a run of this instance."""
+NO_RETRIES = {"dagster/max_retries": "0"}
+"""A refused run is not retried: Dagster's run retries would only be refused again."""
 RUNNING = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
 QUEUED = (dg.DagsterRunStatus.QUEUED,)
 ENGINE_REFUSAL = re.compile(r"pipeline '[^']*' is already running \(pid")
@@ -101,6 +104,11 @@ def refusal(pipeline: str, holder: dg.DagsterRun, job: str) -> str:
     )
 
 
+def mark_refused(instance: dg.DagsterInstance, run_id: str, holder: str) -> None:
+    """Tag a run as refused before it is marked failed: the keeper and sensors skip over it, retries leave it."""
+    instance.add_run_tags(run_id, {REFUSED_TAG: holder, **NO_RETRIES})
+
+
 def check_no_other_run(context: dg.OpExecutionContext, pf: PipelineFile) -> None:
     """At the start of a Streamling op, before Spark starts: end this run when an older run of the same pipeline
     is active (runs started outside the run coordinator, e.g. by `dagster job execute`)."""
@@ -108,6 +116,7 @@ def check_no_other_run(context: dg.OpExecutionContext, pf: PipelineFile) -> None
     mine = me.create_timestamp if me is not None else None
     for record in other_runs(context.instance, pf.name, RUNNING, exclude=context.run_id):
         if mine is None or record.create_timestamp <= mine:  # the younger run gives way, never both
+            mark_refused(context.instance, context.run_id, record.dagster_run.run_id)
             raise dg.Failure(description=refusal(pf.name, record.dagster_run, context.job_name), allow_retries=False)
 
 
@@ -118,6 +127,7 @@ def engine_refusal(context: dg.OpExecutionContext, pf: PipelineFile, error: Base
     if not ENGINE_REFUSAL.search(message):
         return None
     holders = other_runs(context.instance, pf.name, RUNNING, exclude=context.run_id)
+    mark_refused(context.instance, context.run_id, holders[0].dagster_run.run_id if holders else "outside")
     if holders:
         return dg.Failure(description=refusal(pf.name, holders[0].dagster_run, context.job_name), allow_retries=False)
     return dg.Failure(

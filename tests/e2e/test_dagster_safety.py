@@ -185,6 +185,8 @@ def test_materialize_from_the_asset_page_is_refused(safety) -> None:
     (run,) = refused_runs(safety)
     assert run.status == dg.DagsterRunStatus.FAILURE
     assert run.tags["streamling/pipeline"] == "pay"  # found from the ops of the run's asset selection
+    # never retried: Dagster's run retries (max_retries 2 in dagster.yaml) would only be refused twice more
+    assert run.tags["dagster/max_retries"] == "0" and run.tags["dagster/will_retry"] == "false"
 
 
 def test_materialize_all_from_the_lineage_page_is_refused(safety) -> None:
@@ -214,9 +216,16 @@ def test_dagster_job_execute_stops_before_spark_naming_the_stream_run(safety) ->
     assert done.returncode != 0, output[-3000:]
     with dev.instance() as instance:
         failed = instance.get_runs(dg.RunsFilter(job_name="pay__backfill", statuses=[dg.DagsterRunStatus.FAILURE]))
-        (run,) = [r for r in failed if "streamling/refused" not in r.tags]  # not the job page's, refused at launch
-        failures = [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.is_step_failure]
-    (failure,) = failures
+        refused = [r for r in failed if r.tags.get("streamling/refused") == safety.stream_run]
+        steps = {
+            r.run_id: [e for e in instance.all_logs(r.run_id) if e.dagster_event and e.dagster_event.is_step_failure]
+            for r in refused
+        }
+    # the job page's run was refused at launch (no step ran); this one by its op, before Spark, and tagged the same
+    # way, so the keeper and the sensors skip over it and Dagster does not retry it
+    (run,) = [r for r in refused if steps[r.run_id]]
+    assert run.tags["dagster/max_retries"] == "0"
+    (failure,) = steps[run.run_id]
     described = failure.dagster_event.step_failure_data.user_failure_data.description
     assert f"pipeline 'pay' is already running in Dagster run {safety.stream_run}" in described
     assert "SparkSession" not in output and "Starting Spark" not in output
