@@ -24,7 +24,7 @@ from dagster import AssetExecutionContext
 
 from streamling import RunSummary, Settings, SourceStatus, reset_positions, source_status
 from streamling_dagster import nodes
-from streamling_dagster.guard import check_no_other_run, op_tags
+from streamling_dagster.guard import check_no_other_run, op_tags, pipeline_pool
 from streamling_dagster.observations import feeding, named_positions
 from streamling_dagster.partitions import partition_namespace
 from streamling_dagster.pipelines import PipelineFile
@@ -94,7 +94,8 @@ BACKFILLS: dict[str, PipelineFile] = {}
 
 def backfill_asset_args(pf: PipelineFile, sinks: list[dg.AssetSpec], name: str | None = None) -> dict[str, Any]:
     """`dg.multi_asset` arguments of a pipeline's backfill: the sinks (skippable: a terminated run has none),
-    the `rows_reconcile` checks, the partitions, the op tags the run coordinator reads, the clean-stop hook."""
+    the `rows_reconcile` checks, the partitions, the op tags the run coordinator reads, the pipeline's pool, the
+    clean-stop hook."""
     assert pf.pipeline is not None
     checks = [
         dg.AssetCheckSpec(
@@ -115,6 +116,7 @@ def backfill_asset_args(pf: PipelineFile, sinks: list[dg.AssetSpec], name: str |
         "can_subset": False,
         "partitions_def": plan.definition() if plan is not None else None,
         "op_tags": op_tags(pf),
+        "pool": pipeline_pool(pf),
     }
 
 

@@ -41,6 +41,13 @@ def op_tags(pf: PipelineFile) -> dict[str, str]:
     return {PIPELINE_TAG: pf.name}
 
 
+def pipeline_pool(pf: PipelineFile) -> str:
+    """The Dagster concurrency pool of every op that runs the pipeline. `dagster.yaml` limits each pool to one run
+    at a time (`concurrency.pools`, run granularity), so the queue holds a run back while any pipeline it touches
+    is running: a run spanning several pipelines (*Materialize all*) waits for each of them."""
+    return f"streamling/{pf.name}"
+
+
 def run_pipelines(run: dg.DagsterRun) -> set[str]:
     listed = run.tags.get(PIPELINES_TAG)
     if listed:

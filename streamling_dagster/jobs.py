@@ -14,7 +14,7 @@ import dagster as dg
 
 from streamling import source_status
 from streamling_dagster.backfill import backfill_checks, sink_metadata
-from streamling_dagster.guard import STREAM_TAG, check_no_other_run, op_tags
+from streamling_dagster.guard import STREAM_TAG, check_no_other_run, op_tags, pipeline_pool
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 from streamling_dagster.streaming import StopSignals, StreamConfig, end_if_stopped, run_engine, stopped_cleanly
@@ -32,6 +32,7 @@ def stream_job(pf: PipelineFile) -> dg.JobDefinition:
         name=f"stream_{pf.name}",
         description=f"Run {pf.path.name} from its committed positions until the run is terminated.",
         tags=op_tags(pf),
+        pool=pipeline_pool(pf),
     )
     def stream(
         context: dg.OpExecutionContext,
@@ -70,6 +71,7 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         name=f"backfill_then_stream_{pf.name}",
         description=f"Backfill {pf.path.name}, then stream it until the run is terminated.",
         tags=op_tags(pf),
+        pool=pipeline_pool(pf),
     )
     def backfill_then_stream(
         context: dg.OpExecutionContext,

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
-import httpx
 import pytest
 from confluent_kafka.admin import NewTopic
 from playwright.sync_api import expect
@@ -32,16 +31,6 @@ from tests.kafka_util import KafkaTestbed
 
 pytestmark = pytest.mark.e2e
 SCHEMA_COLUMNS = "{id: bigint, who: string, amount: double}"
-LAUNCH = """
-mutation Launch($params: ExecutionParams!) {
-  launchPipelineExecution(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message }
-    ... on Error { message }
-  }
-}
-"""
 MATERIALIZABLE = "query { assetNodes { assetKey { path } isMaterializable } }"
 REPOSITORY = "query { repositoriesOrError { ... on RepositoryConnection { nodes { name location { name } } } } }"
 START_SENSOR = """
@@ -86,16 +75,7 @@ class Safety:
         return key
 
     def launch(self, job: str, assets: list[list[str]] | None = None) -> dict:
-        selector = {**self.repository, "pipelineName": job}
-        if assets is not None:
-            selector["assetSelection"] = [{"path": p} for p in assets]
-        params = {"selector": selector, "mode": "default", "executionMetadata": {"tags": []}, "runConfigData": {}}
-        response = httpx.post(
-            f"{self.dev.url}/graphql", json={"query": LAUNCH, "variables": {"params": params}}, timeout=60
-        )
-        # a PythonError answer comes with HTTP 500 (the webserver's choice for errors it captured), data included
-        assert response.status_code in (200, 500), f"{response.status_code}: {response.text[:3000]}"
-        return response.json()["data"]["launchPipelineExecution"]
+        return self.dev.launch(job, assets)
 
     def produce(self, ids: range) -> None:
         self.bed.produce_json(self.topic, ({"id": i, "who": "k", "amount": 1.0} for i in ids))
