@@ -130,10 +130,11 @@ class DagsterDev:
         return response.json()["data"]["launchPipelineExecution"]
 
     def table_key(self, table: str) -> Any:
-        """The asset key of a table in the test schema: `postgres/<db>/<schema>/<table>`."""
+        """The asset key of a table in the test schema: `postgres/default/<schema>/<table>` (the logical connection
+        name, whatever database the environment names)."""
         import dagster as dg
 
-        return dg.AssetKey(["postgres", self.env.get("STREAMLING__POSTGRES_SINK__DB", "postgres"), self.schema, table])
+        return dg.AssetKey(["postgres", "default", self.schema, table])
 
     def instance(self):
         """The instance `dagster dev` runs on (sqlite storage under `home`); use it as a context manager."""

@@ -52,9 +52,7 @@ def test_backfill_job_from_the_command_line_writes_rows_and_records_metadata(
         assert conn.execute(f'SELECT count(*), max(id) FROM "{schema}".orders').fetchone() == (2000, 2000)
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        event = instance.get_latest_materialization_event(
-            dg.AssetKey(["postgres", postgres_env.get("STREAMLING__POSTGRES_SINK__DB", "postgres"), schema, "orders"])
-        )
+        event = instance.get_latest_materialization_event(dg.AssetKey(["postgres", "default", schema, "orders"]))
     assert event is not None
     metadata = event.asset_materialization.metadata
     assert metadata["rows_written"].value == 2000
@@ -116,7 +114,7 @@ def test_sigterm_to_a_streaming_job_stops_it_gracefully_canceled_with_positions_
     with dg.DagsterInstance.from_config(str(home)) as instance:
         (run,) = instance.get_runs()
         observed = instance.fetch_observations(
-            dg.AssetKey(["postgres", postgres_env.get("STREAMLING__POSTGRES_SINK__DB", "postgres"), schema, "ticks"]),
+            dg.AssetKey(["postgres", "default", schema, "ticks"]),
             limit=1,
         ).records
     assert run.status == dg.DagsterRunStatus.CANCELED

@@ -70,7 +70,7 @@ class Safety:
 
     @property
     def out(self) -> list[str]:
-        """pay's sink, keyed by the table it writes: postgres/<db>/<schema>/transfers."""
+        """pay's sink, keyed by the table it writes: postgres/default/<schema>/transfers."""
         (key,) = [k for k in self.materializable() if k[0] == "postgres" and k[-2:] == [self.dev.schema, "transfers"]]
         return key
 

@@ -575,6 +575,17 @@ class Settings(_Section):
     def postgres_connection(self, node_name: str) -> PostgresSinkSettings:
         return self.postgres_sink_connections.get(connection_key(node_name), self.postgres_sink)
 
+    def postgres_connection_name(self, node_name: str) -> str:
+        """Which settings `postgres_connection` takes: ``postgres_sink_connections.<key>`` or ``postgres_sink``."""
+        key = connection_key(node_name)
+        return f"postgres_sink_connections.{key}" if key in self.postgres_sink_connections else "postgres_sink"
+
+    def dynamic_table_connection_name(self, node_name: str) -> str:
+        """Which settings `dynamic_table_connection` takes (its node's entry, the backend's, or `postgres_sink`)."""
+        if connection_key(node_name) in self.postgres_sink_connections:
+            return self.postgres_connection_name(node_name)
+        return "dynamic_table_backend.postgres" if self.dynamic_table_backend.postgres else "postgres_sink"
+
     def dynamic_table_connection(self, node_name: str) -> PostgresSinkSettings:
         """A Postgres dynamic table's connection: its node's own entry in `postgres_sink_connections`, else
         ``dynamic_table_backend.postgres``, else `postgres_sink`."""
