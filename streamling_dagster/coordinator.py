@@ -1,21 +1,40 @@
 """The run coordinator: Dagster's queue, plus a refusal for any run of a pipeline that is being streamed.
 
-Configured in `dagster.yaml` in place of the plain `QueuedRunCoordinator` (same options, so the one-run-per-
-pipeline tag limit still queues a backfill behind a backfill). Every submitted run goes through `submit_run`
+Configured in `dagster.yaml` in place of the plain `QueuedRunCoordinator` (same options; the one-run-per-pipeline
+limit is the pipelines' concurrency pools, `guard.pipeline_pool`). Every submitted run goes through `submit_run`
 — launched from a job page, an asset page, the lineage page's "Materialize all", a sensor, a schedule or the
 GraphQL API. Asset runs (`__ASSET_JOB`) carry no job tags, so the run's pipelines are read from the tags of the
-ops in its plan (`guard.op_tags`) and written onto the run, which the tag limit and the in-op guard then see.
-A refused run ends FAILURE before it is queued, tagged `streamling/refused` and ``dagster/max_retries=0`` (Dagster's
-run retries would only be refused again), and the launch returns the error: the UI shows its message, naming the
-stream run to terminate first.
+ops in its plan (`guard.op_tags`) and written onto the run, which the in-op guard then sees.
+
+A refused launch leaves nothing behind that looks like a failure. Dagster has already created the run, with its
+planned materializations and asset checks, when the coordinator sees it; marked failed, that run would show the
+asset "Failed", its checks "Execution failed", and be retried by Dagster's run retries. So the coordinator deletes
+the run with its events and planned check executions, and answers the launch with a `RunConflict` error whose
+message names the stream run to terminate first: the UI shows that message, without a stack trace. (A run that
+never meets the coordinator — `dagster job execute` — is refused by its op instead: `guard.check_no_other_run`.)
 """
 
 from __future__ import annotations
 
 import dagster as dg
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
+from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
+from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+from dagster_graphql.implementation.utils import UserFacingGraphQLError
+from dagster_graphql.schema.errors import GrapheneRunConflict
 
-from streamling_dagster.guard import PIPELINE_TAG, PIPELINES_TAG, RunRefused, active_stream, mark_refused, refusal
+from streamling_dagster.guard import PIPELINE_TAG, PIPELINES_TAG, active_stream, refusal
+
+
+class LaunchRefused(UserFacingGraphQLError):
+    """The launch answer for a refused run: GraphQL's `RunConflict` with the refusal (a plain message, no stack)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(GrapheneRunConflict(message=message))
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def planned_pipelines(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[str]:
@@ -28,6 +47,16 @@ def planned_pipelines(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[
     return sorted({t[PIPELINE_TAG] for t in tags if PIPELINE_TAG in t})
 
 
+def forget(instance: dg.DagsterInstance, run_id: str) -> None:
+    """Delete a refused run and all it planned: its events (planned materializations among them) and its planned
+    asset-check executions, which `delete_run` leaves (they would show as the checks' latest execution)."""
+    instance.delete_run(run_id)
+    storage = instance.event_log_storage
+    if isinstance(storage, SqlEventLogStorage):
+        with storage.index_connection() as conn:
+            conn.execute(AssetCheckExecutionsTable.delete().where(AssetCheckExecutionsTable.c.run_id == run_id))
+
+
 class StreamlingRunCoordinator(QueuedRunCoordinator):
     def submit_run(self, context: SubmitRunContext) -> dg.DagsterRun:
         run = context.dagster_run
@@ -36,14 +65,14 @@ class StreamlingRunCoordinator(QueuedRunCoordinator):
         if not pipelines and PIPELINE_TAG in run.tags:
             pipelines = [run.tags[PIPELINE_TAG]]
         if pipelines:
+            for pipeline in pipelines:
+                stream = active_stream(instance, pipeline, exclude=run.run_id)
+                if stream is not None:
+                    forget(instance, run.run_id)
+                    raise LaunchRefused(refusal(pipeline, stream, run.job_name))
             tags = {PIPELINES_TAG: ",".join(pipelines)}
             if PIPELINE_TAG not in run.tags:
                 tags[PIPELINE_TAG] = ",".join(pipelines)
             instance.add_run_tags(run.run_id, tags)
-            for pipeline in pipelines:
-                stream = active_stream(instance, pipeline, exclude=run.run_id)
-                if stream is not None:
-                    mark_refused(instance, run.run_id, stream.run_id)
-                    raise RunRefused(refusal(pipeline, stream, run.job_name))
             run = instance.get_run_by_id(run.run_id) or run
         return super().submit_run(SubmitRunContext(run, context.workspace))

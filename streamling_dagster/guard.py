@@ -32,10 +32,6 @@ QUEUED = (dg.DagsterRunStatus.QUEUED,)
 ENGINE_REFUSAL = re.compile(r"pipeline '[^']*' is already running \(pid")
 
 
-class RunRefused(Exception):
-    """A launch that would run a pipeline a second time; the message says which run holds it and what to do."""
-
-
 def op_tags(pf: PipelineFile) -> dict[str, str]:
     """Tags for every Streamling op: the coordinator reads them from a run's plan (asset runs carry no job tags)."""
     return {PIPELINE_TAG: pf.name}
