@@ -4,7 +4,9 @@ Configured in `dagster.yaml` in place of the plain `QueuedRunCoordinator` (same 
 limit is the pipelines' concurrency pools, `guard.pipeline_pool`). Every submitted run goes through `submit_run`
 — launched from a job page, an asset page, the lineage page's "Materialize all", a sensor, a schedule or the
 GraphQL API. Asset runs (`__ASSET_JOB`) carry no job tags, so the run's pipelines are read from the tags of the
-ops in its plan (`guard.op_tags`) and written onto the run, which the in-op guard then sees.
+ops in its plan (`guard.op_tags`) and written onto the run, which the in-op guard then sees; so is the embedded
+ClickHouse data path the run opens in its process (`streamling/embedded_clickhouse`), which `dagster.yaml` limits
+to one run per path.
 
 A refused launch leaves nothing behind that looks like a failure. Dagster has already created the run, with its
 planned materializations and asset checks, when the coordinator sees it; marked failed, that run would show the
@@ -23,7 +25,7 @@ from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
 from dagster_graphql.implementation.utils import UserFacingGraphQLError
 from dagster_graphql.schema.errors import GrapheneRunConflict
 
-from streamling_dagster.guard import PIPELINE_TAG, PIPELINES_TAG, active_stream, refusal
+from streamling_dagster.guard import EMBEDDED_TAG, PIPELINE_TAG, PIPELINES_TAG, active_stream, refusal
 
 
 class LaunchRefused(UserFacingGraphQLError):
@@ -37,14 +39,14 @@ class LaunchRefused(UserFacingGraphQLError):
         return self.message
 
 
-def planned_pipelines(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[str]:
-    """The pipelines whose ops the run will execute, from its execution plan snapshot (sorted)."""
+def planned(instance: dg.DagsterInstance, run: dg.DagsterRun, tag: str) -> list[str]:
+    """The values of `tag` on the ops the run will execute, from its execution plan snapshot (sorted)."""
     if run.execution_plan_snapshot_id is None:
         return []
     plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
     selected = set(plan.step_keys_to_execute or [step.key for step in plan.steps])
     tags = [step.tags or {} for step in plan.steps if step.key in selected]
-    return sorted({t[PIPELINE_TAG] for t in tags if PIPELINE_TAG in t})
+    return sorted({t[tag] for t in tags if tag in t})
 
 
 def forget(instance: dg.DagsterInstance, run_id: str) -> None:
@@ -61,7 +63,8 @@ class StreamlingRunCoordinator(QueuedRunCoordinator):
     def submit_run(self, context: SubmitRunContext) -> dg.DagsterRun:
         run = context.dagster_run
         instance = self._instance
-        pipelines = sorted(set(run.tags.get(PIPELINES_TAG, "").split(",")) - {""}) or planned_pipelines(instance, run)
+        listed = sorted(set(run.tags.get(PIPELINES_TAG, "").split(",")) - {""})
+        pipelines = listed or planned(instance, run, PIPELINE_TAG)
         if not pipelines and PIPELINE_TAG in run.tags:
             pipelines = [run.tags[PIPELINE_TAG]]
         if pipelines:
@@ -73,6 +76,8 @@ class StreamlingRunCoordinator(QueuedRunCoordinator):
             tags = {PIPELINES_TAG: ",".join(pipelines)}
             if PIPELINE_TAG not in run.tags:
                 tags[PIPELINE_TAG] = ",".join(pipelines)
+            if paths := planned(instance, run, EMBEDDED_TAG):  # queued one run per embedded data path
+                tags[EMBEDDED_TAG] = ",".join(paths)
             instance.add_run_tags(run.run_id, tags)
             run = instance.get_run_by_id(run.run_id) or run
         return super().submit_run(SubmitRunContext(run, context.workspace))

@@ -32,9 +32,17 @@ QUEUED = (dg.DagsterRunStatus.QUEUED,)
 ENGINE_REFUSAL = re.compile(r"pipeline '[^']*' is already running \(pid")
 
 
-def op_tags(pf: PipelineFile) -> dict[str, str]:
-    """Tags for every Streamling op: the coordinator reads them from a run's plan (asset runs carry no job tags)."""
-    return {PIPELINE_TAG: pf.name}
+EMBEDDED_TAG = "streamling/embedded_clickhouse"
+"""The embedded ClickHouse data path a run opens in its own process: `dagster.yaml` lets one run per path out of
+the queue (chdb opens a data path in one process at a time)."""
+
+
+def op_tags(pf: PipelineFile, streaming: bool = False) -> dict[str, str]:
+    """Tags for every Streamling op: the coordinator reads them from a run's plan (asset runs carry no job tags)
+    and puts them on the run. `streaming`: the op streams, so only a ClickHouse sink keeps the embedded data path
+    open for the run's life (`PipelineFile.embedded_clickhouse`)."""
+    path = pf.embedded_clickhouse[1 if streaming else 0]
+    return {PIPELINE_TAG: pf.name, **({EMBEDDED_TAG: path} if path else {})}
 
 
 def pipeline_pool(pf: PipelineFile) -> str:

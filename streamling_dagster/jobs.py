@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from streamling import source_status
+from streamling import release_embedded, source_status
 from streamling_dagster.backfill import backfill_checks, sink_metadata
 from streamling_dagster.guard import STREAM_TAG, check_no_other_run, op_tags, pipeline_pool
 from streamling_dagster.pipelines import PipelineFile
@@ -31,7 +31,7 @@ def stream_job(pf: PipelineFile) -> dg.JobDefinition:
         out={},
         name=f"stream_{pf.name}",
         description=f"Run {pf.path.name} from its committed positions until the run is terminated.",
-        tags=op_tags(pf),
+        tags=op_tags(pf, streaming=True),
         pool=pipeline_pool(pf),
     )
     def stream(
@@ -70,7 +70,7 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         out={},
         name=f"backfill_then_stream_{pf.name}",
         description=f"Backfill {pf.path.name}, then stream it until the run is terminated.",
-        tags=op_tags(pf),
+        tags=op_tags(pf, streaming=True),
         pool=pipeline_pool(pf),
     )
     def backfill_then_stream(
@@ -102,6 +102,8 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
                 context.log_event(evaluation)
             boundary = {name: progress.position for name, progress in summary.sources.items()}
             context.log.info(f"Backfill done; streaming from the committed positions {boundary}")
+            if release_embedded():  # another pipeline's run can open it while this one streams
+                context.log.info("Released the embedded ClickHouse data path (the bounded phase is over)")
             streaming = settings.model_copy(update={"job_mode": False})
             yield from run_engine(context, pf, streaming, session, config, observe=True, clean_stop=True, stop=stop)
 

@@ -59,3 +59,45 @@ def test_kafka_positions_are_named_by_topic_and_a_missing_age_is_left_out(tmp_pa
     assert freshness.description.startswith("never committed; 5 records waiting")
     assert "seconds_since_commit" not in freshness.metadata  # not a -1
     assert freshness.metadata["backlog_total"].value == 5
+
+
+def test_runs_opening_the_embedded_clickhouse_in_their_process_are_tagged_with_its_path(tmp_path) -> None:
+    """`dagster.yaml` lets one run per `streamling/embedded_clickhouse` value out of the queue: a backfill opening the
+    path is tagged, a stream only when a ClickHouse sink keeps the path open for its life (a backfill-then-stream
+    releases it after its backfill); with a server url or a warm engine, nothing is tagged. The coordinator reads the
+    tag from the ops in the run's plan (`planned`), as it reads the pipeline."""
+    from streamling.config import load_settings
+    from streamling_dagster.coordinator import planned
+    from streamling_dagster.guard import EMBEDDED_TAG, op_tags
+    from streamling_dagster.jobs import backfill_then_stream_job
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "reads.yaml").write_text(
+        "sources:\n  h:\n    type: hybrid\n    primary_key: id\n"
+        "    bounded_sources: [{source_type: clickhouse, table_name: db.t}]\n"
+        "    unbounded_source: {source_type: kafka, topic: x, data_format: json, schema: {id: bigint}}\n"
+        "sinks:\n  o: {type: blackhole, from: h}\n"
+    )
+    (tmp_path / "p" / "writes.yaml").write_text(
+        "sources:\n  g: {type: generator, primary_key: id}\nsinks:\n  c: {type: clickhouse, from: g, table: db.t}\n"
+    )
+    data = tmp_path / "chdb"
+    embedded = load_settings(
+        environ={"STREAMLING__CLICKHOUSE_SOURCE__PATH": str(data), "STREAMLING__CLICKHOUSE_SINK__PATH": str(data)}
+    )
+    reads, writes = discover(tmp_path / "p", embedded)
+    assert (op_tags(reads).get(EMBEDDED_TAG), op_tags(reads, streaming=True).get(EMBEDDED_TAG)) == (str(data), None)
+    assert (op_tags(writes).get(EMBEDDED_TAG), op_tags(writes, streaming=True).get(EMBEDDED_TAG)) == (
+        str(data),
+        str(data),
+    )
+    for other in (
+        {"STREAMLING__CLICKHOUSE_SINK__URL": "http://ch:8123", "STREAMLING__CLICKHOUSE_SOURCE__URL": "http://ch:8123"},
+        {"STREAMLING__ENGINE_URL": "http://127.0.0.1:1"},
+    ):
+        for pf in discover(tmp_path / "p", load_settings(environ=other)):
+            assert EMBEDDED_TAG not in op_tags(pf) and EMBEDDED_TAG not in op_tags(pf, streaming=True)
+    with dg.instance_for_test() as instance:
+        run = instance.create_run_for_job(backfill_then_stream_job(writes))
+        assert planned(instance, run, EMBEDDED_TAG) == [str(data)]
+        assert planned(instance, run, "streamling/pipeline") == ["writes"]

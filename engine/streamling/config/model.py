@@ -89,6 +89,9 @@ class ClickHouseConnectionSettings(_Section):
     password: SecretStr = SecretStr("")
     database: str = "default"
     connect_timeout_sec: PositiveInt = 10
+    embedded_wait_sec: Seconds = 0.0
+    """How long a run waits for the embedded engine's data path while another process holds it (saying which, once,
+    while it waits); 0 fails at once, naming that process. Dagster's runs wait 600 s unless this is set."""
 
 
 class ClickHouseSourceSettings(ClickHouseConnectionSettings):
