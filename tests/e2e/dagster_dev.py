@@ -357,7 +357,7 @@ def running_dagster_dev(
     topic = f"dagster_ticks_{uuid.uuid4().hex[:8]}"
     home = root / "dagster_home"
     home.mkdir(parents=True)
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(REPO / "infra" / "dagster" / "dagster.yaml", home / "dagster.yaml")
     if pipelines is None:
         pipelines = root / "pipelines"
         write_pipelines(pipelines, schema, topic)

@@ -48,6 +48,8 @@ def test_backfill_job_from_the_command_line_writes_rows_and_records_metadata(
         timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for noise in ("BetaWarning", "SupersessionWarning", "is currently in beta", "warnings.warn("):
+        assert noise not in done.stdout + done.stderr, "quiet start-up: no Dagster beta or supersession warnings"
     with pg_connect() as conn:
         assert conn.execute(f'SELECT count(*), max(id) FROM "{schema}".orders').fetchone() == (2000, 2000)
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
