@@ -15,6 +15,7 @@ import dagster as dg
 from streamling import release_embedded, source_status
 from streamling_dagster.backfill import backfill_checks, sink_metadata
 from streamling_dagster.guard import STREAM_TAG, check_no_other_run, op_tags, pipeline_pool
+from streamling_dagster.observations import named_position, position_text
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 from streamling_dagster.streaming import StopSignals, StreamConfig, end_if_stopped, run_engine, stopped_cleanly
@@ -100,8 +101,11 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
                 context.log_event(dg.AssetMaterialization(asset_key=pf.asset_key(sink), metadata=metadata))
             for evaluation in backfill_checks(pf, before, summary):
                 context.log_event(evaluation)
-            boundary = {name: progress.position for name, progress in summary.sources.items()}
-            context.log.info(f"Backfill done; streaming from the committed positions {boundary}")
+            boundary = "; ".join(
+                f"{name} at {position_text(named_position(pf, name, progress.position, settings=settings))}"
+                for name, progress in summary.sources.items()
+            )
+            context.log.info(f"Backfill done; streaming from the committed positions: {boundary or 'none'}")
             if release_embedded():  # another pipeline's run can open it while this one streams
                 context.log.info("Released the embedded ClickHouse data path (the bounded phase is over)")
             streaming = settings.model_copy(update={"job_mode": False})

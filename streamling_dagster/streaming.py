@@ -31,7 +31,7 @@ import dagster as dg
 from streamling import EngineClient, RunSummary, Settings, run_on_engine, run_pipeline, source_status
 from streamling.errors import StreamlingError, first_line
 from streamling_dagster.guard import check_no_other_run, engine_refusal
-from streamling_dagster.observations import named_position, sink_observations, unchanged_key
+from streamling_dagster.observations import named_position, position_text, sink_observations, unchanged_key
 from streamling_dagster.pipelines import PipelineFile
 
 FIRST_OBSERVATION_RETRY_SEC = 2.0
@@ -102,7 +102,7 @@ class Progress:
         last, rows_then = self._logged
         rows = sum(self.summary.sink_rows.values())
         at = {
-            name: named_position(self.pf, name, p.position, settings=self.settings)
+            name: position_text(named_position(self.pf, name, p.position, settings=self.settings))
             for name, p in self.summary.sources.items()
         }
         sources = ", ".join(

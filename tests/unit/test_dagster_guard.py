@@ -101,3 +101,29 @@ def test_runs_opening_the_embedded_clickhouse_in_their_process_are_tagged_with_i
         run = instance.create_run_for_job(backfill_then_stream_job(writes))
         assert planned(instance, run, EMBEDDED_TAG) == [str(data)]
         assert planned(instance, run, "streamling/pipeline") == ["writes"]
+
+
+def test_a_hybrid_sources_phase_is_in_the_observation_metadata(tmp_path) -> None:
+    from streamling_dagster.observations import status_metadata
+
+    (tmp_path / "h.yaml").write_text(
+        "sources:\n  h:\n    type: hybrid\n    primary_key: id\n"
+        "    bounded_sources: [{source_type: clickhouse, table_name: db.t}]\n"
+        "    unbounded_source: {source_type: kafka, topic: x, data_format: json, schema: {id: bigint}}\n"
+        "sinks:\n  o: {type: blackhole, from: h}\n"
+    )
+    (pf,) = discover(tmp_path)
+    bounded = {"h": SourceStatus({"cursor": "5"}, 1, 1_000, None, phase=0)}
+    streaming = {"h": SourceStatus({"0": 7}, 4, 2_000, {"0": 0}, phase=1)}
+    assert status_metadata(pf, bounded, ["h"])["source_phase"].value == {"h": "1 of 2: clickhouse db.t (bounded)"}
+    assert status_metadata(pf, streaming, ["h"])["source_phase"].value == {"h": "2 of 2: kafka x (stream)"}
+    plain = {"h": SourceStatus(None, None, None, None)}
+    assert "source_phase" not in status_metadata(pf, plain, ["h"])
+
+
+def test_positions_in_log_lines_read_as_text_not_python_dicts() -> None:
+    from streamling_dagster.observations import position_text
+
+    assert position_text({"orders": {"0": 12, "1": 3}}) == "orders[0]=12 orders[1]=3"
+    assert position_text({"cursor": "5", "phase": 1}) == "cursor=5 phase=1"
+    assert position_text(None) == "the start"
