@@ -16,6 +16,7 @@ positions. A stream then marks its run CANCELED and returns; its job's hook ends
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
@@ -27,6 +28,7 @@ from types import FrameType
 from typing import Any
 
 import dagster as dg
+from dagster._core.events import DagsterEvent, DagsterEventType
 
 from streamling import EngineClient, RunSummary, Settings, run_on_engine, run_pipeline, source_status
 from streamling.errors import StreamlingError, first_line
@@ -428,9 +430,13 @@ def _report_canceled(context: dg.OpExecutionContext, summary: RunSummary) -> Non
     if run is None or run.status != dg.DagsterRunStatus.CANCELING:
         return
     epochs = ", ".join(f"{name} after epoch {p.epochs} of this run" for name, p in summary.sources.items())
-    context.instance.report_run_canceled(
-        run, message=f"Stopped on request; positions committed ({epochs or 'no epoch ran'})"
+    # `report_run_canceled` without its ERROR level: a stop on request is how a stream is paused, not an error
+    canceled = DagsterEvent(
+        event_type_value=DagsterEventType.RUN_CANCELED.value,
+        job_name=run.job_name,
+        message=f"Stopped on request; positions committed ({epochs or 'no epoch ran'})",
     )
+    context.instance.report_dagster_event(canceled, run_id=run.run_id, log_level=logging.INFO)
 
 
 @dg.success_hook(name="streamling_stopped_cleanly")

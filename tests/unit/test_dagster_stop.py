@@ -5,6 +5,7 @@ real SIGINT to the main thread, as Dagster's run worker gets it."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -90,7 +91,9 @@ def test_a_stop_between_the_backfill_and_the_stream_ends_the_run_canceled_with_t
             instance=instance, resources=resources, raise_on_error=False
         )
         run = instance.get_run_by_id(result.run_id)
+        (canceled,) = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.RUN_CANCELED)
     assert run is not None and run.status == dg.DagsterRunStatus.CANCELED
+    assert canceled.level == logging.INFO  # a pause on request is no error (Dagster's own report says ERROR)
     kinds = [e.event_type_value for e in result.all_events]
     assert "STEP_FAILURE" not in kinds and "RUN_FAILURE" not in kinds
     assert phases == [True]  # the backfill ran; the stream did not start
@@ -127,7 +130,8 @@ def test_a_stop_while_a_finished_backfill_is_recorded_records_it_and_ends_the_ru
 def test_a_stop_while_spark_starts_interrupts_the_start_and_the_engine_never_runs(tmp_path: Path, monkeypatch) -> None:
     """Starting Spark blocks and cannot watch the stop Event; a stop request breaks into it, as Dagster's own
     interrupt did, and the run ends CANCELED instead of failing. The session start is a stand-in that blocks for a
-    minute; the SIGINT comes from another thread meanwhile, as Dagster's termination thread sends it."""
+    minute; the SIGINT comes from another thread once the start began, as Dagster's termination thread sends it
+    (not after a fixed delay: the step's set-up, a pool slot's claim included, may take longer)."""
     (tmp_path / "gen.yaml").write_text(GENERATOR)
     (pf,) = discover(tmp_path)
     phases: list[bool] = []
@@ -137,7 +141,14 @@ def test_a_stop_while_spark_starts_interrupts_the_start_and_the_engine_never_run
     assert main is not None and threading.current_thread().ident == main
     started = time.monotonic()
     with dg.instance_for_test() as instance:
-        interrupt = threading.Timer(1.0, signal.pthread_kill, args=(main, signal.SIGINT))
+        SPARK_STARTING.clear()
+
+        def when_spark_starts() -> None:
+            if SPARK_STARTING.wait(30):
+                time.sleep(0.5)  # inside the blocking start: a signal just before a blocking call waits for its end
+                signal.pthread_kill(main, signal.SIGINT)
+
+        interrupt = threading.Thread(target=when_spark_starts)
         interrupt.start()
         result = jobs.stream_job(pf).execute_in_process(instance=instance, resources=resources, raise_on_error=False)
         interrupt.join()
@@ -178,9 +189,13 @@ def test_an_error_on_the_ops_thread_stops_the_engine_and_fails_the_run_as_an_err
     assert "RuntimeError: the event log is gone" in failure.event_specific_data.error.to_string()
 
 
+SPARK_STARTING = threading.Event()
+
+
 class SlowSpark(StreamlingSparkResource):
     @property
     def spark_session(self) -> object:
+        SPARK_STARTING.set()
         time.sleep(60)
         return object()
 
