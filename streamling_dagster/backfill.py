@@ -150,7 +150,8 @@ def backfill_events(
     op_context = context.op_execution_context
     with StopSignals(stop) as signals:
         with signals.interruptible():  # the event log and the state backend, which can block
-            check_no_other_run(op_context, pf)  # before resetting positions or starting Spark
+            wait = config.wait_for_running_sec if config is not None else 0.0
+            check_no_other_run(op_context, pf, wait)  # before resetting positions or starting Spark
             job = plan_run(context, pf, streamling)
         if stop.is_set():
             end_if_stopped(op_context, stop)

@@ -12,6 +12,7 @@ comma-separated: an asset run launched from the lineage page can span several pi
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 
 import dagster as dg
@@ -120,15 +121,35 @@ def mark_refused(instance: dg.DagsterInstance, run_id: str, holder: str) -> None
     instance.add_run_tags(run_id, {REFUSED_TAG: holder, **NO_RETRIES})
 
 
-def check_no_other_run(context: dg.OpExecutionContext, pf: PipelineFile) -> None:
+def check_no_other_run(context: dg.OpExecutionContext, pf: PipelineFile, wait_sec: float = 0.0) -> None:
     """At the start of a Streamling op, before Spark starts: end this run when an older run of the same pipeline
-    is active (runs started outside the run coordinator, e.g. by `dagster job execute`)."""
+    is active (runs started outside the run coordinator, e.g. by `dagster job execute`) — at once, or when it is
+    still active after `wait_sec` (the ops' `wait_for_running_sec`: a script waits for the running run)."""
+    deadline = time.monotonic() + wait_sec
+    waiting: str | None = None
+    while (holder := _older_active(context, pf)) is not None:
+        if time.monotonic() >= deadline:
+            mark_refused(context.instance, context.run_id, holder.run_id)
+            waited = f" (waited {wait_sec:.0f} s for it)" if wait_sec else ""
+            raise dg.Failure(description=refusal(pf.name, holder, context.job_name) + waited, allow_retries=False)
+        if waiting != holder.run_id:
+            context.log.info(
+                f"pipeline '{pf.name}' is running in Dagster {describe(holder)}; waiting up to {wait_sec:.0f} s "
+                "for it to end (wait_for_running_sec)"
+            )
+            waiting = holder.run_id
+        time.sleep(1.0)
+    if waiting is not None:
+        context.log.info(f"run {waiting} ended; this run starts")
+
+
+def _older_active(context: dg.OpExecutionContext, pf: PipelineFile) -> dg.DagsterRun | None:
     me = context.instance.get_run_record_by_id(context.run_id)
     mine = me.create_timestamp if me is not None else None
     for record in other_runs(context.instance, pf.name, RUNNING, exclude=context.run_id):
         if mine is None or record.create_timestamp <= mine:  # the younger run gives way, never both
-            mark_refused(context.instance, context.run_id, record.dagster_run.run_id)
-            raise dg.Failure(description=refusal(pf.name, record.dagster_run, context.job_name), allow_retries=False)
+            return record.dagster_run
+    return None
 
 
 def engine_refusal(context: dg.OpExecutionContext, pf: PipelineFile, error: BaseException) -> dg.Failure | None:

@@ -85,7 +85,7 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
             settings = streamling.pipeline_settings(pf, job_mode="true")
             context.log.info(f"Backfilling {pf.path} (state namespace {settings.application_id})")
             with signals.interruptible():
-                check_no_other_run(context, pf)  # before reading positions and starting Spark
+                check_no_other_run(context, pf, config.wait_for_running_sec)  # before positions and Spark
                 before = source_status(pf.path, settings)
             if stop.is_set():
                 end_if_stopped(context, stop)

@@ -49,6 +49,9 @@ class StreamConfig(dg.Config):
     """How often a running stream reports positions, backlog, rows/s and the last epoch on its sinks."""
     progress_interval_sec: float = 30.0
     """How often a progress line is written to the run log."""
+    wait_for_running_sec: float = 0.0
+    """When another run of the pipeline is running as this one starts (only a run that bypassed the queue can meet
+    one: `dagster job execute`), wait up to this long for it to end instead of being refused at once."""
 
 
 @dataclass
@@ -186,7 +189,7 @@ def run_engine(
         progress = Progress(context, pf, settings, summary, config, observe)
         if not stop.is_set():  # a stop that came first: nothing is started for the engine
             with signals.interruptible():  # blocking work that cannot watch the stop Event
-                check_no_other_run(context, pf)
+                check_no_other_run(context, pf, config.wait_for_running_sec)
                 _link_admin_page(context, settings)
                 warm = warm_engine(context, settings)
                 session = None if warm is not None else spark() if callable(spark) else spark
