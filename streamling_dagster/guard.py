@@ -108,6 +108,19 @@ def stream_skip_reason(
     )
 
 
+def invalid_now(pf: PipelineFile) -> dg.SkipReason | None:
+    """For sensors and schedules: skip while the file on disk no longer validates. Between an edit that breaks it
+    and the code location's reload, the loaded definitions still offer its jobs; a run requested then fails to
+    start (and Dagster's retries make it fail again)."""
+    from streamling_dagster.pipelines import read_pipeline_file
+
+    current = read_pipeline_file(pf.path)
+    if current.pipeline is not None:
+        return None
+    problem = current.errors[0] if current.errors else "it does not validate"
+    return dg.SkipReason(f"{pf.name}: {pf.path} is invalid now (fix it, then reload the code location): {problem}")
+
+
 def refusal(pipeline: str, holder: dg.DagsterRun, job: str) -> str:
     return (
         f"pipeline '{pipeline}' is already running in Dagster {describe(holder)}; this {job} run was not started, "
@@ -189,6 +202,6 @@ def backfill_schedule(
         f"{pf.name} is active.",
     )
     def schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
-        return stream_skip_reason(context, pf.name) or dg.RunRequest(tags={PIPELINE_TAG: pf.name})
+        return stream_skip_reason(context, pf.name) or invalid_now(pf) or dg.RunRequest(tags={PIPELINE_TAG: pf.name})
 
     return schedule

@@ -15,7 +15,7 @@ import time
 
 import dagster as dg
 
-from streamling_dagster.guard import REFUSED_TAG
+from streamling_dagster.guard import REFUSED_TAG, invalid_now
 from streamling_dagster.jobs import STREAM_TAG
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.streaming import STOPPED_BY_TAG
@@ -120,6 +120,9 @@ def keeper_sensor(pf: PipelineFile, job: dg.JobDefinition) -> dg.SensorDefinitio
         records = context.instance.get_run_records(
             filters=dg.RunsFilter(tags={STREAM_TAG: pf.name}), limit=20, order_by="create_timestamp", ascending=False
         )
-        return decide(pf, list(records), time.time())
+        decision = decide(pf, list(records), time.time())
+        if isinstance(decision, dg.RunRequest):  # a run of a file broken since the last reload fails to start
+            return invalid_now(pf) or decision
+        return decision
 
     return stream_keeper

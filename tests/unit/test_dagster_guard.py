@@ -127,3 +127,29 @@ def test_positions_in_log_lines_read_as_text_not_python_dicts() -> None:
     assert position_text({"orders": {"0": 12, "1": 3}}) == "orders[0]=12 orders[1]=3"
     assert position_text({"cursor": "5", "phase": 1}) == "cursor=5 phase=1"
     assert position_text(None) == "the start"
+
+
+def test_the_schedule_and_the_keeper_skip_a_file_broken_since_the_last_reload(tmp_path) -> None:
+    """Between an edit that breaks the file and the code location's reload, the loaded definitions still offer the
+    jobs; a tick then skips, naming the problem, instead of requesting a run that fails to start."""
+    from streamling_dagster.guard import backfill_schedule
+
+    text = (
+        "sources:\n  g: {type: generator, primary_key: id}\nsinks:\n  o: {type: blackhole, from: g}\n"
+        "orchestration: {backfill_schedule: '0 3 * * *'}\n"
+    )
+    (tmp_path / "p.yaml").write_text(text.replace("primary_key: id", "rows: 5, primary_key: id"))
+    (bounded,) = discover(tmp_path)
+    schedule = backfill_schedule(bounded, stream_job(bounded))
+    with dg.DagsterInstance.ephemeral() as instance:
+        context = dg.build_schedule_context(instance=instance)
+        assert isinstance(schedule.evaluate_tick(context).run_requests[0], dg.RunRequest)
+        (tmp_path / "p.yaml").write_text(text.replace("from: g", "from: nowhere"))
+        (skip,) = schedule.evaluate_tick(context).skip_message.splitlines()
+        assert skip.startswith(f"p: {tmp_path / 'p.yaml'} is invalid now (fix it, then reload the code location): ")
+        assert "'nowhere'" in skip
+        (tmp_path / "p.yaml").write_text(text)
+        (streaming,) = discover(tmp_path)
+        (tmp_path / "p.yaml").write_text(text.replace("from: g", "from: nowhere"))
+        keeper = keeper_sensor(streaming, stream_job(streaming))(dg.build_sensor_context(instance=instance))
+        assert isinstance(keeper, dg.SkipReason) and "is invalid now" in (keeper.skip_message or "")
