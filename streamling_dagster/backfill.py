@@ -195,11 +195,29 @@ def backfill_events(
                     )
                 )
         else:
-            for sink, metadata in sink_metadata(pf, summary, carried, settings).items():
-                results.append(dg.MaterializeResult(asset_key=pf.asset_key(sink), metadata=metadata))
+            if nothing_new(summary, carried, job.fresh):
+                context.log.info(
+                    "Nothing new since the last backfill (no rows read or written): the sinks keep their latest "
+                    "materialization"
+                )
+            else:
+                for sink, metadata in sink_metadata(pf, summary, carried, settings).items():
+                    results.append(dg.MaterializeResult(asset_key=pf.asset_key(sink), metadata=metadata))
             results += [reconcile(pf, pf.asset_key(sink), before, summary) for sink in reconciled_sinks(pf)]
             end_if_stopped(op_context, stop, summary)  # a stop after the engine finished: whole, and recorded
     yield from results
+
+
+def nothing_new(summary: RunSummary, carried: dict[str, int], fresh: bool) -> bool:
+    """A resumed backfill that found nothing after its committed positions: recording it would make `rows_written
+    0` every sink's latest materialization, hiding what the backfill did. (A fresh run — a reprocess, a range — or
+    one that completes an interrupted backfill is always recorded.)"""
+    return (
+        not fresh
+        and not any(carried.values())
+        and not any(p.rows_in for p in summary.sources.values())
+        and not any(summary.sink_rows.values())
+    )
 
 
 def carried_rows(instance: dg.DagsterInstance, pf: PipelineFile, partition: str | None) -> dict[str, int]:

@@ -267,3 +267,28 @@ def test_a_running_stream_observes_only_when_its_rows_positions_or_backlog_moved
     assert moved.metadata["stream_rows_written"].value == 12
     assert moved.metadata["rows_per_sec_since_last_observation"].value == round(7 / 60, 1)
     assert progress.observations(start + 722) != []  # the run's final observations are always made
+
+
+def test_a_backfill_that_found_nothing_new_keeps_the_latest_materialization(tmp_path: Path, monkeypatch) -> None:
+    """A plain re-run of a finished backfill reads nothing after its committed positions; recording it would make
+    `rows_written 0` the sinks' latest metadata. The engine is a stand-in: 5 rows, then nothing."""
+    (tmp_path / "gen.yaml").write_text(GENERATOR)
+    phases: list[bool] = []
+
+    def nothing(path, settings, session, *, stop, summary: RunSummary) -> RunSummary:  # type: ignore[no-untyped-def]
+        summary.sources["g"] = SourceProgress(epochs=0, rows_in=0)
+        return summary
+
+    with dg.instance_for_test() as instance:
+        monkeypatch.setattr(streaming, "run_pipeline", bounded_stand_in(phases))
+        first = dg.materialize(run_assets(tmp_path), instance=instance, resources=stand_in_resources(tmp_path))
+        monkeypatch.setattr(streaming, "run_pipeline", nothing)
+        again = dg.materialize(run_assets(tmp_path), instance=instance, resources=stand_in_resources(tmp_path))
+        (key,) = {e.asset_key for e in first.get_asset_materialization_events()}
+        latest = instance.get_latest_materialization_event(key)
+        logs = [e.message for e in instance.all_logs(again.run_id)]
+    assert again.success and again.get_asset_materialization_events() == []
+    assert [c.check_name for c in again.get_asset_check_evaluations()] == ["rows_reconcile"]
+    assert latest is not None and latest.run_id == first.run_id
+    assert latest.asset_materialization.metadata["rows_written"].value == 5
+    assert any("Nothing new since the last backfill" in m for m in logs)
