@@ -166,8 +166,15 @@ def backfill_events(
         if stop.is_set():
             end_if_stopped(op_context, stop)
             return
-        context.log.info(f"Running {pf.path} in job mode, {job.why} (state namespace {settings.application_id})")
         summary = RunSummary()
+        if not job.fresh and not any(carried.values()) and at_their_end(before):
+            context.log.info(
+                "Nothing new since the last backfill: every source is at its end (backlog 0), so Spark is not "
+                "started and the sinks keep their latest materialization"
+            )
+            yield from [reconcile(pf, pf.asset_key(sink), before, summary) for sink in reconciled_sinks(pf)]
+            return
+        context.log.info(f"Running {pf.path} in job mode, {job.why} (state namespace {settings.application_id})")
         try:
             yield from run_engine(  # observe=False: yields nothing
                 op_context,
@@ -206,6 +213,12 @@ def backfill_events(
             results += [reconcile(pf, pf.asset_key(sink), before, summary) for sink in reconciled_sinks(pf)]
             end_if_stopped(op_context, stop, summary)  # a stop after the engine finished: whole, and recorded
     yield from results
+
+
+def at_their_end(statuses: dict[str, SourceStatus]) -> bool:
+    """Every source has committed a position and knows nothing waits after it (`Source.backlog`, e.g. bounded Kafka:
+    its end offsets). Sources that cannot tell (ClickHouse, generators) are read to find out."""
+    return bool(statuses) and all(s.position is not None and s.backlog_total == 0 for s in statuses.values())
 
 
 def nothing_new(summary: RunSummary, carried: dict[str, int], fresh: bool) -> bool:

@@ -292,3 +292,24 @@ def test_a_backfill_that_found_nothing_new_keeps_the_latest_materialization(tmp_
     assert latest is not None and latest.run_id == first.run_id
     assert latest.asset_materialization.metadata["rows_written"].value == 5
     assert any("Nothing new since the last backfill" in m for m in logs)
+
+
+def test_a_backfill_whose_sources_are_all_at_their_end_does_not_start_spark(tmp_path: Path, monkeypatch) -> None:
+    """When every source says nothing waits after its committed position (bounded Kafka knows its end offsets), a
+    plain re-run is a no-op: Spark is not started (issue: 73 s for nothing). `source_status` is a stand-in saying
+    what the state backend and the broker would; `run_pipeline` one that fails the test if it is called."""
+    (tmp_path / "gen.yaml").write_text(GENERATOR)
+
+    def never(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the engine ran")
+
+    monkeypatch.setattr(streaming, "run_pipeline", never)
+    monkeypatch.setattr(backfill, "source_status", lambda path, settings: {"g": SourceStatus({"0": 5}, 3, 1, {"0": 0})})
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(run_assets(tmp_path), instance=instance, resources=stand_in_resources(tmp_path))
+        logs = [e.message for e in instance.all_logs(result.run_id)]
+    assert result.success and result.get_asset_materialization_events() == []
+    assert any("every source is at its end (backlog 0), so Spark is not started" in m for m in logs)
+    monkeypatch.setattr(backfill, "source_status", lambda path, settings: {"g": SourceStatus({"0": 5}, 3, 1, {"0": 2})})
+    with dg.instance_for_test() as instance, pytest.raises(AssertionError, match="the engine ran"):
+        dg.materialize(run_assets(tmp_path), instance=instance, resources=stand_in_resources(tmp_path))
