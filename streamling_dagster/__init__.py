@@ -8,6 +8,7 @@ for it, not on import. Build your own with `build_definitions(directory)` (a fol
 
 import dagster as dg
 
+from streamling_dagster import quiet  # noqa: F401 - the warnings filters, before any definition is built
 from streamling_dagster.component import StreamlingPipelineComponent
 from streamling_dagster.definitions import build_definitions
 from streamling_dagster.factory import pipeline_definitions, streamling_assets

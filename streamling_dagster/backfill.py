@@ -24,7 +24,7 @@ from dagster import AssetExecutionContext
 
 from streamling import RunSummary, Settings, SourceStatus, reset_positions, source_status
 from streamling_dagster import nodes
-from streamling_dagster.guard import check_no_other_run, op_tags
+from streamling_dagster.guard import check_no_other_run, op_tags, pipeline_pool
 from streamling_dagster.observations import feeding, named_positions
 from streamling_dagster.partitions import partition_namespace
 from streamling_dagster.pipelines import PipelineFile
@@ -94,7 +94,8 @@ BACKFILLS: dict[str, PipelineFile] = {}
 
 def backfill_asset_args(pf: PipelineFile, sinks: list[dg.AssetSpec], name: str | None = None) -> dict[str, Any]:
     """`dg.multi_asset` arguments of a pipeline's backfill: the sinks (skippable: a terminated run has none),
-    the `rows_reconcile` checks, the partitions, the op tags the run coordinator reads, the clean-stop hook."""
+    the `rows_reconcile` checks, the partitions, the op tags the run coordinator reads, the pipeline's pool, the
+    clean-stop hook."""
     assert pf.pipeline is not None
     checks = [
         dg.AssetCheckSpec(
@@ -115,6 +116,7 @@ def backfill_asset_args(pf: PipelineFile, sinks: list[dg.AssetSpec], name: str |
         "can_subset": False,
         "partitions_def": plan.definition() if plan is not None else None,
         "op_tags": op_tags(pf),
+        "pool": pipeline_pool(pf),
     }
 
 
@@ -148,7 +150,8 @@ def backfill_events(
     op_context = context.op_execution_context
     with StopSignals(stop) as signals:
         with signals.interruptible():  # the event log and the state backend, which can block
-            check_no_other_run(op_context, pf)  # before resetting positions or starting Spark
+            wait = config.wait_for_running_sec if config is not None else 0.0
+            check_no_other_run(op_context, pf, wait)  # before resetting positions or starting Spark
             job = plan_run(context, pf, streamling)
         if stop.is_set():
             end_if_stopped(op_context, stop)
@@ -163,8 +166,15 @@ def backfill_events(
         if stop.is_set():
             end_if_stopped(op_context, stop)
             return
-        context.log.info(f"Running {pf.path} in job mode, {job.why} (state namespace {settings.application_id})")
         summary = RunSummary()
+        if not job.fresh and not any(carried.values()) and at_their_end(before):
+            context.log.info(
+                "Nothing new since the last backfill: every source is at its end (backlog 0), so Spark is not "
+                "started and the sinks keep their latest materialization"
+            )
+            yield from [reconcile(pf, pf.asset_key(sink), before, summary) for sink in reconciled_sinks(pf)]
+            return
+        context.log.info(f"Running {pf.path} in job mode, {job.why} (state namespace {settings.application_id})")
         try:
             yield from run_engine(  # observe=False: yields nothing
                 op_context,
@@ -192,11 +202,35 @@ def backfill_events(
                     )
                 )
         else:
-            for sink, metadata in sink_metadata(pf, summary, carried, settings).items():
-                results.append(dg.MaterializeResult(asset_key=pf.asset_key(sink), metadata=metadata))
+            if nothing_new(summary, carried, job.fresh):
+                context.log.info(
+                    "Nothing new since the last backfill (no rows read or written): the sinks keep their latest "
+                    "materialization"
+                )
+            else:
+                for sink, metadata in sink_metadata(pf, summary, carried, settings).items():
+                    results.append(dg.MaterializeResult(asset_key=pf.asset_key(sink), metadata=metadata))
             results += [reconcile(pf, pf.asset_key(sink), before, summary) for sink in reconciled_sinks(pf)]
             end_if_stopped(op_context, stop, summary)  # a stop after the engine finished: whole, and recorded
     yield from results
+
+
+def at_their_end(statuses: dict[str, SourceStatus]) -> bool:
+    """Every source has committed a position and knows nothing waits after it (`Source.backlog`, e.g. bounded Kafka:
+    its end offsets). Sources that cannot tell (ClickHouse, generators) are read to find out."""
+    return bool(statuses) and all(s.position is not None and s.backlog_total == 0 for s in statuses.values())
+
+
+def nothing_new(summary: RunSummary, carried: dict[str, int], fresh: bool) -> bool:
+    """A resumed backfill that found nothing after its committed positions: recording it would make `rows_written
+    0` every sink's latest materialization, hiding what the backfill did. (A fresh run — a reprocess, a range — or
+    one that completes an interrupted backfill is always recorded.)"""
+    return (
+        not fresh
+        and not any(carried.values())
+        and not any(p.rows_in for p in summary.sources.values())
+        and not any(summary.sink_rows.values())
+    )
 
 
 def carried_rows(instance: dg.DagsterInstance, pf: PipelineFile, partition: str | None) -> dict[str, int]:

@@ -1,18 +1,24 @@
 """A sensor per backfillable pipeline: run `<pipeline>__backfill` when one of its bounded inputs advanced.
 
-What counts as advancing is what a backfill would act on: the pipeline file on disk changed (its sha256, read
-at each tick, so an edit is seen before the code location reloads), or a ClickHouse table it reads — a
-`clickhouse` source, or a bounded phase of a `hybrid` one — has a larger first sort-key value than recorded.
-Rows with smaller keys do not count: a backfill resumes after its committed cursor and would not read them.
+What counts as advancing is what a backfill would act on: the pipeline's definition changed, or a ClickHouse table
+it reads — a `clickhouse` source, or a bounded phase of a `hybrid` one — has a larger first sort-key value than
+recorded. Rows with smaller keys do not count: a backfill resumes after its committed cursor and would not read
+them.
 
-A changed file means a changed definition, so its run reprocesses: it carries ``streamling/reprocess`` and reads
-the bounded sources from their start (`backfill.plan_run`); a grown table's run resumes. For a partitioned
-pipeline a changed file runs every range already backfilled again; new rows request nothing (ranges are
-launched from the partition view).
+The definition is compared as parsed and normalised, node by node (`definition_digests`: each node's validated
+spec, defaults filled in), like dagster-dbt's code versions: a comment, a reformatting, a default written out or
+an ``orchestration:`` setting changes nothing a run does and launches nothing. The file is read at each tick, so
+an edit is seen before the code location reloads; a file that no longer parses skips the tick (cursor kept).
 
-The cursor is the fingerprint (JSON): the file digest and, per table, the largest first sort-key value seen
+A changed definition's run reprocesses: it carries ``streamling/reprocess`` and reads the bounded sources from
+their start (`backfill.plan_run`); its trigger tag names the nodes added, removed or changed. A grown table's
+run resumes. For a partitioned pipeline a changed definition runs every range already backfilled again; new
+rows request nothing (ranges are launched from the partition view).
+
+The cursor is the fingerprint (JSON): each node's digest and, per table, the largest first sort-key value seen
 (a high-water mark, kept when the table shrinks). A run's key is derived from the fingerprint, so one state
 never launches two runs. When ClickHouse cannot be read the tick is skipped with the reason and the cursor kept.
+A cursor of an older version (a digest of the file's bytes) is taken over without a run.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from streamling.clickhouse.tables import TableInfo, inspect
 from streamling.config import Settings
 from streamling.config.model import ClickHouseConnectionSettings
 from streamling.errors import StreamlingError, first_line
+from streamling.topology.pipeline import load_pipeline, read_pipeline_text
 from streamling_dagster.backfill import REPROCESS_TAG
 from streamling_dagster.guard import stream_skip_reason
 from streamling_dagster.nodes import operator_of
@@ -42,7 +49,7 @@ BACKFILL_INTERVAL_SEC = 60
 PIPELINE_TAG = "streamling/pipeline"
 TRIGGER_TAG = "streamling/trigger"
 FIRST_TRIGGER = "first evaluation: this sensor has not requested a backfill yet"
-FILE_CHANGED = "pipeline file changed"
+FILE_CHANGED = "pipeline definition changed"
 CLICKHOUSE = "clickhouse"
 """The system whose tables this sensor watches (what it can query: the `clickhouse_source` connection)."""
 
@@ -85,6 +92,35 @@ def connected(settings: ClickHouseConnectionSettings, where: str) -> Iterator[An
         client.close()
 
 
+def definition_digests(pf: PipelineFile, settings: Settings) -> dict[str, str]:
+    """Each node's digest (``<kind> <name>`` → sha256 of its validated spec as JSON, inputs included), from the
+    file as it is on disk now. Raises StreamlingError when the file cannot be read or no longer validates."""
+    text = read_pipeline_text(pf.path)
+    pipeline, report = load_pipeline(text, name=pf.path.stem, path=pf.path, settings=settings)
+    if pipeline is None:
+        raise StreamlingError.user(report.errors[0] if report.errors else f"{pf.path} does not validate")
+    return {
+        f"{node.kind} {name}": hashlib.sha256(
+            json.dumps(node.spec.model_dump(mode="json", by_alias=True), sort_keys=True, default=str).encode()
+        ).hexdigest()[:16]
+        for name, node in pipeline.nodes.items()
+    }
+
+
+def changed_nodes(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    """What differs, as a trigger names it: ``transform 'x' changed``, ``sink 'y' added``, ``source 'z' removed``."""
+    out = []
+    for key in sorted(old.keys() | new.keys()):
+        kind, _, name = key.partition(" ")
+        if key not in old:
+            out.append(f"{kind} '{name}' added")
+        elif key not in new:
+            out.append(f"{kind} '{name}' removed")
+        elif old[key] != new[key]:
+            out.append(f"{kind} '{name}' changed")
+    return out
+
+
 def key_max(client: Any, info: TableInfo, recorded: str | None) -> tuple[str | None, bool]:
     """The largest value of the table's first sort-key column as ClickHouse prints it (None when there is none),
     and whether it is beyond `recorded` in ClickHouse's own ordering (also when `recorded` no longer parses as
@@ -124,11 +160,15 @@ def evaluate(
     previous = _previous(cursor)
     recorded_tables: dict[str, str | None] = (previous or {}).get("tables") or {}
     try:
-        digest = hashlib.sha256(pf.path.read_bytes()).hexdigest()
-    except OSError as exc:
-        return dg.SkipReason(f"cannot read pipeline file {pf.path} (cursor kept): {first_line(exc)}")
-    advanced = [FILE_CHANGED] if previous is not None and previous.get("file") != digest else []
-    unchanged = [] if advanced else ["pipeline file unchanged"]
+        nodes = definition_digests(pf, settings)
+    except StreamlingError as exc:
+        return dg.SkipReason(f"cannot read pipeline file {pf.path} (cursor kept): {first_line(exc.message)}")
+    recorded_nodes = (previous or {}).get("nodes")
+    if not isinstance(recorded_nodes, dict):  # none yet, or an older cursor (a digest of the bytes): taken over
+        recorded_nodes = nodes
+    differences = changed_nodes(recorded_nodes, nodes) if previous is not None else []
+    advanced = [f"{FILE_CHANGED}: {', '.join(differences)}"] if differences else []
+    unchanged = [] if advanced else ["pipeline definition unchanged"]
     tables: dict[str, str | None] = {}
     targets = bounded_tables(pf, settings)
     source = settings.clickhouse_source
@@ -154,7 +194,7 @@ def evaluate(
     except Exception as exc:
         problem = redact(first_line(exc), source).removeprefix(f"{where}: ")
         return dg.SkipReason(f"cannot check clickhouse {checking} (cursor kept): {problem}")
-    fingerprint = json.dumps({"file": digest, "tables": tables}, sort_keys=True)
+    fingerprint = json.dumps({"nodes": nodes, "tables": tables}, sort_keys=True)
     if previous is not None and not advanced:
         reason = dg.SkipReason("no bounded input advanced: " + "; ".join(unchanged))
         if fingerprint == cursor:
@@ -163,7 +203,7 @@ def evaluate(
     run_key = f"{pf.name}:{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}"
     trigger = "; ".join(advanced) if previous is not None else FIRST_TRIGGER
     tags = {PIPELINE_TAG: pf.name, TRIGGER_TAG: trigger}
-    changed = previous is not None and advanced[0] == FILE_CHANGED
+    changed = previous is not None and advanced[0].startswith(FILE_CHANGED)
     if pf.orchestration.backfill_partitions is not None:
         return _partition_requests(pf, fingerprint, run_key, tags, changed, done or [])
     if changed:  # the definition changed: existing data is read again, so the edit reaches it
@@ -210,9 +250,11 @@ def backfill_sensor(
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
         description=(
-            f"Requests a `{pf.name}__backfill` run when a bounded input advanced: {pf.path.name} changed on disk "
-            "(sha256; the run then reads every bounded source from its start, or for a partitioned pipeline every "
-            "range already backfilled runs again), or a ClickHouse table its clickhouse/hybrid sources read holds "
+            f"Requests a `{pf.name}__backfill` run when a bounded input advanced: the definition in {pf.path.name} "
+            "changed (compared node by node as parsed and normalised, so comments, formatting and orchestration "
+            "settings do not count; the run then reads every bounded source from its start, or for a partitioned "
+            "pipeline every range already backfilled runs again), or a ClickHouse table its clickhouse/hybrid "
+            "sources read holds "
             "a larger first sort-key value "
             "than recorded (smaller keys are not read by a resumed backfill, so they do not count); the first "
             "evaluation requests a run too. The cursor records the file digest and each table's largest key, and "

@@ -1,48 +1,83 @@
 """The run coordinator: Dagster's queue, plus a refusal for any run of a pipeline that is being streamed.
 
-Configured in `dagster.yaml` in place of the plain `QueuedRunCoordinator` (same options, so the one-run-per-
-pipeline tag limit still queues a backfill behind a backfill). Every submitted run goes through `submit_run`
+Configured in `dagster.yaml` in place of the plain `QueuedRunCoordinator` (same options; the one-run-per-pipeline
+limit is the pipelines' concurrency pools, `guard.pipeline_pool`). Every submitted run goes through `submit_run`
 — launched from a job page, an asset page, the lineage page's "Materialize all", a sensor, a schedule or the
 GraphQL API. Asset runs (`__ASSET_JOB`) carry no job tags, so the run's pipelines are read from the tags of the
-ops in its plan (`guard.op_tags`) and written onto the run, which the tag limit and the in-op guard then see.
-A refused run ends FAILURE before it is queued, tagged `streamling/refused`, and the launch returns the error:
-the UI shows its message, naming the stream run to terminate first.
+ops in its plan (`guard.op_tags`) and written onto the run, which the in-op guard then sees; so is the embedded
+ClickHouse data path the run opens in its process (`streamling/embedded_clickhouse`), which `dagster.yaml` limits
+to one run per path.
+
+A refused launch leaves nothing behind that looks like a failure. Dagster has already created the run, with its
+planned materializations and asset checks, when the coordinator sees it; marked failed, that run would show the
+asset "Failed", its checks "Execution failed", and be retried by Dagster's run retries. So the coordinator deletes
+the run with its events and planned check executions, and answers the launch with a `RunConflict` error whose
+message names the stream run to terminate first: the UI shows that message, without a stack trace. (A run that
+never meets the coordinator — `dagster job execute` — is refused by its op instead: `guard.check_no_other_run`.)
 """
 
 from __future__ import annotations
 
 import dagster as dg
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
+from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
+from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+from dagster_graphql.implementation.utils import UserFacingGraphQLError
+from dagster_graphql.schema.errors import GrapheneRunConflict
 
-from streamling_dagster.guard import PIPELINE_TAG, PIPELINES_TAG, REFUSED_TAG, RunRefused, active_stream, refusal
+from streamling_dagster.guard import EMBEDDED_TAG, PIPELINE_TAG, PIPELINES_TAG, active_stream, refusal
 
 
-def planned_pipelines(instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[str]:
-    """The pipelines whose ops the run will execute, from its execution plan snapshot (sorted)."""
+class LaunchRefused(UserFacingGraphQLError):
+    """The launch answer for a refused run: GraphQL's `RunConflict` with the refusal (a plain message, no stack)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(GrapheneRunConflict(message=message))
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def planned(instance: dg.DagsterInstance, run: dg.DagsterRun, tag: str) -> list[str]:
+    """The values of `tag` on the ops the run will execute, from its execution plan snapshot (sorted)."""
     if run.execution_plan_snapshot_id is None:
         return []
     plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
     selected = set(plan.step_keys_to_execute or [step.key for step in plan.steps])
     tags = [step.tags or {} for step in plan.steps if step.key in selected]
-    return sorted({t[PIPELINE_TAG] for t in tags if PIPELINE_TAG in t})
+    return sorted({t[tag] for t in tags if tag in t})
+
+
+def forget(instance: dg.DagsterInstance, run_id: str) -> None:
+    """Delete a refused run and all it planned: its events (planned materializations among them) and its planned
+    asset-check executions, which `delete_run` leaves (they would show as the checks' latest execution)."""
+    instance.delete_run(run_id)
+    storage = instance.event_log_storage
+    if isinstance(storage, SqlEventLogStorage):
+        with storage.index_connection() as conn:
+            conn.execute(AssetCheckExecutionsTable.delete().where(AssetCheckExecutionsTable.c.run_id == run_id))
 
 
 class StreamlingRunCoordinator(QueuedRunCoordinator):
     def submit_run(self, context: SubmitRunContext) -> dg.DagsterRun:
         run = context.dagster_run
         instance = self._instance
-        pipelines = sorted(set(run.tags.get(PIPELINES_TAG, "").split(",")) - {""}) or planned_pipelines(instance, run)
+        listed = sorted(set(run.tags.get(PIPELINES_TAG, "").split(",")) - {""})
+        pipelines = listed or planned(instance, run, PIPELINE_TAG)
         if not pipelines and PIPELINE_TAG in run.tags:
             pipelines = [run.tags[PIPELINE_TAG]]
         if pipelines:
-            tags = {PIPELINES_TAG: ",".join(pipelines)}
-            if PIPELINE_TAG not in run.tags:
-                tags[PIPELINE_TAG] = ",".join(pipelines)
-            instance.add_run_tags(run.run_id, tags)
             for pipeline in pipelines:
                 stream = active_stream(instance, pipeline, exclude=run.run_id)
                 if stream is not None:
-                    instance.add_run_tags(run.run_id, {REFUSED_TAG: stream.run_id})
-                    raise RunRefused(refusal(pipeline, stream, run.job_name))
+                    forget(instance, run.run_id)
+                    raise LaunchRefused(refusal(pipeline, stream, run.job_name))
+            tags = {PIPELINES_TAG: ",".join(pipelines)}
+            if PIPELINE_TAG not in run.tags:
+                tags[PIPELINE_TAG] = ",".join(pipelines)
+            if paths := planned(instance, run, EMBEDDED_TAG):  # queued one run per embedded data path
+                tags[EMBEDDED_TAG] = ",".join(paths)
+            instance.add_run_tags(run.run_id, tags)
             run = instance.get_run_by_id(run.run_id) or run
         return super().submit_run(SubmitRunContext(run, context.workspace))

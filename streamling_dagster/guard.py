@@ -12,6 +12,7 @@ comma-separated: an asset run launched from the lineage page can span several pi
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 
 import dagster as dg
@@ -23,19 +24,33 @@ PIPELINE_TAG = "streamling/pipeline"
 PIPELINES_TAG = "streamling/pipelines"
 STREAM_TAG = "streamling/stream"
 REFUSED_TAG = "streamling/refused"
-"""Set on a run the coordinator refused: the id of the run it would have collided with."""
+"""Set on a refused run (by the coordinator, or by the op's own check for a run that never met the coordinator):
+the id of the run it would have collided with, or ``outside`` when the holder is not a run of this instance."""
+NO_RETRIES = {"dagster/max_retries": "0"}
+"""A refused run is not retried: Dagster's run retries would only be refused again."""
 RUNNING = (dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
 QUEUED = (dg.DagsterRunStatus.QUEUED,)
 ENGINE_REFUSAL = re.compile(r"pipeline '[^']*' is already running \(pid")
 
 
-class RunRefused(Exception):
-    """A launch that would run a pipeline a second time; the message says which run holds it and what to do."""
+EMBEDDED_TAG = "streamling/embedded_clickhouse"
+"""The embedded ClickHouse data path a run opens in its own process: `dagster.yaml` lets one run per path out of
+the queue (chdb opens a data path in one process at a time)."""
 
 
-def op_tags(pf: PipelineFile) -> dict[str, str]:
-    """Tags for every Streamling op: the coordinator reads them from a run's plan (asset runs carry no job tags)."""
-    return {PIPELINE_TAG: pf.name}
+def op_tags(pf: PipelineFile, streaming: bool = False) -> dict[str, str]:
+    """Tags for every Streamling op: the coordinator reads them from a run's plan (asset runs carry no job tags)
+    and puts them on the run. `streaming`: the op streams, so only a ClickHouse sink keeps the embedded data path
+    open for the run's life (`PipelineFile.embedded_clickhouse`)."""
+    path = pf.embedded_clickhouse[1 if streaming else 0]
+    return {PIPELINE_TAG: pf.name, **({EMBEDDED_TAG: path} if path else {})}
+
+
+def pipeline_pool(pf: PipelineFile) -> str:
+    """The Dagster concurrency pool of every op that runs the pipeline. `dagster.yaml` limits each pool to one run
+    at a time (`concurrency.pools`, run granularity), so the queue holds a run back while any pipeline it touches
+    is running: a run spanning several pipelines (*Materialize all*) waits for each of them."""
+    return f"streamling/{pf.name}"
 
 
 def run_pipelines(run: dg.DagsterRun) -> set[str]:
@@ -93,6 +108,19 @@ def stream_skip_reason(
     )
 
 
+def invalid_now(pf: PipelineFile) -> dg.SkipReason | None:
+    """For sensors and schedules: skip while the file on disk no longer validates. Between an edit that breaks it
+    and the code location's reload, the loaded definitions still offer its jobs; a run requested then fails to
+    start (and Dagster's retries make it fail again)."""
+    from streamling_dagster.pipelines import read_pipeline_file
+
+    current = read_pipeline_file(pf.path)
+    if current.pipeline is not None:
+        return None
+    problem = current.errors[0] if current.errors else "it does not validate"
+    return dg.SkipReason(f"{pf.name}: {pf.path} is invalid now (fix it, then reload the code location): {problem}")
+
+
 def refusal(pipeline: str, holder: dg.DagsterRun, job: str) -> str:
     return (
         f"pipeline '{pipeline}' is already running in Dagster {describe(holder)}; this {job} run was not started, "
@@ -101,14 +129,40 @@ def refusal(pipeline: str, holder: dg.DagsterRun, job: str) -> str:
     )
 
 
-def check_no_other_run(context: dg.OpExecutionContext, pf: PipelineFile) -> None:
+def mark_refused(instance: dg.DagsterInstance, run_id: str, holder: str) -> None:
+    """Tag a run as refused before it is marked failed: the keeper and sensors skip over it, retries leave it."""
+    instance.add_run_tags(run_id, {REFUSED_TAG: holder, **NO_RETRIES})
+
+
+def check_no_other_run(context: dg.OpExecutionContext, pf: PipelineFile, wait_sec: float = 0.0) -> None:
     """At the start of a Streamling op, before Spark starts: end this run when an older run of the same pipeline
-    is active (runs started outside the run coordinator, e.g. by `dagster job execute`)."""
+    is active (runs started outside the run coordinator, e.g. by `dagster job execute`) — at once, or when it is
+    still active after `wait_sec` (the ops' `wait_for_running_sec`: a script waits for the running run)."""
+    deadline = time.monotonic() + wait_sec
+    waiting: str | None = None
+    while (holder := _older_active(context, pf)) is not None:
+        if time.monotonic() >= deadline:
+            mark_refused(context.instance, context.run_id, holder.run_id)
+            waited = f" (waited {wait_sec:.0f} s for it)" if wait_sec else ""
+            raise dg.Failure(description=refusal(pf.name, holder, context.job_name) + waited, allow_retries=False)
+        if waiting != holder.run_id:
+            context.log.info(
+                f"pipeline '{pf.name}' is running in Dagster {describe(holder)}; waiting up to {wait_sec:.0f} s "
+                "for it to end (wait_for_running_sec)"
+            )
+            waiting = holder.run_id
+        time.sleep(1.0)
+    if waiting is not None:
+        context.log.info(f"run {waiting} ended; this run starts")
+
+
+def _older_active(context: dg.OpExecutionContext, pf: PipelineFile) -> dg.DagsterRun | None:
     me = context.instance.get_run_record_by_id(context.run_id)
     mine = me.create_timestamp if me is not None else None
     for record in other_runs(context.instance, pf.name, RUNNING, exclude=context.run_id):
         if mine is None or record.create_timestamp <= mine:  # the younger run gives way, never both
-            raise dg.Failure(description=refusal(pf.name, record.dagster_run, context.job_name), allow_retries=False)
+            return record.dagster_run
+    return None
 
 
 def engine_refusal(context: dg.OpExecutionContext, pf: PipelineFile, error: BaseException) -> dg.Failure | None:
@@ -118,6 +172,7 @@ def engine_refusal(context: dg.OpExecutionContext, pf: PipelineFile, error: Base
     if not ENGINE_REFUSAL.search(message):
         return None
     holders = other_runs(context.instance, pf.name, RUNNING, exclude=context.run_id)
+    mark_refused(context.instance, context.run_id, holders[0].dagster_run.run_id if holders else "outside")
     if holders:
         return dg.Failure(description=refusal(pf.name, holders[0].dagster_run, context.job_name), allow_retries=False)
     return dg.Failure(
@@ -147,6 +202,6 @@ def backfill_schedule(
         f"{pf.name} is active.",
     )
     def schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
-        return stream_skip_reason(context, pf.name) or dg.RunRequest(tags={PIPELINE_TAG: pf.name})
+        return stream_skip_reason(context, pf.name) or invalid_now(pf) or dg.RunRequest(tags={PIPELINE_TAG: pf.name})
 
     return schedule

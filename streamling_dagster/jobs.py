@@ -12,9 +12,10 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from streamling import source_status
+from streamling import release_embedded, source_status
 from streamling_dagster.backfill import backfill_checks, sink_metadata
-from streamling_dagster.guard import STREAM_TAG, check_no_other_run, op_tags
+from streamling_dagster.guard import STREAM_TAG, check_no_other_run, op_tags, pipeline_pool
+from streamling_dagster.observations import named_position, position_text
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
 from streamling_dagster.streaming import StopSignals, StreamConfig, end_if_stopped, run_engine, stopped_cleanly
@@ -31,7 +32,8 @@ def stream_job(pf: PipelineFile) -> dg.JobDefinition:
         out={},
         name=f"stream_{pf.name}",
         description=f"Run {pf.path.name} from its committed positions until the run is terminated.",
-        tags=op_tags(pf),
+        tags=op_tags(pf, streaming=True),
+        pool=pipeline_pool(pf),
     )
     def stream(
         context: dg.OpExecutionContext,
@@ -69,7 +71,8 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
         out={},
         name=f"backfill_then_stream_{pf.name}",
         description=f"Backfill {pf.path.name}, then stream it until the run is terminated.",
-        tags=op_tags(pf),
+        tags=op_tags(pf, streaming=True),
+        pool=pipeline_pool(pf),
     )
     def backfill_then_stream(
         context: dg.OpExecutionContext,
@@ -82,7 +85,7 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
             settings = streamling.pipeline_settings(pf, job_mode="true")
             context.log.info(f"Backfilling {pf.path} (state namespace {settings.application_id})")
             with signals.interruptible():
-                check_no_other_run(context, pf)  # before reading positions and starting Spark
+                check_no_other_run(context, pf, config.wait_for_running_sec)  # before positions and Spark
                 before = source_status(pf.path, settings)
             if stop.is_set():
                 end_if_stopped(context, stop)
@@ -98,8 +101,13 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
                 context.log_event(dg.AssetMaterialization(asset_key=pf.asset_key(sink), metadata=metadata))
             for evaluation in backfill_checks(pf, before, summary):
                 context.log_event(evaluation)
-            boundary = {name: progress.position for name, progress in summary.sources.items()}
-            context.log.info(f"Backfill done; streaming from the committed positions {boundary}")
+            boundary = "; ".join(
+                f"{name} at {position_text(named_position(pf, name, progress.position, settings=settings))}"
+                for name, progress in summary.sources.items()
+            )
+            context.log.info(f"Backfill done; streaming from the committed positions: {boundary or 'none'}")
+            if release_embedded():  # another pipeline's run can open it while this one streams
+                context.log.info("Released the embedded ClickHouse data path (the bounded phase is over)")
             streaming = settings.model_copy(update={"job_mode": False})
             yield from run_engine(context, pf, streaming, session, config, observe=True, clean_stop=True, stop=stop)
 

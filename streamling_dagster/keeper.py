@@ -4,7 +4,9 @@ Restarts a stream that never ran, that failed (the engine raised, or the run wor
 the run failed) or that stopped on a bare SIGTERM/SIGINT — after an exponential backoff counted over the
 consecutive failures. It stays quiet while a stream run is queued or running, after a run that ended by
 itself (bounded sources), and after a run someone terminated: cancelling a stream run is how you pause it;
-launching `<pipeline>__stream` again resumes it (and the keeper guards it again).
+launching `<pipeline>__stream` again resumes it (and the keeper guards it again). Refused runs (another run held
+the pipeline) are skipped over: the keeper follows the newest run that actually streamed (`decide`). Every tick
+that requests nothing says why.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import time
 
 import dagster as dg
 
-from streamling_dagster.guard import REFUSED_TAG
+from streamling_dagster.guard import REFUSED_TAG, invalid_now
 from streamling_dagster.jobs import STREAM_TAG
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.streaming import STOPPED_BY_TAG
+
+RESTART_TAG = "streamling/restart"
+"""Set on the runs this keeper requests: why it (re)started the stream."""
 
 ACTIVE = {
     dg.DagsterRunStatus.QUEUED,
@@ -40,11 +45,31 @@ def backoff_sec(pf: PipelineFile, failures: int) -> float:
 
 
 def decide(pf: PipelineFile, records: list[dg.RunRecord], now: float) -> dg.RunRequest | dg.SkipReason:
-    """`records`: this pipeline's stream runs, newest first."""
+    """`records`: this pipeline's stream runs, newest first, refused ones included.
+
+    The decision follows the newest run that actually streamed; a refused run (``streamling/refused``: another
+    run held the pipeline, it never started Spark) is neither a crash nor a pause. A restart this keeper requested
+    that was refused counts towards the backoff, and the next request gets a new run key (Dagster silently drops
+    a request whose key was used, which would leave the stream down with nothing said)."""
     job = f"{pf.name}__stream"
-    if not records:
-        return dg.RunRequest(run_key=f"{pf.name}:first", tags={"streamling/restart": "never started"})
-    latest = records[0]
+    refused_restarts = 0
+    streamed: list[dg.RunRecord] = []
+    last_refusal: float | None = None
+    for record in records:
+        if REFUSED_TAG not in record.dagster_run.tags:
+            streamed.append(record)
+        elif not streamed and RESTART_TAG in record.dagster_run.tags:  # this keeper's, after the newest stream
+            refused_restarts += 1
+            last_refusal = last_refusal or _ended(record)
+    again = f":{refused_restarts}" if refused_restarts else ""
+    if not streamed:
+        if refused_restarts and now - (last_refusal or 0) < (wait := backoff_sec(pf, refused_restarts)):
+            return dg.SkipReason(
+                f"{pf.name}: {refused_restarts} start(s) refused (another run held the pipeline); the next waits "
+                f"{wait:.0f} s (backoff), {wait - (now - (last_refusal or 0)):.0f} s left"
+            )
+        return dg.RunRequest(run_key=f"{pf.name}:first{again}", tags={RESTART_TAG: "never started"})
+    latest = streamed[0]
     run = latest.dagster_run
     if run.status in ACTIVE:
         return dg.SkipReason(f"{pf.name}: stream run {run.run_id} is {run.status.value}")
@@ -54,22 +79,27 @@ def decide(pf: PipelineFile, records: list[dg.RunRecord], now: float) -> dg.RunR
                 f"{pf.name}: paused — run {run.run_id} was terminated on request; launch {job} to resume"
             )
         return dg.SkipReason(f"{pf.name}: run {run.run_id} ended {run.status.value} (its sources ended)")
-    failures = 0
-    for record in records:
+    failures = refused_restarts
+    for record in streamed:
         if not crashed(record):
             break
         failures += 1
     wait = backoff_sec(pf, failures)
-    ended = latest.end_time or latest.update_timestamp.timestamp()
+    ended = max(_ended(latest), last_refusal or 0.0)
     if now - ended < wait:
+        refusals = f", {refused_restarts} restart(s) refused since" if refused_restarts else ""
         return dg.SkipReason(
-            f"{pf.name}: run {run.run_id} ended {run.status.value}; restart {failures} waits "
+            f"{pf.name}: run {run.run_id} ended {run.status.value}{refusals}; restart {failures} waits "
             f"{wait:.0f} s (backoff), {wait - (now - ended):.0f} s left"
         )
     return dg.RunRequest(
-        run_key=f"{pf.name}:after:{run.run_id}",
-        tags={"streamling/restart": f"after {run.status.value} run {run.run_id}", "streamling/attempt": str(failures)},
+        run_key=f"{pf.name}:after:{run.run_id}{again}",
+        tags={RESTART_TAG: f"after {run.status.value} run {run.run_id}", "streamling/attempt": str(failures)},
     )
+
+
+def _ended(record: dg.RunRecord) -> float:
+    return record.end_time or record.update_timestamp.timestamp()
 
 
 def keeper_sensor(pf: PipelineFile, job: dg.JobDefinition) -> dg.SensorDefinition:
@@ -90,6 +120,9 @@ def keeper_sensor(pf: PipelineFile, job: dg.JobDefinition) -> dg.SensorDefinitio
         records = context.instance.get_run_records(
             filters=dg.RunsFilter(tags={STREAM_TAG: pf.name}), limit=20, order_by="create_timestamp", ascending=False
         )
-        return decide(pf, [r for r in records if REFUSED_TAG not in r.dagster_run.tags], time.time())
+        decision = decide(pf, list(records), time.time())
+        if isinstance(decision, dg.RunRequest):  # a run of a file broken since the last reload fails to start
+            return invalid_now(pf) or decision
+        return decision
 
     return stream_keeper

@@ -57,6 +57,17 @@ def counts_rows(node: Node, settings: Settings | None = None) -> bool:
     return all(overrides(phase, "rows_between") for phase in source.phases() or [source])
 
 
+def phase_label(node: Node, phase: int, settings: Settings | None = None) -> str:
+    """A phased (hybrid) source's phase as an operator reads it: ``2 of 2: kafka orders (stream)``."""
+    phases = source_of(node, settings).phases()
+    if not 0 <= phase < len(phases):
+        return f"{phase + 1} (unknown: the source has {len(phases)} phases)"
+    part = phases[phase]
+    read = part.reads()
+    what = f"{read[-1].system} {'.'.join(read[-1].path)}" if read else part.spec.type
+    return f"{phase + 1} of {len(phases)}: {what} ({'bounded' if part.spec.bounded else 'stream'})"
+
+
 def position_object(node: Node, phase: int | None = None, settings: Settings | None = None) -> ExternalObject | None:
     """The object a source's positions are in at `phase` (unknown: the stream's): the last one that part reads."""
     source = source_of(node, settings)

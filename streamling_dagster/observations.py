@@ -52,6 +52,22 @@ def named_position(
     return {".".join(where.path): {str(k): v for k, v in value.items()}}
 
 
+def position_text(value: Any) -> str:
+    """A position for a log line, not a Python dict: ``orders[0]=12 orders[1]=3`` (partitions under their
+    object), ``cursor=5``, ``the start`` before the first commit."""
+    if value is None:
+        return "the start"
+    if not isinstance(value, dict):
+        return str(value)
+    parts = []
+    for key, inner in value.items():
+        if isinstance(inner, dict):
+            parts += [f"{key}[{k}]={v}" for k, v in inner.items()]
+        else:
+            parts.append(f"{key}={inner}")
+    return " ".join(parts) or "nothing yet"
+
+
 def named_positions(
     pf: PipelineFile,
     positions: dict[str, Any],
@@ -81,6 +97,10 @@ def status_metadata(
     }
     if known:
         metadata["backlog_total"] = dg.MetadataValue.int(sum(known))
+    assert pf.pipeline is not None
+    phased = {n: nodes.phase_label(pf.pipeline.nodes[n], p, settings) for n, p in phases.items() if p is not None}
+    if phased:  # where a hybrid source is: its bounded phases, or its stream
+        metadata["source_phase"] = dg.MetadataValue.json(phased)
     commits = [s.updated_at_ms for s in mine.values() if s.updated_at_ms]
     if commits:
         metadata["last_commit_at"] = dg.MetadataValue.timestamp(max(commits) / 1000)
@@ -228,7 +248,7 @@ def positions_sensor(
             events += sink_observations(pf, statuses, settings=settings)
             if reports_lag(pf):
                 events += stream_health(pf, statuses)
-        digest = hashlib.sha256(json.dumps([_fingerprint(e) for e in events], default=str).encode()).hexdigest()
+        digest = hashlib.sha256(json.dumps([unchanged_key(e) for e in events], default=str).encode()).hexdigest()
         if digest == context.cursor:
             return dg.SkipReason("no committed position, backlog or check result changed")
         return dg.SensorResult(asset_events=events, cursor=digest)
@@ -236,7 +256,11 @@ def positions_sensor(
     return committed_positions_sensor
 
 
-def _fingerprint(event: dg.AssetObservation | dg.AssetCheckEvaluation) -> Any:
+def unchanged_key(event: dg.AssetObservation | dg.AssetCheckEvaluation, *also: str) -> Any:
+    """What an event says that matters for "did anything change": a check's result; an observation's committed
+    positions and backlog (and the `also` metadata entries, e.g. a running stream's rows written) — not times or
+    rates, which differ on every reading."""
     if isinstance(event, dg.AssetCheckEvaluation):
         return [event.asset_key.to_user_string(), event.check_name, event.passed]
-    return [event.asset_key.to_user_string(), {k: event.metadata[k].value for k in ("committed_positions", "backlog")}]
+    fields = ("committed_positions", "backlog", *also)
+    return [event.asset_key.to_user_string(), {k: event.metadata[k].value for k in fields if k in event.metadata}]

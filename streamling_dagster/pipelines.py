@@ -69,6 +69,11 @@ class PipelineFile:
     orchestration: Orchestration = field(default_factory=lambda: Orchestration())
     asset_keys: dict[str, dg.AssetKey] = field(default_factory=dict)
     """Each node's asset key, as the translator made it (filled when the definitions are built)."""
+    embedded_clickhouse: tuple[str | None, str | None] = (None, None)
+    """The embedded ClickHouse data path its runs open in their own process, (when backfilling, when streaming):
+    any ClickHouse table it reads or writes, resp. only a ClickHouse sink's (a stream reads bounded ClickHouse
+    phases once, and a backfill-then-stream releases the path after its backfill); None with a server `url`, or
+    with a warm engine (`engine_url`: the engine's process holds the path for all its runs)."""
 
     def asset_key(self, node: str) -> dg.AssetKey:
         return self.asset_keys.get(node) or node_key(self.name, node)
@@ -149,7 +154,26 @@ def read_pipeline_file(path: Path, settings: Settings | None = None) -> Pipeline
             if getattr(orchestration, wanted) and backfill_errors and pipeline is not None:
                 errors.append(f"orchestration.{wanted}: the pipeline cannot backfill: {backfill_errors[0]}")
                 pipeline = None
-    return PipelineFile(asset_name(path.stem), path, text, pipeline, errors, backfill_errors, orchestration)
+    embedded = embedded_paths(pipeline, settings) if pipeline is not None else (None, None)
+    return PipelineFile(
+        asset_name(path.stem), path, text, pipeline, errors, backfill_errors, orchestration, {}, embedded
+    )
+
+
+def embedded_paths(pipeline: Pipeline, settings: Settings) -> tuple[str | None, str | None]:
+    """`PipelineFile.embedded_clickhouse`, from what each node's operator reads and writes."""
+    if settings.engine_url:
+        return None, None
+    read = written = False
+    for node in pipeline.nodes.values():
+        operator = nodes.operator_of(node, settings)
+        read = read or any(o.system == "clickhouse" for o in operator.reads())
+        written = written or any(o.system == "clickhouse" for o in operator.writes())
+    chosen = settings.clickhouse_sink if written else settings.clickhouse_source
+    if not (read or written) or chosen.url:
+        return None, None
+    path = str(Path(chosen.path).resolve())
+    return path, path if written else None
 
 
 def unbuildable(pipeline: Pipeline, settings: Settings | None = None) -> list[str]:

@@ -20,6 +20,9 @@ SECRET_CONF = re.compile(r"(?i)secret|password|token|access[.]?key|credential")
 """Spark configuration keys that hold secrets: Spark's own `spark.redaction.regex`, and credentials."""
 
 
+EMBEDDED_WAIT_SEC = 600.0
+
+
 class StreamlingResource(dg.ConfigurableResource):
     """Engine settings with the CLI's layering — embedded defaults < `config_file` < ``STREAMLING__…`` environment
     — plus `overrides` (dotted keys) set in Dagster. Connection secrets stay in the environment."""
@@ -31,8 +34,16 @@ class StreamlingResource(dg.ConfigurableResource):
     answering when an op starts): each run starts its own Spark session. ``STREAMLING__ENGINE_URL`` also sets it."""
 
     def settings(self, **extra: Any) -> Settings:
+        """The settings; a run waits `EMBEDDED_WAIT_SEC` for the embedded ClickHouse data path while another run's
+        process holds it (e.g. a backfill-then-stream in its backfill), unless `embedded_wait_sec` is set."""
         engine = {"engine_url": self.engine_url} if self.engine_url else {}
-        return load_settings(self.config_file, os.environ, {**engine, **self.overrides, **extra})
+        settings = load_settings(self.config_file, os.environ, {**engine, **self.overrides, **extra})
+        for name in ("clickhouse_source", "clickhouse_sink"):
+            section = getattr(settings, name)
+            if "embedded_wait_sec" not in section.model_fields_set:
+                waits = section.model_copy(update={"embedded_wait_sec": EMBEDDED_WAIT_SEC})
+                settings = settings.model_copy(update={name: waits})
+        return settings
 
     def pipeline_settings(self, pf: PipelineFile, **extra: Any) -> Settings:
         """Settings for one pipeline: its own state-backend namespace (see `Orchestration.application_id`)."""

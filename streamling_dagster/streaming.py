@@ -16,6 +16,7 @@ positions. A stream then marks its run CANCELED and returns; its job's hook ends
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
@@ -27,11 +28,12 @@ from types import FrameType
 from typing import Any
 
 import dagster as dg
+from dagster._core.events import DagsterEvent, DagsterEventType
 
 from streamling import EngineClient, RunSummary, Settings, run_on_engine, run_pipeline, source_status
 from streamling.errors import StreamlingError, first_line
 from streamling_dagster.guard import check_no_other_run, engine_refusal
-from streamling_dagster.observations import named_position, sink_observations
+from streamling_dagster.observations import named_position, position_text, sink_observations, unchanged_key
 from streamling_dagster.pipelines import PipelineFile
 
 FIRST_OBSERVATION_RETRY_SEC = 2.0
@@ -47,6 +49,9 @@ class StreamConfig(dg.Config):
     """How often a running stream reports positions, backlog, rows/s and the last epoch on its sinks."""
     progress_interval_sec: float = 30.0
     """How often a progress line is written to the run log."""
+    wait_for_running_sec: float = 0.0
+    """When another run of the pipeline is running as this one starts (only a run that bypassed the queue can meet
+    one: `dagster job execute`), wait up to this long for it to end instead of being refused at once."""
 
 
 @dataclass
@@ -56,7 +61,9 @@ class Progress:
     Rates say what they cover: the log line gives the rows written by all sinks per second since the previous
     line and since the run started; an observation gives each sink's rows per second since the previous
     observation and since the run started. The first observation comes as soon as the first epoch commits,
-    then every `observe_interval_sec`."""
+    then at most every `observe_interval_sec`, and only when a sink's rows, committed positions or backlog moved
+    since the previous one: an idle stream reports nothing (one identical event a minute is ~1,440 per asset and
+    day that tell an operator nothing)."""
 
     context: dg.OpExecutionContext
     pf: PipelineFile
@@ -69,6 +76,8 @@ class Progress:
     _observed: tuple[float, dict[str, int]] = field(init=False)
     _first_seen: bool = field(init=False, default=False)
     _tried: float = field(init=False, default=float("-inf"))
+    _reported: Any = field(init=False, default=None)
+    """What the last observations said (`observations.unchanged_key`), to skip identical ones."""
 
     def __post_init__(self) -> None:
         self._logged = (self.started, 0)
@@ -90,15 +99,15 @@ class Progress:
         if not (due or first):
             return []
         self._tried = now
-        events = self.observations(now)
-        self._first_seen = self._first_seen or bool(events)
+        events = self.observations(now, only_changed=True)
+        self._first_seen = self._first_seen or self._reported is not None
         return events
 
     def log_line(self, now: float) -> None:
         last, rows_then = self._logged
         rows = sum(self.summary.sink_rows.values())
         at = {
-            name: named_position(self.pf, name, p.position, settings=self.settings)
+            name: position_text(named_position(self.pf, name, p.position, settings=self.settings))
             for name, p in self.summary.sources.items()
         }
         sources = ", ".join(
@@ -114,7 +123,10 @@ class Progress:
         )
         self._logged = (now, rows)
 
-    def observations(self, now: float) -> list[dg.AssetObservation]:
+    def observations(self, now: float, only_changed: bool = False) -> list[dg.AssetObservation]:
+        """Each sink's observation; with `only_changed`, none when they would say what the previous ones said
+        (rows written, committed positions and backlog), and the rates then keep counting from the previous
+        one."""
         last, rows_then = self._observed
         rows = dict(self.summary.sink_rows)
         elapsed = max(now - last, 1e-9)
@@ -131,13 +143,19 @@ class Progress:
             }
             for sink, count in rows.items()
         }
-        self._observed = (now, rows)
         try:
             statuses = source_status(self.pf.path, self.settings)
         except Exception as exc:  # monitoring must never stop the stream
             self.context.log.warning(f"cannot read positions for observations: {first_line(exc)}")
             return []
-        return sink_observations(self.pf, statuses, extra, self.settings)
+        events = sink_observations(self.pf, statuses, extra, self.settings)
+        said = [unchanged_key(e, "stream_rows_written") for e in events]
+        if only_changed and events and said == self._reported:
+            return []
+        if events:
+            self._reported = said
+        self._observed = (now, rows)
+        return events
 
 
 def run_engine(
@@ -171,7 +189,7 @@ def run_engine(
         progress = Progress(context, pf, settings, summary, config, observe)
         if not stop.is_set():  # a stop that came first: nothing is started for the engine
             with signals.interruptible():  # blocking work that cannot watch the stop Event
-                check_no_other_run(context, pf)
+                check_no_other_run(context, pf, config.wait_for_running_sec)
                 _link_admin_page(context, settings)
                 warm = warm_engine(context, settings)
                 session = None if warm is not None else spark() if callable(spark) else spark
@@ -415,9 +433,13 @@ def _report_canceled(context: dg.OpExecutionContext, summary: RunSummary) -> Non
     if run is None or run.status != dg.DagsterRunStatus.CANCELING:
         return
     epochs = ", ".join(f"{name} after epoch {p.epochs} of this run" for name, p in summary.sources.items())
-    context.instance.report_run_canceled(
-        run, message=f"Stopped on request; positions committed ({epochs or 'no epoch ran'})"
+    # `report_run_canceled` without its ERROR level: a stop on request is how a stream is paused, not an error
+    canceled = DagsterEvent(
+        event_type_value=DagsterEventType.RUN_CANCELED.value,
+        job_name=run.job_name,
+        message=f"Stopped on request; positions committed ({epochs or 'no epoch ran'})",
     )
+    context.instance.report_dagster_event(canceled, run_id=run.run_id, log_level=logging.INFO)
 
 
 @dg.success_hook(name="streamling_stopped_cleanly")

@@ -1,9 +1,16 @@
 """How a pipeline's parts become Dagster assets: key, group, description, metadata, owners, tags and kinds.
 
 Assets are the objects data lives in, as each node's operator names them (`Operator.reads`/`writes`, an
-`ExternalObject` keyed `<system>/<path…>`: `kafka/<topic>`, `postgres/<db>/<schema>/<table>`,
+`ExternalObject` keyed `<system>/<path…>`: `kafka/<topic>`, `postgres/<connection>/<schema>/<table>`,
 `clickhouse/<db>/<table>`, or a plugin's own) — so a topic one pipeline writes and another reads is one node, and
-lineage crosses pipelines. What only exists inside a pipeline (a generator, a transform, a print sink) is
+lineage crosses pipelines.
+
+Keys come from the pipeline and the translator only, never from the environment of the process that loads the
+definitions: where a database is not named in the pipeline but taken from connection settings (a Postgres table;
+a bare ClickHouse table name), a logical connection name stands in for it (`get_connection_name`, ``default``),
+so a code server whose environment differs from production gets production's keys.
+
+What only exists inside a pipeline (a generator, a transform, a print sink) is
 `<pipeline>/<node>`. The translator knows no operator type by name: a plugin's objects, descriptions and metadata
 come out as the built-ins' do.
 
@@ -74,7 +81,19 @@ class StreamlingTranslator:
     def get_asset_key(self, obj: StreamlingObject) -> dg.AssetKey:
         if obj.system is None:
             return dg.AssetKey([obj.pipeline.name, asset_name(obj.node.name)])
-        return dg.AssetKey([obj.system, *(key_part(p) for p in obj.path)])
+        path = obj.path
+        if obj.external is not None and obj.external.connection is not None:
+            path = (self.get_connection_name(obj), *path[1:])
+        return dg.AssetKey([obj.system, *(key_part(p) for p in path)])
+
+    def get_connection_name(self, obj: StreamlingObject) -> str:
+        """The logical name that stands in, in the asset key, for a database the environment's settings chose
+        (`ExternalObject.connection` says which settings: ``postgres_sink``, ``postgres_sink_connections.<node>``,
+        ``dynamic_table_backend.postgres``, ``clickhouse_sink``, ``clickhouse_source``). Default ``default``: one
+        database per system. Override it to tell several apart, e.g.
+        ``{"postgres_sink": "warehouse"}.get(obj.external.connection, "default")``; the real database is in the
+        asset's metadata."""
+        return "default"
 
     def get_group_name(self, obj: StreamlingObject) -> str | None:
         """A pipeline's own nodes and outputs are its group; inputs it only reads group by system."""

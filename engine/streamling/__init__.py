@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         source_status,
         validate_pipeline,
     )
+    from streamling.clickhouse.client import release_embedded
     from streamling.config import Settings, load_settings
     from streamling.errors import StreamlingError
     from streamling.runtime.summary import RunSummary
@@ -35,6 +36,7 @@ _HOMES = {
     "load_pipeline": "streamling.topology.pipeline",
     "load_settings": "streamling.config",
     "plan_pipeline": "streamling.api",
+    "release_embedded": "streamling.clickhouse.client",
     "reset_positions": "streamling.api",
     "run_on_engine": "streamling.serve.client",
     "run_pipeline": "streamling.api",
@@ -53,6 +55,7 @@ __all__ = [
     "load_pipeline",
     "load_settings",
     "plan_pipeline",
+    "release_embedded",
     "reset_positions",
     "run_on_engine",
     "run_pipeline",

@@ -70,6 +70,11 @@ class ExternalObject:
     path: tuple[str, ...]
     description: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    connection: str | None = None
+    """Set when the pipeline does not name where the object lives, so that `path[0]` (a database) comes from the
+    settings named here (``postgres_sink``, ``postgres_sink_connections.<node>``, ``clickhouse_source``…): it
+    differs between environments, and the control plane keys the object by a logical connection name in its
+    place (`StreamlingTranslator.get_connection_name`)."""
 
     @property
     def key(self) -> tuple[str, ...]:

@@ -47,4 +47,5 @@ class JsonLinesSink(ArrowSink[JsonLinesOptions]):
         return {"directory": self.options.directory}
 
     def writes(self) -> list[ExternalObject]:
-        return [ExternalObject("files", (str(Path(self.options.directory).resolve()),))]
+        # the directory as the pipeline names it: resolving it would put the checkout's path into the asset key
+        return [ExternalObject("files", (self.options.directory,))]

@@ -63,6 +63,18 @@ DAEMONS_QUERY = """
 query { instance { daemonHealth { allDaemonStatuses { daemonType healthy required } } } }
 """
 
+REPOSITORY_QUERY = "query { repositoriesOrError { ... on RepositoryConnection { nodes { name location { name } } } } }"
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchPipelineExecution(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on Error { message }
+  }
+}
+"""
+
 RUN_STATUS_QUERY = """
 query RunStatus($runId: ID!) {
   runOrError(runId: $runId) {
@@ -98,11 +110,31 @@ class DagsterDev:
             raise AssertionError(f"GraphQL errors: {body['errors']}")
         return body["data"]
 
+    def launch(self, job: str, assets: list[list[str]] | None = None) -> dict[str, Any]:
+        """Launch `job` (with `assets`, an asset selection, as the UI's Materialize buttons send it) the way the
+        UI does; returns the `launchPipelineExecution` answer (a PythonError answer comes with HTTP 500, the
+        webserver's choice for errors it captured, data included)."""
+        (repository,) = self.graphql(REPOSITORY_QUERY)["repositoriesOrError"]["nodes"]
+        selector = {
+            "repositoryName": repository["name"],
+            "repositoryLocationName": repository["location"]["name"],
+            "pipelineName": job,
+        }
+        if assets is not None:
+            selector["assetSelection"] = [{"path": p} for p in assets]
+        params = {"selector": selector, "mode": "default", "executionMetadata": {"tags": []}, "runConfigData": {}}
+        response = httpx.post(
+            f"{self.url}/graphql", json={"query": LAUNCH, "variables": {"params": params}}, timeout=60
+        )
+        assert response.status_code in (200, 500), f"{response.status_code}: {response.text[:3000]}"
+        return response.json()["data"]["launchPipelineExecution"]
+
     def table_key(self, table: str) -> Any:
-        """The asset key of a table in the test schema: `postgres/<db>/<schema>/<table>`."""
+        """The asset key of a table in the test schema: `postgres/default/<schema>/<table>` (the logical connection
+        name, whatever database the environment names)."""
         import dagster as dg
 
-        return dg.AssetKey(["postgres", self.env.get("STREAMLING__POSTGRES_SINK__DB", "postgres"), self.schema, table])
+        return dg.AssetKey(["postgres", "default", self.schema, table])
 
     def instance(self):
         """The instance `dagster dev` runs on (sqlite storage under `home`); use it as a context manager."""
@@ -167,6 +199,26 @@ def write_pipelines(directory: Path, schema: str, topic: str) -> None:
         )
     )
     (directory / "ranged.yaml").write_text(ranged_pipeline(schema, topic, factor=1))
+    (directory / "slow.yaml").write_text(  # a backfill that lasts (~15 s of rows): runs wait behind it
+        textwrap.dedent(
+            f"""\
+            sources:
+              drip: {{type: generator, rows: 300, rows_per_second: 20, primary_key: id}}
+            sinks:
+              dripped: {{type: postgres, from: drip, schema: {schema}, table: dripped}}
+            """
+        )
+    )
+    (directory / "spot.yaml").write_text(  # a quick backfill, materialized together with slow's
+        textwrap.dedent(
+            f"""\
+            sources:
+              dots: {{type: generator, rows: 50, primary_key: id}}
+            sinks:
+              spotted: {{type: postgres, from: dots, schema: {schema}, table: spotted}}
+            """
+        )
+    )
 
 
 def ranged_pipeline(schema: str, topic: str, factor: int) -> str:
@@ -305,7 +357,7 @@ def running_dagster_dev(
     topic = f"dagster_ticks_{uuid.uuid4().hex[:8]}"
     home = root / "dagster_home"
     home.mkdir(parents=True)
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(REPO / "infra" / "dagster" / "dagster.yaml", home / "dagster.yaml")
     if pipelines is None:
         pipelines = root / "pipelines"
         write_pipelines(pipelines, schema, topic)

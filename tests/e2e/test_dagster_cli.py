@@ -48,13 +48,13 @@ def test_backfill_job_from_the_command_line_writes_rows_and_records_metadata(
         timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for noise in ("BetaWarning", "SupersessionWarning", "is currently in beta", "warnings.warn("):
+        assert noise not in done.stdout + done.stderr, "quiet start-up: no Dagster beta or supersession warnings"
     with pg_connect() as conn:
         assert conn.execute(f'SELECT count(*), max(id) FROM "{schema}".orders').fetchone() == (2000, 2000)
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        event = instance.get_latest_materialization_event(
-            dg.AssetKey(["postgres", postgres_env.get("STREAMLING__POSTGRES_SINK__DB", "postgres"), schema, "orders"])
-        )
+        event = instance.get_latest_materialization_event(dg.AssetKey(["postgres", "default", schema, "orders"]))
     assert event is not None
     metadata = event.asset_materialization.metadata
     assert metadata["rows_written"].value == 2000
@@ -116,7 +116,7 @@ def test_sigterm_to_a_streaming_job_stops_it_gracefully_canceled_with_positions_
     with dg.DagsterInstance.from_config(str(home)) as instance:
         (run,) = instance.get_runs()
         observed = instance.fetch_observations(
-            dg.AssetKey(["postgres", postgres_env.get("STREAMLING__POSTGRES_SINK__DB", "postgres"), schema, "ticks"]),
+            dg.AssetKey(["postgres", "default", schema, "ticks"]),
             limit=1,
         ).records
     assert run.status == dg.DagsterRunStatus.CANCELED
@@ -155,3 +155,63 @@ def test_a_plugin_on_the_plugin_path_is_an_asset_with_lineage_in_the_dagster_cli
     validated = dagster("definitions", "validate", "-m", "streamling_dagster")
     assert validated.returncode == 0, validated.stderr[-3000:]
     assert "All code locations passed validation." in validated.stdout + validated.stderr
+
+
+def test_execute_for_scripts_tells_a_refusal_from_a_failure_and_waits_for_the_running_run(tmp_path: Path) -> None:
+    """`python -m streamling_dagster.execute`: exit 3 when another run of the pipeline holds it (at once, or after
+    `--wait`), 2 for a job that does not exist, and with `--wait` the run starts once the holder ended, exit 0. The
+    holder is a run record marked STARTED in the instance (what a `dagster dev` run would leave there)."""
+    import shutil
+
+    from tests.conftest import REPO
+
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    write(
+        pipelines,
+        "sources:\n  g: {type: generator, rows: 5, primary_key: id}\nsinks:\n  o: {type: blackhole, from: g}\n",
+        name="gen.yaml",
+    )
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "infra" / "dagster" / "dagster.yaml", home / "dagster.yaml")
+    env = cli_env(tmp_path, {"DAGSTER_HOME": str(home), "STREAMLING_DAGSTER_PIPELINES": str(pipelines)})
+    command = [sys.executable, "-m", "streamling_dagster.execute", "-j", "gen__backfill"]
+    holder = dg.DagsterRun(
+        job_name="gen__stream",
+        run_id=str(uuid.uuid4()),
+        status=dg.DagsterRunStatus.STARTED,
+        tags={"streamling/pipeline": "gen"},
+    )
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_run(holder)
+
+    def execute(*extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*command, *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    refused = execute()
+    assert refused.returncode == 3, refused.stderr[-3000:]
+    assert f"pipeline 'gen' is already running in Dagster run {holder.run_id} (gen__stream, STARTED)" in refused.stderr
+    assert refused.stderr.rstrip().endswith(f"was refused: another run ({holder.run_id}) holds the pipeline")
+    started = time.monotonic()
+    waited = execute("--wait", "3")
+    assert waited.returncode == 3 and time.monotonic() - started >= 3
+    assert "waiting up to 3 s for it to end (wait_for_running_sec)" in waited.stderr
+    assert "(waited 3 s for it)" in waited.stderr
+    missing = execute("-j", "nope__backfill")
+    assert missing.returncode == 2 and "Error: -j: no job 'nope__backfill'" in missing.stderr
+    # with a long wait, the run starts once the holder has ended
+    waiting = subprocess.Popen(
+        [*command, "--wait", "240"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert waiting.stdout is not None
+    for line in waiting.stdout:
+        if "waiting up to 240 s" in line:
+            break
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.report_run_failed(holder)  # the holder ends
+    rest, _ = waiting.communicate(timeout=300)
+    assert waiting.returncode == 0, rest[-3000:]
+    assert f"run {holder.run_id} ended; this run starts" in rest and "succeeded" in rest

@@ -109,7 +109,7 @@ def test_components_list_check_and_list_defs_across_two_pipelines(tmp_path: Path
     # define_inputs: false leaves the table undefined: Dagster adds a stub without a source or description
     assert "source" not in assets["clickhouse/default/orders_archive"]
     assert assets["kafka/shop.orders"]["source"] == "src/shop/defs/orders_to_kafka/defs.yaml:1"
-    table = assets["postgres/postgres/shop/orders"]
+    table = assets["postgres/default/shop/orders"]
     assert table["group_name"] == "shop"
     assert table["owners"] == [{"team": "data"}]
     assert {"key": "tier", "value": "gold"} in table["tags"]
@@ -161,6 +161,6 @@ def test_asset_key_prefix_applies_to_every_key_and_edge(tmp_path: Path) -> None:
         "acme/prod/clickhouse/default/orders_archive",
         "acme/prod/kafka/shop.orders",
         "acme/prod/orders_hybrid/priced",
-        "acme/prod/postgres/postgres/shop/orders",
+        "acme/prod/postgres/default/shop/orders",
     }
-    assert assets["acme/prod/postgres/postgres/shop/orders"]["dependency_keys"] == ["acme/prod/orders_hybrid/priced"]
+    assert assets["acme/prod/postgres/default/shop/orders"]["dependency_keys"] == ["acme/prod/orders_hybrid/priced"]

@@ -109,8 +109,7 @@ def test_the_hybrid_offers_backfill_stream_and_both(shipped_dev: DagsterDev, pag
 def test_the_sink_asset_page_links_the_stream_that_feeds_it(shipped_dev: DagsterDev, page: sync_api.Page) -> None:
     """Dagster's own job list on an asset page names only asset jobs; the `streamling/jobs` metadata links the
     stream job too, and the link opens that job in its code location."""
-    database = shipped_dev.env.get("STREAMLING__POSTGRES_SINK__DB", "postgres")
-    page.goto(f"{shipped_dev.url}/assets/postgres/{database}/shop/orders")
+    page.goto(f"{shipped_dev.url}/assets/postgres/default/shop/orders")
     link = page.get_by_role("link", name="orders_hybrid__stream", exact=True)
     expect(link).to_be_visible()
     expect(page.get_by_role("link", name="orders_hybrid__backfill_then_stream", exact=True)).to_be_visible()

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
-import httpx
 import pytest
 from confluent_kafka.admin import NewTopic
 from playwright.sync_api import expect
@@ -32,16 +31,6 @@ from tests.kafka_util import KafkaTestbed
 
 pytestmark = pytest.mark.e2e
 SCHEMA_COLUMNS = "{id: bigint, who: string, amount: double}"
-LAUNCH = """
-mutation Launch($params: ExecutionParams!) {
-  launchPipelineExecution(executionParams: $params) {
-    __typename
-    ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message }
-    ... on Error { message }
-  }
-}
-"""
 MATERIALIZABLE = "query { assetNodes { assetKey { path } isMaterializable } }"
 REPOSITORY = "query { repositoriesOrError { ... on RepositoryConnection { nodes { name location { name } } } } }"
 START_SENSOR = """
@@ -81,21 +70,12 @@ class Safety:
 
     @property
     def out(self) -> list[str]:
-        """pay's sink, keyed by the table it writes: postgres/<db>/<schema>/transfers."""
+        """pay's sink, keyed by the table it writes: postgres/default/<schema>/transfers."""
         (key,) = [k for k in self.materializable() if k[0] == "postgres" and k[-2:] == [self.dev.schema, "transfers"]]
         return key
 
     def launch(self, job: str, assets: list[list[str]] | None = None) -> dict:
-        selector = {**self.repository, "pipelineName": job}
-        if assets is not None:
-            selector["assetSelection"] = [{"path": p} for p in assets]
-        params = {"selector": selector, "mode": "default", "executionMetadata": {"tags": []}, "runConfigData": {}}
-        response = httpx.post(
-            f"{self.dev.url}/graphql", json={"query": LAUNCH, "variables": {"params": params}}, timeout=60
-        )
-        # a PythonError answer comes with HTTP 500 (the webserver's choice for errors it captured), data included
-        assert response.status_code in (200, 500), f"{response.status_code}: {response.text[:3000]}"
-        return response.json()["data"]["launchPipelineExecution"]
+        return self.dev.launch(job, assets)
 
     def produce(self, ids: range) -> None:
         self.bed.produce_json(self.topic, ({"id": i, "who": "k", "amount": 1.0} for i in ids))
@@ -145,17 +125,25 @@ def wait_for(condition, what: str, dev: DagsterDev, timeout: float = 180) -> Non
     raise AssertionError(f"{what}: not reached in {timeout:.0f} s\n{dev.log_tail()}")
 
 
+LATEST = """
+query Latest($keys: [AssetKeyInput!]!) { assetsLatestInfo(assetKeys: $keys) { latestRun { id status } } }
+"""
+
+
 def assert_refused(safety: Safety, answer: dict, job: str) -> None:
-    assert answer["__typename"] == "PythonError", answer
+    """A refusal answers the launch as a `RunConflict` (a message, no Python stack trace) and leaves no run."""
+    assert answer["__typename"] == "RunConflict", answer
     message = answer["message"]
     assert f"pipeline 'pay' is already running in Dagster run {safety.stream_run} (pay__stream, STARTED)" in message
     assert f"this {job} run was not started" in message
     assert f"terminate run {safety.stream_run} first" in message
+    assert "Traceback" not in message and "File " not in message
 
 
-def refused_runs(safety: Safety) -> list[dg.DagsterRun]:
+def other_runs(safety: Safety) -> list[str]:
+    """The ids of the runs besides the live stream."""
     with safety.dev.instance() as instance:
-        return [r for r in instance.get_runs() if r.tags.get("streamling/refused") == safety.stream_run]
+        return sorted(r.run_id for r in instance.get_runs() if r.run_id != safety.stream_run)
 
 
 def test_stream_runs_and_reports_its_first_observation_right_after_its_first_commit(safety, pg_connect) -> None:
@@ -180,20 +168,24 @@ def test_stream_runs_and_reports_its_first_observation_right_after_its_first_com
 
 
 def test_materialize_from_the_asset_page_is_refused(safety) -> None:
+    """Refused before anything is marked failed: no run is left (so none is retried), the asset's latest run is
+    not a failure, and its `rows_reconcile` check has no execution planned by the refused launch."""
+    before = other_runs(safety)
     answer = safety.launch("__ASSET_JOB", [safety.out])
     assert_refused(safety, answer, "__ASSET_JOB")
-    (run,) = refused_runs(safety)
-    assert run.status == dg.DagsterRunStatus.FAILURE
-    assert run.tags["streamling/pipeline"] == "pay"  # found from the ops of the run's asset selection
+    assert other_runs(safety) == before
+    (latest,) = safety.dev.graphql(LATEST, {"keys": [{"path": safety.out}]})["assetsLatestInfo"]
+    assert latest["latestRun"] is None or latest["latestRun"]["status"] != "FAILURE", latest
+    with safety.dev.instance() as instance:
+        check = dg.AssetCheckKey(dg.AssetKey(safety.out), "rows_reconcile")
+        assert instance.event_log_storage.get_asset_check_execution_history(check, limit=10) == []
 
 
 def test_materialize_all_from_the_lineage_page_is_refused(safety) -> None:
     everything = safety.materializable()
     assert safety.out in everything and any(k[-2:] == [safety.dev.schema, "orders"] for k in everything)  # shop's
     answer = safety.launch("__ASSET_JOB", everything)
-    assert_refused(safety, answer, "__ASSET_JOB")
-    newest = refused_runs(safety)[0]
-    assert "pay" in newest.tags["streamling/pipelines"].split(",")
+    assert_refused(safety, answer, "__ASSET_JOB")  # the run spans pay and shop (and more): pay's stream refuses it
 
 
 def test_launch_from_the_job_page_is_refused(safety) -> None:
@@ -214,8 +206,11 @@ def test_dagster_job_execute_stops_before_spark_naming_the_stream_run(safety) ->
     assert done.returncode != 0, output[-3000:]
     with dev.instance() as instance:
         failed = instance.get_runs(dg.RunsFilter(job_name="pay__backfill", statuses=[dg.DagsterRunStatus.FAILURE]))
-        (run,) = [r for r in failed if "streamling/refused" not in r.tags]  # not the job page's, refused at launch
+        (run,) = [r for r in failed if r.tags.get("streamling/refused") == safety.stream_run]  # none from launches
         failures = [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.is_step_failure]
+    # refused by its op, before Spark (the run never met the coordinator), and tagged so that the keeper and the
+    # sensors skip over it and Dagster does not retry it
+    assert run.tags["dagster/max_retries"] == "0"
     (failure,) = failures
     described = failure.dagster_event.step_failure_data.user_failure_data.description
     assert f"pipeline 'pay' is already running in Dagster run {safety.stream_run}" in described

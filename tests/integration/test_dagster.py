@@ -30,8 +30,9 @@ sinks:
 """
 
 
-TOTALS = dg.AssetKey(["postgres", "postgres", "s", "orders"])
-"""The sink's table: database `postgres` (the default setting), schema `s`, table `orders`."""
+TOTALS = dg.AssetKey(["postgres", "default", "s", "orders"])
+"""The sink's table: the logical connection `default` (whatever database the settings name), schema `s`, table
+`orders`."""
 
 
 class SessionSpark(StreamlingSparkResource):
@@ -97,8 +98,7 @@ def test_backfill_materializes_the_sinks_with_rows_and_positions(
     with pg_connect() as conn:
         stored = conn.execute(f'SELECT count(*) FROM "{schema}".orders').fetchone()[0]
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-    database = postgres_env.get("STREAMLING__POSTGRES_SINK__DB", "postgres")
-    assert event.asset_key == dg.AssetKey(["postgres", database, schema, "orders"])
+    assert event.asset_key == dg.AssetKey(["postgres", "default", schema, "orders"])
     assert metadata["rows_written"].value > stored > 0  # upserts: 3000 changes of 500 keys, filtered
     assert metadata["final_positions"].value == {"orders": {"offset": 3000}}
     assert metadata["epochs"].value == {"orders": 3}
@@ -235,8 +235,7 @@ def test_streamling_assets_decorates_a_backfill_of_ones_own(
     )
     assert result.success and seen == ["before", "after"]
     (event,) = result.get_asset_materialization_events()
-    database = postgres_env.get("STREAMLING__POSTGRES_SINK__DB", "postgres")
-    assert event.asset_key == dg.AssetKey(["lake", "postgres", database, schema, "orders"])
+    assert event.asset_key == dg.AssetKey(["lake", "postgres", "default", schema, "orders"])
     (check,) = result.get_asset_check_evaluations()
     assert (check.check_name, check.passed) == ("rows_reconcile", True)
     with pg_connect() as conn:

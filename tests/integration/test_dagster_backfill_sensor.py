@@ -62,10 +62,6 @@ def requested(result) -> dg.RunRequest:
     return request
 
 
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def test_runs_when_the_file_changes_or_a_sort_key_grows_and_skips_otherwise(
     tmp_path, clickhouse, clickhouse_env
 ) -> None:
@@ -83,17 +79,16 @@ def test_runs_when_the_file_changes_or_a_sort_key_grows_and_skips_otherwise(
     request = requested(first)
     assert request.tags["streamling/trigger"] == FIRST_TRIGGER
     trades, blocks = f"{db}.trades max(ts)", f"{db}.blocks max(block)"
-    assert json.loads(first.cursor) == {
-        "file": digest(pf.path),
-        "tables": {trades: "2024-01-02 00:00:00", blocks: "9"},
-    }
+    recorded = json.loads(first.cursor)
+    assert recorded["tables"] == {trades: "2024-01-02 00:00:00", blocks: "9"}
+    assert sorted(recorded["nodes"]) == ["sink more", "sink out", "source blocks", "source trades_history"]
     assert requested(run(None)).run_key == request.run_key  # deterministic: same state, same key
 
     # nothing changed
     quiet = run(first.cursor)
     assert isinstance(quiet, dg.SkipReason)
     assert quiet.skip_message == (
-        f"no bounded input advanced: pipeline file unchanged; clickhouse {trades} still 2024-01-02 00:00:00; "
+        f"no bounded input advanced: pipeline definition unchanged; clickhouse {trades} still 2024-01-02 00:00:00; "
         f"clickhouse {blocks} still 9"
     )
 
@@ -109,7 +104,7 @@ def test_runs_when_the_file_changes_or_a_sort_key_grows_and_skips_otherwise(
     # rows with smaller keys are not read by a resumed backfill: no run
     client.command(f"INSERT INTO {db}.trades VALUES ('2023-12-31 00:00:00', 4)")
     assert run(grown.cursor).skip_message == (
-        f"no bounded input advanced: pipeline file unchanged; clickhouse {trades} still 2024-01-03 00:00:00; "
+        f"no bounded input advanced: pipeline definition unchanged; clickhouse {trades} still 2024-01-03 00:00:00; "
         f"clickhouse {blocks} still 9"
     )
 
@@ -124,26 +119,41 @@ def test_runs_when_the_file_changes_or_a_sort_key_grows_and_skips_otherwise(
     shrunk = run(numeric.cursor)
     assert isinstance(shrunk, dg.SkipReason)
     assert shrunk.skip_message == (
-        f"no bounded input advanced: pipeline file unchanged; clickhouse {trades} still 2024-01-03 00:00:00; "
+        f"no bounded input advanced: pipeline definition unchanged; clickhouse {trades} still 2024-01-03 00:00:00; "
         f"clickhouse {blocks} 5, not beyond 10"
     )
 
-    # an edit on disk is seen before the code location reloads
-    pf.path.write_text(pf.path.read_text() + "# tuned\n")
+    # comments, formatting, a default written out and orchestration settings change nothing a run does
+    original = pf.path.read_text()
+    pf.path.write_text(
+        "# tuned\n"
+        + original.replace("    primary_key: id\n", "    primary_key: id   # the trade id\n", 1)
+        + "orchestration: {backfill_schedule: '0 3 * * *'}\n"
+    )
+    reformatted = run(numeric.cursor)
+    assert isinstance(reformatted, dg.SkipReason), reformatted
+    assert reformatted.skip_message.startswith("no bounded input advanced: pipeline definition unchanged;")
+
+    # an edit on disk is seen before the code location reloads, and the trigger names what changed
+    pf.path.write_text(original.replace("more: {type: blackhole, from: blocks}", "more: {type: print, from: blocks}"))
     edited = run(numeric.cursor)
-    assert requested(edited).tags["streamling/trigger"] == "pipeline file changed"
-    assert json.loads(edited.cursor) == {
-        "file": digest(pf.path),
-        "tables": {trades: "2024-01-03 00:00:00", blocks: "10"},
-    }
+    assert requested(edited).tags["streamling/trigger"] == "pipeline definition changed: sink 'more' changed"
+    assert json.loads(edited.cursor)["tables"] == {trades: "2024-01-03 00:00:00", blocks: "10"}
+    assert json.loads(edited.cursor)["nodes"]["sink more"] != recorded["nodes"]["sink more"]
     assert requested(edited).run_key not in {request.run_key, requested(grown).run_key, requested(numeric).run_key}
 
     # both at once
     client.command(f"INSERT INTO {db}.blocks VALUES (11, 0)")
-    pf.path.write_text(pf.path.read_text() + "# again\n")
+    pf.path.write_text(original)
     assert requested(run(edited.cursor)).tags["streamling/trigger"] == (
-        f"pipeline file changed; clickhouse {blocks} 10 -> 11"
+        f"pipeline definition changed: sink 'more' changed; clickhouse {blocks} 10 -> 11"
     )
+
+    # a cursor written by an older version (a digest of the file's bytes) is taken over without a run
+    older = json.dumps({"file": "0" * 64, "tables": json.loads(edited.cursor)["tables"] | {blocks: "11"}})
+    taken = run(older)
+    assert isinstance(taken, dg.SensorResult) and not taken.run_requests
+    assert "nodes" in json.loads(taken.cursor)
 
 
 def test_unreadable_clickhouse_skips_naming_the_table_and_keeps_the_cursor(

@@ -338,17 +338,21 @@ def test_the_sensor_reprocesses_on_a_changed_file_and_reruns_done_ranges_when_pa
     first = evaluate(pf, settings, None, "sensor")
     (plain,) = first.run_requests
     assert REPROCESS_TAG not in plain.tags  # the first run resumes
-    path.write_text(text + "# edited\n")
+    path.write_text(text + "# edited\n")  # a comment changes nothing a run does
+    quiet = evaluate(pf, settings, first.cursor, "sensor")
+    assert isinstance(quiet, dg.SkipReason) and "pipeline definition unchanged" in quiet.skip_message
+    path.write_text(text.replace("rows: 10", "rows: 12"))
     (changed,) = evaluate(pf, settings, first.cursor, "sensor").run_requests
-    assert changed.tags[REPROCESS_TAG] == "pipeline file changed"
+    assert changed.tags[REPROCESS_TAG] == "pipeline definition changed"
+    assert changed.tags["streamling/trigger"] == "pipeline definition changed: source 'g' changed"
 
     path.write_text(text + "orchestration:\n  backfill_partitions: {start: 0, end: 30, step: 10}\n")
     (pf,) = discover(tmp_path)
     start = evaluate(pf, settings, None, "sensor", done=[])
     assert not start.run_requests and "ranges are launched from the partition view" in start.skip_reason.skip_message
-    path.write_text(path.read_text() + "# edited\n")
+    path.write_text(path.read_text().replace("sinks:", "sinks:\n  t: {type: blackhole, from: g}"))
     again = evaluate(pf, settings, start.cursor, "sensor", done=["0-10", "20-30"])
     assert [(r.partition_key, r.tags["streamling/trigger"]) for r in again.run_requests] == [
-        ("0-10", "pipeline file changed"),
-        ("20-30", "pipeline file changed"),
+        ("0-10", "pipeline definition changed: sink 't' added"),
+        ("20-30", "pipeline definition changed: sink 't' added"),
     ]

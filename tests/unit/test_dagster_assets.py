@@ -12,6 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from streamling.config import load_settings
 from streamling_dagster import StreamlingObject, StreamlingTranslator, build_definitions, pipeline_definitions
 from streamling_dagster.definitions import FILES_SENSOR
 from streamling_dagster.factory import VALIDITY_CHECK
@@ -65,7 +66,7 @@ def test_a_topic_written_by_one_pipeline_and_read_by_another_is_one_asset(tmp_pa
     defs = build_definitions(write(tmp_path, writer=WRITER, hybrid=HYBRID))
     graph = defs.resolve_asset_graph()
     topic, table = key("kafka/shop.orders"), key("clickhouse/default/orders_history")
-    target = key("postgres/postgres/shop/orders")
+    target = key("postgres/default/shop/orders")
     # the writer produces the topic and the table (materialized by its backfill) ...
     for produced in (topic, table):
         node = graph.get(produced)
@@ -118,7 +119,7 @@ def test_two_pipelines_writing_one_table_both_load(tmp_path: Path) -> None:
     """One asset has one producer in Dagster: the second writer keeps its pipeline-scoped key."""
     defs = build_definitions(write(tmp_path, hybrid=HYBRID, other=OTHER_READER))
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert {"postgres/postgres/shop/orders", "other/also"} <= keys
+    assert {"postgres/default/shop/orders", "other/also"} <= keys
 
 
 class Conventions(StreamlingTranslator):
@@ -140,7 +141,7 @@ class Conventions(StreamlingTranslator):
 def test_a_translator_maps_every_key_group_owner_and_tag(tmp_path: Path) -> None:
     defs = build_definitions(write(tmp_path, reader=READER, hybrid=HYBRID), translator=Conventions())
     graph = defs.resolve_asset_graph()
-    sink = graph.get(key("lake/postgres/postgres/shop/orders"))
+    sink = graph.get(key("lake/postgres/default/shop/orders"))
     assert sink.group_name == "streams_hybrid"
     assert sink.owners == ["team:data"]
     assert sink.tags["tier"] == "gold"
@@ -150,7 +151,7 @@ def test_a_translator_maps_every_key_group_owner_and_tag(tmp_path: Path) -> None
     }
     # the checks, jobs and observations use the translated keys too
     checks = {c.asset_key for c in graph.asset_check_keys}
-    assert key("lake/postgres/postgres/shop/orders") in checks
+    assert key("lake/postgres/default/shop/orders") in checks
     assert key("lake/reader/out") in checks
 
 
@@ -164,7 +165,7 @@ def test_one_file_as_definitions_for_a_project_of_ones_own(tmp_path: Path) -> No
     ]
     assert "hybrid__committed_positions" in {s.name for s in defs.sensors or []}
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert {"kafka/shop.orders", "clickhouse/default/orders_history", "postgres/postgres/shop/orders"} <= keys
+    assert {"kafka/shop.orders", "clickhouse/default/orders_history", "postgres/default/shop/orders"} <= keys
     bare = pipeline_definitions(tmp_path / "hybrid.yaml", define_inputs=False)
     topic = bare.resolve_asset_graph().get(key("kafka/shop.orders"))
     assert topic.is_external and not topic.is_observable  # only a dependency: another definition produces it
@@ -226,3 +227,71 @@ def test_observing_a_stream_only_sink_reads_where_the_stream_stands(tmp_path: Pa
     assert event.metadata["committed_positions"].value == {"gen": {"offset": 420}}
     assert event.metadata["last_finalized_epoch"].value == {"gen": 7}
     assert event.metadata["last_commit_at"].value == 1_700_000_000
+
+
+DYNAMIC = """
+sources:
+  orders: {type: generator, rows: 10, primary_key: id}
+transforms:
+  seen:
+    type: dynamic_table
+    from: orders
+    primary_key: id
+    backend_type: Postgres
+    schema: shop
+    backend_entity_name: seen_orders
+    sql: SELECT id FROM orders
+sinks:
+  archive: {type: clickhouse, from: orders, table: analytics.orders_archive}
+"""
+
+
+def test_asset_keys_do_not_depend_on_the_loading_processs_environment_or_checkout(tmp_path: Path, monkeypatch) -> None:
+    """The same files loaded by two code servers, one with production's connection settings and one with a
+    developer's (other databases, another working directory, another checkout), give the same keys; only the
+    metadata says which database each environment reached."""
+    project = write(tmp_path, writer=WRITER, hybrid=HYBRID, dynamic=DYNAMIC)
+
+    def loaded(environ: dict[str, str], cwd: Path) -> tuple[set[str], dict[str, str]]:
+        cwd.mkdir(exist_ok=True)
+        monkeypatch.chdir(cwd)
+        settings = load_settings(environ=environ)
+        graph = build_definitions(project, settings=settings).resolve_asset_graph()
+        keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+        sink = graph.get(key("postgres/default/shop/orders"))
+        return keys, {"database": sink.metadata["database"]}
+
+    production, prod_meta = loaded(
+        {
+            "STREAMLING__POSTGRES_SINK__DB": "warehouse",
+            "STREAMLING__DYNAMIC_TABLE_BACKEND__POSTGRES__DB": "warehouse",
+            "STREAMLING__CLICKHOUSE_SINK__DATABASE": "prod",
+            "STREAMLING__CLICKHOUSE_SOURCE__DATABASE": "prod",
+        },
+        tmp_path / "srv",
+    )
+    laptop, dev_meta = loaded({}, tmp_path / "home")
+    assert production == laptop
+    assert {
+        "postgres/default/shop/orders",
+        "postgres/default/shop/seen_orders",  # the dynamic table's backing table
+        "clickhouse/default/orders_history",  # a bare name: the connection's database, by its logical name
+        "clickhouse/analytics/orders_archive",  # a named database is the pipeline's own
+        "kafka/shop.orders",
+    } <= production
+    assert (prod_meta, dev_meta) == ({"database": "warehouse"}, {"database": "postgres"})
+
+
+class TwoWarehouses(StreamlingTranslator):
+    def get_connection_name(self, obj: StreamlingObject) -> str:
+        connection = obj.external.connection if obj.external is not None else None
+        return "dt" if connection == "dynamic_table_backend.postgres" else "main"
+
+
+def test_the_translator_names_the_connections(tmp_path: Path) -> None:
+    settings = load_settings(environ={"STREAMLING__DYNAMIC_TABLE_BACKEND__POSTGRES__DB": "dt"})
+    project = write(tmp_path, dynamic=DYNAMIC, hybrid=HYBRID)
+    defs = build_definitions(project, translator=TwoWarehouses(), settings=settings)
+    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"postgres/main/shop/orders", "postgres/dt/shop/seen_orders", "clickhouse/main/orders_history"} <= keys
+    assert "clickhouse/analytics/orders_archive" in keys

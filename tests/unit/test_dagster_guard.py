@@ -59,3 +59,97 @@ def test_kafka_positions_are_named_by_topic_and_a_missing_age_is_left_out(tmp_pa
     assert freshness.description.startswith("never committed; 5 records waiting")
     assert "seconds_since_commit" not in freshness.metadata  # not a -1
     assert freshness.metadata["backlog_total"].value == 5
+
+
+def test_runs_opening_the_embedded_clickhouse_in_their_process_are_tagged_with_its_path(tmp_path) -> None:
+    """`dagster.yaml` lets one run per `streamling/embedded_clickhouse` value out of the queue: a backfill opening the
+    path is tagged, a stream only when a ClickHouse sink keeps the path open for its life (a backfill-then-stream
+    releases it after its backfill); with a server url or a warm engine, nothing is tagged. The coordinator reads the
+    tag from the ops in the run's plan (`planned`), as it reads the pipeline."""
+    from streamling.config import load_settings
+    from streamling_dagster.coordinator import planned
+    from streamling_dagster.guard import EMBEDDED_TAG, op_tags
+    from streamling_dagster.jobs import backfill_then_stream_job
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "reads.yaml").write_text(
+        "sources:\n  h:\n    type: hybrid\n    primary_key: id\n"
+        "    bounded_sources: [{source_type: clickhouse, table_name: db.t}]\n"
+        "    unbounded_source: {source_type: kafka, topic: x, data_format: json, schema: {id: bigint}}\n"
+        "sinks:\n  o: {type: blackhole, from: h}\n"
+    )
+    (tmp_path / "p" / "writes.yaml").write_text(
+        "sources:\n  g: {type: generator, primary_key: id}\nsinks:\n  c: {type: clickhouse, from: g, table: db.t}\n"
+    )
+    data = tmp_path / "chdb"
+    embedded = load_settings(
+        environ={"STREAMLING__CLICKHOUSE_SOURCE__PATH": str(data), "STREAMLING__CLICKHOUSE_SINK__PATH": str(data)}
+    )
+    reads, writes = discover(tmp_path / "p", embedded)
+    assert (op_tags(reads).get(EMBEDDED_TAG), op_tags(reads, streaming=True).get(EMBEDDED_TAG)) == (str(data), None)
+    assert (op_tags(writes).get(EMBEDDED_TAG), op_tags(writes, streaming=True).get(EMBEDDED_TAG)) == (
+        str(data),
+        str(data),
+    )
+    for other in (
+        {"STREAMLING__CLICKHOUSE_SINK__URL": "http://ch:8123", "STREAMLING__CLICKHOUSE_SOURCE__URL": "http://ch:8123"},
+        {"STREAMLING__ENGINE_URL": "http://127.0.0.1:1"},
+    ):
+        for pf in discover(tmp_path / "p", load_settings(environ=other)):
+            assert EMBEDDED_TAG not in op_tags(pf) and EMBEDDED_TAG not in op_tags(pf, streaming=True)
+    with dg.instance_for_test() as instance:
+        run = instance.create_run_for_job(backfill_then_stream_job(writes))
+        assert planned(instance, run, EMBEDDED_TAG) == [str(data)]
+        assert planned(instance, run, "streamling/pipeline") == ["writes"]
+
+
+def test_a_hybrid_sources_phase_is_in_the_observation_metadata(tmp_path) -> None:
+    from streamling_dagster.observations import status_metadata
+
+    (tmp_path / "h.yaml").write_text(
+        "sources:\n  h:\n    type: hybrid\n    primary_key: id\n"
+        "    bounded_sources: [{source_type: clickhouse, table_name: db.t}]\n"
+        "    unbounded_source: {source_type: kafka, topic: x, data_format: json, schema: {id: bigint}}\n"
+        "sinks:\n  o: {type: blackhole, from: h}\n"
+    )
+    (pf,) = discover(tmp_path)
+    bounded = {"h": SourceStatus({"cursor": "5"}, 1, 1_000, None, phase=0)}
+    streaming = {"h": SourceStatus({"0": 7}, 4, 2_000, {"0": 0}, phase=1)}
+    assert status_metadata(pf, bounded, ["h"])["source_phase"].value == {"h": "1 of 2: clickhouse db.t (bounded)"}
+    assert status_metadata(pf, streaming, ["h"])["source_phase"].value == {"h": "2 of 2: kafka x (stream)"}
+    plain = {"h": SourceStatus(None, None, None, None)}
+    assert "source_phase" not in status_metadata(pf, plain, ["h"])
+
+
+def test_positions_in_log_lines_read_as_text_not_python_dicts() -> None:
+    from streamling_dagster.observations import position_text
+
+    assert position_text({"orders": {"0": 12, "1": 3}}) == "orders[0]=12 orders[1]=3"
+    assert position_text({"cursor": "5", "phase": 1}) == "cursor=5 phase=1"
+    assert position_text(None) == "the start"
+
+
+def test_the_schedule_and_the_keeper_skip_a_file_broken_since_the_last_reload(tmp_path) -> None:
+    """Between an edit that breaks the file and the code location's reload, the loaded definitions still offer the
+    jobs; a tick then skips, naming the problem, instead of requesting a run that fails to start."""
+    from streamling_dagster.guard import backfill_schedule
+
+    text = (
+        "sources:\n  g: {type: generator, primary_key: id}\nsinks:\n  o: {type: blackhole, from: g}\n"
+        "orchestration: {backfill_schedule: '0 3 * * *'}\n"
+    )
+    (tmp_path / "p.yaml").write_text(text.replace("primary_key: id", "rows: 5, primary_key: id"))
+    (bounded,) = discover(tmp_path)
+    schedule = backfill_schedule(bounded, stream_job(bounded))
+    with dg.DagsterInstance.ephemeral() as instance:
+        context = dg.build_schedule_context(instance=instance)
+        assert isinstance(schedule.evaluate_tick(context).run_requests[0], dg.RunRequest)
+        (tmp_path / "p.yaml").write_text(text.replace("from: g", "from: nowhere"))
+        (skip,) = schedule.evaluate_tick(context).skip_message.splitlines()
+        assert skip.startswith(f"p: {tmp_path / 'p.yaml'} is invalid now (fix it, then reload the code location): ")
+        assert "'nowhere'" in skip
+        (tmp_path / "p.yaml").write_text(text)
+        (streaming,) = discover(tmp_path)
+        (tmp_path / "p.yaml").write_text(text.replace("from: g", "from: nowhere"))
+        keeper = keeper_sensor(streaming, stream_job(streaming))(dg.build_sensor_context(instance=instance))
+        assert isinstance(keeper, dg.SkipReason) and "is invalid now" in (keeper.skip_message or "")

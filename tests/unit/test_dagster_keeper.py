@@ -54,3 +54,72 @@ def test_backoff_comes_from_the_orchestration_block(tmp_path) -> None:
     )
     (pf,) = discover(tmp_path)
     assert [backoff_sec(pf, n) for n in (1, 2, 3, 4)] == [2, 4, 5, 5]
+
+
+REFUSED = {"streamling/refused": "holder"}
+
+
+def test_a_refused_run_is_skipped_over_and_the_keeper_restarts_from_the_newest_run_that_streamed(tmp_path) -> None:
+    """The walkthrough's case: `dagster job execute` of a live stream is refused (tagged), then the live stream is
+    killed. The keeper restarts after the killed stream, not after the refusal, and says so."""
+    write(tmp_path, "p.yaml", "sources:\n  s: {type: generator}\nsinks:\n  o: {type: blackhole, from: s}\n")
+    (pf,) = discover(tmp_path)
+    now = 10_000.0
+    live = record(dg.DagsterRunStatus.STARTED, 0.0)
+    refused = record(dg.DagsterRunStatus.FAILURE, now - 500, REFUSED)
+    while_live = decide(pf, [refused, live], now)
+    assert isinstance(while_live, dg.SkipReason)
+    assert while_live.skip_message == f"p: stream run {live.dagster_run.run_id} is STARTED"
+    killed = record(dg.DagsterRunStatus.FAILURE, now - 40)
+    restart = decide(pf, [refused, killed], now)
+    assert isinstance(restart, dg.RunRequest)
+    assert restart.run_key == f"p:after:{killed.dagster_run.run_id}"
+    assert restart.tags["streamling/attempt"] == "1"
+
+
+def test_a_refused_restart_backs_off_and_the_next_request_has_a_new_run_key(tmp_path) -> None:
+    """A restart the keeper requested can itself be refused (a `streamling run` outside Dagster holds the lease).
+    Dagster drops a request whose run key was used before, silently: the next request must carry a new key, and
+    the refusals count towards the backoff."""
+    write(tmp_path, "p.yaml", "sources:\n  s: {type: generator}\nsinks:\n  o: {type: blackhole, from: s}\n")
+    (pf,) = discover(tmp_path)
+    now = 10_000.0
+    killed = record(dg.DagsterRunStatus.FAILURE, now - 300)
+    first = decide(pf, [killed], now)
+    assert isinstance(first, dg.RunRequest)
+    refused = record(
+        dg.DagsterRunStatus.FAILURE, now - 10, {**REFUSED, "streamling/restart": first.tags["streamling/restart"]}
+    )
+    waiting = decide(pf, [refused, killed], now)
+    assert isinstance(waiting, dg.SkipReason)
+    assert waiting.skip_message == (
+        f"p: run {killed.dagster_run.run_id} ended FAILURE, 1 restart(s) refused since; restart 2 waits 60 s "
+        "(backoff), 50 s left"
+    )
+    again = decide(pf, [refused, killed], now + 51)
+    assert isinstance(again, dg.RunRequest)
+    assert again.run_key == f"p:after:{killed.dagster_run.run_id}:1" != first.run_key
+    assert again.tags["streamling/attempt"] == "2"
+    # a first start refused the same way
+    never = record(dg.DagsterRunStatus.FAILURE, now - 10, {**REFUSED, "streamling/restart": "never started"})
+    held = decide(pf, [never], now)
+    assert isinstance(held, dg.SkipReason) and "1 start(s) refused" in (held.skip_message or "")
+    retried = decide(pf, [never], now + 21)
+    assert isinstance(retried, dg.RunRequest) and retried.run_key == "p:first:1"
+
+
+def test_a_stream_killed_twice_within_the_backoff_waits_for_the_doubled_backoff(tmp_path) -> None:
+    write(tmp_path, "p.yaml", "sources:\n  s: {type: generator}\nsinks:\n  o: {type: blackhole, from: s}\n")
+    (pf,) = discover(tmp_path)
+    now = 10_000.0
+    once = record(dg.DagsterRunStatus.FAILURE, now - 40)
+    restarted = decide(pf, [once], now)
+    assert isinstance(restarted, dg.RunRequest)  # 40 s > 30 s
+    twice = record(dg.DagsterRunStatus.CANCELED, now - 5, {"streamling/stopped_by": "signal"})
+    waiting = decide(pf, [twice, once], now)
+    assert isinstance(waiting, dg.SkipReason)
+    assert waiting.skip_message == (
+        f"p: run {twice.dagster_run.run_id} ended CANCELED; restart 2 waits 60 s (backoff), 55 s left"
+    )
+    after = decide(pf, [twice, once], now + 56)
+    assert isinstance(after, dg.RunRequest) and after.run_key == f"p:after:{twice.dagster_run.run_id}"

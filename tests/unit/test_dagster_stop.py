@@ -5,6 +5,7 @@ real SIGINT to the main thread, as Dagster's run worker gets it."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 import streamling_dagster.backfill as backfill
 import streamling_dagster.jobs as jobs
 import streamling_dagster.streaming as streaming
-from streamling import RunSummary
+from streamling import RunSummary, SourceStatus
 from streamling.runtime.summary import SourceProgress
 from streamling_dagster import build_definitions
 from streamling_dagster.pipelines import discover
@@ -90,7 +91,9 @@ def test_a_stop_between_the_backfill_and_the_stream_ends_the_run_canceled_with_t
             instance=instance, resources=resources, raise_on_error=False
         )
         run = instance.get_run_by_id(result.run_id)
+        (canceled,) = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.RUN_CANCELED)
     assert run is not None and run.status == dg.DagsterRunStatus.CANCELED
+    assert canceled.level == logging.INFO  # a pause on request is no error (Dagster's own report says ERROR)
     kinds = [e.event_type_value for e in result.all_events]
     assert "STEP_FAILURE" not in kinds and "RUN_FAILURE" not in kinds
     assert phases == [True]  # the backfill ran; the stream did not start
@@ -127,7 +130,8 @@ def test_a_stop_while_a_finished_backfill_is_recorded_records_it_and_ends_the_ru
 def test_a_stop_while_spark_starts_interrupts_the_start_and_the_engine_never_runs(tmp_path: Path, monkeypatch) -> None:
     """Starting Spark blocks and cannot watch the stop Event; a stop request breaks into it, as Dagster's own
     interrupt did, and the run ends CANCELED instead of failing. The session start is a stand-in that blocks for a
-    minute; the SIGINT comes from another thread meanwhile, as Dagster's termination thread sends it."""
+    minute; the SIGINT comes from another thread once the start began, as Dagster's termination thread sends it
+    (not after a fixed delay: the step's set-up, a pool slot's claim included, may take longer)."""
     (tmp_path / "gen.yaml").write_text(GENERATOR)
     (pf,) = discover(tmp_path)
     phases: list[bool] = []
@@ -137,7 +141,14 @@ def test_a_stop_while_spark_starts_interrupts_the_start_and_the_engine_never_run
     assert main is not None and threading.current_thread().ident == main
     started = time.monotonic()
     with dg.instance_for_test() as instance:
-        interrupt = threading.Timer(1.0, signal.pthread_kill, args=(main, signal.SIGINT))
+        SPARK_STARTING.clear()
+
+        def when_spark_starts() -> None:
+            if SPARK_STARTING.wait(30):
+                time.sleep(0.5)  # inside the blocking start: a signal just before a blocking call waits for its end
+                signal.pthread_kill(main, signal.SIGINT)
+
+        interrupt = threading.Thread(target=when_spark_starts)
         interrupt.start()
         result = jobs.stream_job(pf).execute_in_process(instance=instance, resources=resources, raise_on_error=False)
         interrupt.join()
@@ -178,9 +189,13 @@ def test_an_error_on_the_ops_thread_stops_the_engine_and_fails_the_run_as_an_err
     assert "RuntimeError: the event log is gone" in failure.event_specific_data.error.to_string()
 
 
+SPARK_STARTING = threading.Event()
+
+
 class SlowSpark(StreamlingSparkResource):
     @property
     def spark_session(self) -> object:
+        SPARK_STARTING.set()
         time.sleep(60)
         return object()
 
@@ -219,3 +234,82 @@ def stand_in_resources(tmp_path: Path) -> dict:
 
 def run_assets(directory: Path) -> list[dg.AssetsDefinition]:
     return [a for a in build_definitions(directory).assets or [] if isinstance(a, dg.AssetsDefinition)]
+
+
+def test_a_running_stream_observes_only_when_its_rows_positions_or_backlog_moved(tmp_path: Path, monkeypatch) -> None:
+    """An idle stream reports nothing after its first observation (issue: one identical observation a minute per
+    asset). `source_status` is replaced by a stand-in returning what the state backend would say at each reading;
+    the observations are built by the real `Progress`."""
+    (tmp_path / "gen.yaml").write_text(GENERATOR)
+    (pf,) = discover(tmp_path)
+    settings = StreamlingResource(
+        overrides={"state_backend.sqlite.database_path": str(tmp_path / "state.db")}
+    ).pipeline_settings(pf)
+    said = {"g": SourceStatus({"offset": 5}, 1, 1_000, {"0": 0})}
+    monkeypatch.setattr(streaming, "source_status", lambda path, settings: dict(said))
+    summary = RunSummary()
+    summary.sources["g"] = SourceProgress(epochs=1, rows_in=5)
+    summary.sink_rows["o"] = 5
+    context = dg.build_op_context(instance=dg.DagsterInstance.ephemeral())
+    progress = streaming.Progress(
+        context, pf, settings, summary, StreamConfig(observe_interval_sec=60, progress_interval_sec=3600), True
+    )
+    start = progress.started
+    assert len(progress.tick(start + 1)) == 1  # the first commit: observed at once
+    assert [progress.tick(start + 61 + 60 * i) for i in range(9)] == [[]] * 9  # idle for ten minutes: nothing
+    said["g"] = SourceStatus({"offset": 5}, 1, 1_000, {"0": 7})  # records arrive, not yet read
+    (waiting,) = progress.tick(start + 661)
+    assert waiting.metadata["backlog_total"].value == 7
+    summary.sink_rows["o"] = 12
+    said["g"] = SourceStatus({"offset": 12}, 2, 2_000, {"0": 0})
+    assert progress.tick(start + 700) == []  # moved, but not due yet: the interval still holds
+    (moved,) = progress.tick(start + 721)
+    assert moved.metadata["stream_rows_written"].value == 12
+    assert moved.metadata["rows_per_sec_since_last_observation"].value == round(7 / 60, 1)
+    assert progress.observations(start + 722) != []  # the run's final observations are always made
+
+
+def test_a_backfill_that_found_nothing_new_keeps_the_latest_materialization(tmp_path: Path, monkeypatch) -> None:
+    """A plain re-run of a finished backfill reads nothing after its committed positions; recording it would make
+    `rows_written 0` the sinks' latest metadata. The engine is a stand-in: 5 rows, then nothing."""
+    (tmp_path / "gen.yaml").write_text(GENERATOR)
+    phases: list[bool] = []
+
+    def nothing(path, settings, session, *, stop, summary: RunSummary) -> RunSummary:  # type: ignore[no-untyped-def]
+        summary.sources["g"] = SourceProgress(epochs=0, rows_in=0)
+        return summary
+
+    with dg.instance_for_test() as instance:
+        monkeypatch.setattr(streaming, "run_pipeline", bounded_stand_in(phases))
+        first = dg.materialize(run_assets(tmp_path), instance=instance, resources=stand_in_resources(tmp_path))
+        monkeypatch.setattr(streaming, "run_pipeline", nothing)
+        again = dg.materialize(run_assets(tmp_path), instance=instance, resources=stand_in_resources(tmp_path))
+        (key,) = {e.asset_key for e in first.get_asset_materialization_events()}
+        latest = instance.get_latest_materialization_event(key)
+        logs = [e.message for e in instance.all_logs(again.run_id)]
+    assert again.success and again.get_asset_materialization_events() == []
+    assert [c.check_name for c in again.get_asset_check_evaluations()] == ["rows_reconcile"]
+    assert latest is not None and latest.run_id == first.run_id
+    assert latest.asset_materialization.metadata["rows_written"].value == 5
+    assert any("Nothing new since the last backfill" in m for m in logs)
+
+
+def test_a_backfill_whose_sources_are_all_at_their_end_does_not_start_spark(tmp_path: Path, monkeypatch) -> None:
+    """When every source says nothing waits after its committed position (bounded Kafka knows its end offsets), a
+    plain re-run is a no-op: Spark is not started (issue: 73 s for nothing). `source_status` is a stand-in saying
+    what the state backend and the broker would; `run_pipeline` one that fails the test if it is called."""
+    (tmp_path / "gen.yaml").write_text(GENERATOR)
+
+    def never(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the engine ran")
+
+    monkeypatch.setattr(streaming, "run_pipeline", never)
+    monkeypatch.setattr(backfill, "source_status", lambda path, settings: {"g": SourceStatus({"0": 5}, 3, 1, {"0": 0})})
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(run_assets(tmp_path), instance=instance, resources=stand_in_resources(tmp_path))
+        logs = [e.message for e in instance.all_logs(result.run_id)]
+    assert result.success and result.get_asset_materialization_events() == []
+    assert any("every source is at its end (backlog 0), so Spark is not started" in m for m in logs)
+    monkeypatch.setattr(backfill, "source_status", lambda path, settings: {"g": SourceStatus({"0": 5}, 3, 1, {"0": 2})})
+    with dg.instance_for_test() as instance, pytest.raises(AssertionError, match="the engine ran"):
+        dg.materialize(run_assets(tmp_path), instance=instance, resources=stand_in_resources(tmp_path))

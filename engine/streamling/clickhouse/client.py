@@ -6,8 +6,10 @@ engine lives in the driver process; Spark's executors never open it. In a warm e
 every run shares it, so any number of pipelines read and write the embedded tables side by side.
 
 A data directory is open in one process at a time: the process holds an exclusive lock on ``<path>.lock`` (and
-says who it is in ``<path>.owner.json``) for as long as it lives, so a run in another process is told which one
-holds it (pid, command, run) instead of chdb's ``Error initializing EmbeddedServer: . (BAD_ARGUMENTS)``.
+says who it is in ``<path>.owner.json``) until it exits or calls `release_embedded`, so a run in another process
+is told which one holds it (pid, command, run) instead of chdb's ``Error initializing EmbeddedServer: .
+(BAD_ARGUMENTS)`` — at once, or after waiting up to `embedded_wait_sec` for it (a Dagster run of another pipeline
+waits while a backfill's bounded phase uses the data path, then goes on).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import socket
@@ -31,7 +34,8 @@ from streamling.errors import StreamlingError, first_line
 _EMBEDDED: dict[str, Any] = {}
 _LOCK = threading.RLock()
 _HELD: list[int] = []
-"""The descriptors holding this process's data path locks: never closed, the kernel drops them at exit."""
+"""The descriptors holding this process's data path locks: closed by `release_embedded`, else at exit."""
+log = logging.getLogger(__name__)
 
 
 def quote(identifier: str) -> str:
@@ -81,7 +85,7 @@ def get_client(settings: ClickHouseConnectionSettings, where: str, *, compress: 
                 compress=compress,
             )
         else:
-            client = _embedded(settings.path)
+            client = _embedded(settings.path, settings.embedded_wait_sec)
         if settings.database != "default":
             client.command(f"CREATE DATABASE IF NOT EXISTS {quote(settings.database)}")
         return client
@@ -93,7 +97,7 @@ def get_client(settings: ClickHouseConnectionSettings, where: str, *, compress: 
         ) from None
 
 
-def _embedded(path: str) -> Any:
+def _embedded(path: str, wait_sec: float = 0.0) -> Any:
     import clickhouse_connect
 
     resolved = str(Path(path).resolve())
@@ -108,25 +112,59 @@ def _embedded(path: str) -> Any:
                 "clickhouse_sink.path at the same directory, or use a server url)"
             )
         Path(resolved).mkdir(parents=True, exist_ok=True)
-        _hold(Path(resolved))
+        _hold(Path(resolved), wait_sec)
         client = clickhouse_connect.get_client(dsn=f"chdb://{resolved}")
         _EMBEDDED[resolved] = client
         return client
 
 
-def _hold(path: Path) -> None:
-    """Take `path`'s lock for this process's lifetime, or raise naming the process that has it."""
+def release_embedded() -> bool:
+    """Close this process's embedded engine and drop its data path lock, so another process can open it; True when
+    one was open. For a process that is done with it while it goes on (a Dagster backfill-then-stream once its
+    bounded phase ended), never for one whose runs share it (`streamling serve`): a later `get_client` opens it
+    again."""
+    with _LOCK:
+        had = bool(_EMBEDDED)
+        for client in _EMBEDDED.values():
+            with contextlib.suppress(Exception):  # already closed, or chdb gone: the lock still goes
+                client.close()
+        _EMBEDDED.clear()
+        while _HELD:
+            os.close(_HELD.pop())
+        return had
+
+
+def _hold(path: Path, wait_sec: float = 0.0) -> None:
+    """Take `path`'s lock (until exit or `release_embedded`), waiting up to `wait_sec` while another process has
+    it; else raise naming that process."""
     lock, owner = path.with_name(path.name + ".lock"), path.with_name(path.name + ".owner.json")
     fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StreamlingError.retry(
-            f"the embedded ClickHouse data path {path} is open in another process ({_holder(owner)}); chdb opens a "
-            "data path in one process at a time: run this pipeline in that process (streamling submit to its "
-            "engine), stop it, or use a ClickHouse server (clickhouse_source.url, clickhouse_sink.url)"
-        ) from None
+    started = time.monotonic()
+    waiting = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            waited = time.monotonic() - started
+            if waited >= wait_sec:
+                os.close(fd)
+                after = f"; waited {waited:.0f} s for it" if wait_sec else ""
+                raise StreamlingError.retry(
+                    f"the embedded ClickHouse data path {path} is open in another process ({_holder(owner)}){after}; "
+                    "chdb opens a data path in one process at a time: run this pipeline in that process (streamling "
+                    "submit to its engine), stop it, or use a ClickHouse server (clickhouse_source.url, "
+                    "clickhouse_sink.url)"
+                ) from None
+            if not waiting:
+                log.warning(
+                    f"the embedded ClickHouse data path {path} is open in another process ({_holder(owner)}); "
+                    f"waiting up to {wait_sec:.0f} s for it"
+                )
+                waiting = True
+            time.sleep(0.5)
+    if waiting:
+        log.info(f"the embedded ClickHouse data path {path} is free after {time.monotonic() - started:.1f} s")
     _HELD.append(fd)
     from streamling.telemetry.logs import RUN_SCOPE
 

@@ -54,7 +54,7 @@ from pyspark.sql.types import StructType
 
 from streamling.arrow_keys import int64_array, key_codes, last_rows
 from streamling.clickhouse.client import describe, get_client, qualified, quote, redact
-from streamling.clickhouse.objects import split_table_name, table_object
+from streamling.clickhouse.objects import named_table_object
 from streamling.clickhouse.tables import replacing_parameters
 from streamling.clickhouse.types import (
     Column,
@@ -168,7 +168,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         return f"clickhouse sink '{self.name}'"
 
     def writes(self) -> list[ExternalObject]:
-        return [table_object(*split_table_name(self.spec.table, self.database))]
+        return [named_table_object(self.spec.table, self.database, "clickhouse_sink")]
 
     @property
     def flush_interval_sec(self) -> float | None:

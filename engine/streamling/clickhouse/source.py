@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from streamling.clickhouse.client import get_client, qualified
-from streamling.clickhouse.objects import split_table_name, table_object
+from streamling.clickhouse.objects import named_table_object, split_table_name
 from streamling.clickhouse.paging import Pager, key_bounds
 from streamling.clickhouse.tables import TableInfo, inspect, spark_field
 from streamling.errors import StreamlingError, first_line
@@ -74,7 +74,7 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
         return split_table_name(self.spec.table_name, self.settings.clickhouse_source.database)
 
     def reads(self) -> list[ExternalObject]:
-        return [table_object(*self.database_and_table)]
+        return [named_table_object(self.spec.table_name, self.settings.clickhouse_source.database, "clickhouse_source")]
 
     scope: str | None = None
     """Set by a hybrid source to tell its phases apart (two phases may read the same table)."""

@@ -89,6 +89,9 @@ class ClickHouseConnectionSettings(_Section):
     password: SecretStr = SecretStr("")
     database: str = "default"
     connect_timeout_sec: PositiveInt = 10
+    embedded_wait_sec: Seconds = 0.0
+    """How long a run waits for the embedded engine's data path while another process holds it (saying which, once,
+    while it waits); 0 fails at once, naming that process. Dagster's runs wait 600 s unless this is set."""
 
 
 class ClickHouseSourceSettings(ClickHouseConnectionSettings):
@@ -574,6 +577,17 @@ class Settings(_Section):
 
     def postgres_connection(self, node_name: str) -> PostgresSinkSettings:
         return self.postgres_sink_connections.get(connection_key(node_name), self.postgres_sink)
+
+    def postgres_connection_name(self, node_name: str) -> str:
+        """Which settings `postgres_connection` takes: ``postgres_sink_connections.<key>`` or ``postgres_sink``."""
+        key = connection_key(node_name)
+        return f"postgres_sink_connections.{key}" if key in self.postgres_sink_connections else "postgres_sink"
+
+    def dynamic_table_connection_name(self, node_name: str) -> str:
+        """Which settings `dynamic_table_connection` takes (its node's entry, the backend's, or `postgres_sink`)."""
+        if connection_key(node_name) in self.postgres_sink_connections:
+            return self.postgres_connection_name(node_name)
+        return "dynamic_table_backend.postgres" if self.dynamic_table_backend.postgres else "postgres_sink"
 
     def dynamic_table_connection(self, node_name: str) -> PostgresSinkSettings:
         """A Postgres dynamic table's connection: its node's own entry in `postgres_sink_connections`, else

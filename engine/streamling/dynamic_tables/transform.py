@@ -114,7 +114,8 @@ class DynamicTable(Transform[DynamicTableSpec]):
         if self.spec.backend_type != "Postgres":
             return []
         database = self.settings.dynamic_table_connection(self.name).database
-        return [table_object(database, self.spec.schema_, self.spec.backend_entity_name)]
+        connection = self.settings.dynamic_table_connection_name(self.name)
+        return [table_object(database, self.spec.schema_, self.spec.backend_entity_name, connection)]
 
     @cached_property
     def program(self) -> SqlProgram | None:

@@ -92,7 +92,14 @@ class PostgresWriterSink(Sink[Any]):
         return self.spec.table
 
     def writes(self) -> list[ExternalObject]:
-        return [table_object(self.connection.database, self.spec.schema_, self.target_table)]
+        return [
+            table_object(
+                self.connection.database,
+                self.spec.schema_,
+                self.target_table,
+                self.settings.postgres_connection_name(self.name),
+            )
+        ]
 
     def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
         if not primary_key:
