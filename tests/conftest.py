@@ -176,9 +176,16 @@ def clickhouse(clickhouse_env: dict[str, str]):
     from streamling.clickhouse.client import get_client
     from streamling.config.model import ClickHouseConnectionSettings
 
-    client = get_client(
-        ClickHouseConnectionSettings(path=clickhouse_env["STREAMLING__CLICKHOUSE_SOURCE__PATH"]), "test"
-    )
+    settings = ClickHouseConnectionSettings(path=clickhouse_env["STREAMLING__CLICKHOUSE_SOURCE__PATH"])
+
+    class Reopening:
+        """The process's embedded client, asked for at each use: a Dagster backfill-then-stream run in this process
+        releases the embedded engine after its backfill (`release_embedded` closes the client it had)."""
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(get_client(settings, "test"), name)
+
+    client = Reopening()
     database = f"db_{uuid.uuid4().hex[:10]}"
     client.command(f"CREATE DATABASE {database}")
     yield client, database
