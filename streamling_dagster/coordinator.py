@@ -11,8 +11,8 @@ to one run per path.
 A refused launch leaves nothing behind that looks like a failure. Dagster has already created the run, with its
 planned materializations and asset checks, when the coordinator sees it; marked failed, that run would show the
 asset "Failed", its checks "Execution failed", and be retried by Dagster's run retries. So the coordinator deletes
-the run with its events and planned check executions, and answers the launch with a `RunConflict` error whose
-message names the stream run to terminate first: the UI shows that message, without a stack trace. (A run that
+the run with its events and planned check executions, and answers the launch with an error whose message names
+the stream run to terminate first and whose stack is empty: the UI shows that message, without a stack trace. (A run that
 never meets the coordinator — `dagster job execute` — is refused by its op instead: `guard.check_no_other_run`.)
 """
 
@@ -22,17 +22,20 @@ import dagster as dg
 from dagster._core.run_coordinator import QueuedRunCoordinator, SubmitRunContext
 from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
 from dagster._core.storage.event_log.sql_event_log import SqlEventLogStorage
+from dagster._utils.error import SerializableErrorInfo
 from dagster_graphql.implementation.utils import UserFacingGraphQLError
-from dagster_graphql.schema.errors import GrapheneRunConflict
+from dagster_graphql.schema.errors import GraphenePythonError
 
 from streamling_dagster.guard import EMBEDDED_TAG, PIPELINE_TAG, PIPELINES_TAG, active_stream, refusal
 
 
 class LaunchRefused(UserFacingGraphQLError):
-    """The launch answer for a refused run: GraphQL's `RunConflict` with the refusal (a plain message, no stack)."""
+    """The launch answer for a refused run: the refusal as a GraphQL `PythonError` with an empty stack — the one
+    error type whose message the UI shows (for the others, e.g. `RunConflict`, it says "cannot be executed with the
+    provided config") — so the operator reads the reason, not a stack trace."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(GrapheneRunConflict(message=message))
+        super().__init__(GraphenePythonError(SerializableErrorInfo(message, [], "RunRefused")))
         self.message = message
 
     def __str__(self) -> str:

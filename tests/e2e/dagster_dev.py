@@ -69,7 +69,7 @@ mutation Launch($params: ExecutionParams!) {
   launchPipelineExecution(executionParams: $params) {
     __typename
     ... on LaunchRunSuccess { run { runId } }
-    ... on PythonError { message }
+    ... on PythonError { message stack }
     ... on Error { message }
   }
 }

@@ -48,8 +48,10 @@ def test_backfill_job_from_the_command_line_writes_rows_and_records_metadata(
         timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    for noise in ("BetaWarning", "SupersessionWarning", "is currently in beta", "warnings.warn("):
-        assert noise not in done.stdout + done.stderr, "quiet start-up: no Dagster beta or supersession warnings"
+    # quiet start-up: no beta warnings from loading the definitions (Dagster itself warns that `dagster job
+    # execute` is superseded; `python -m streamling_dagster.execute` does not, see below)
+    for noise in ("BetaWarning", "is currently in beta"):
+        assert noise not in done.stdout + done.stderr
     with pg_connect() as conn:
         assert conn.execute(f'SELECT count(*), max(id) FROM "{schema}".orders').fetchone() == (2000, 2000)
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
@@ -193,6 +195,7 @@ def test_execute_for_scripts_tells_a_refusal_from_a_failure_and_waits_for_the_ru
 
     refused = execute()
     assert refused.returncode == 3, refused.stderr[-3000:]
+    assert "Warning" not in refused.stderr  # quiet: no beta or supersession warnings
     assert f"pipeline 'gen' is already running in Dagster run {holder.run_id} (gen__stream, STARTED)" in refused.stderr
     assert refused.stderr.rstrip().endswith(f"was refused: another run ({holder.run_id}) holds the pipeline")
     started = time.monotonic()

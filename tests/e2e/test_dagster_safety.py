@@ -131,8 +131,9 @@ query Latest($keys: [AssetKeyInput!]!) { assetsLatestInfo(assetKeys: $keys) { la
 
 
 def assert_refused(safety: Safety, answer: dict, job: str) -> None:
-    """A refusal answers the launch as a `RunConflict` (a message, no Python stack trace) and leaves no run."""
-    assert answer["__typename"] == "RunConflict", answer
+    """A refusal answers the launch with its message and no Python stack trace (a `PythonError` whose stack is
+    empty: the one error type whose message the UI shows), and leaves no run."""
+    assert answer["__typename"] == "PythonError" and answer["stack"] == [], answer
     message = answer["message"]
     assert f"pipeline 'pay' is already running in Dagster run {safety.stream_run} (pay__stream, STARTED)" in message
     assert f"this {job} run was not started" in message
