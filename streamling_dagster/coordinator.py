@@ -12,8 +12,9 @@ A refused launch leaves nothing behind that looks like a failure. Dagster has al
 planned materializations and asset checks, when the coordinator sees it; marked failed, that run would show the
 asset "Failed", its checks "Execution failed", and be retried by Dagster's run retries. So the coordinator deletes
 the run with its events and planned check executions, and answers the launch with an error whose message names
-the stream run to terminate first and whose stack is empty: the UI shows that message, without a stack trace. (A run that
-never meets the coordinator — `dagster job execute` — is refused by its op instead: `guard.check_no_other_run`.)
+the stream run to terminate first and whose stack is empty: the UI shows that message, without a stack trace.
+(A run that never meets the coordinator — `dagster job execute` — is refused by its op instead:
+`guard.check_no_other_run`.)
 """
 
 from __future__ import annotations
