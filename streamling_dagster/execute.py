@@ -7,8 +7,9 @@ and has no way to wait for that run. This runs the job the same way (in this pro
 
 - 0: the run succeeded;
 - 1: the run failed (the engine, a sink, a bad file: a real failure);
-- 3: refused — another run of the pipeline was running (with ``--wait SEC``, still after that long); the run is
-  tagged ``streamling/refused`` and nothing ran, so trying again later is safe;
+- 3: refused — another run of the pipeline was running or queued (with ``--wait SEC``, still after that long); no
+  run is created (nothing shows failed), or, when one started in between, the run is tagged
+  ``streamling/refused``; nothing ran, so trying again later is safe;
 - 4: the run was stopped on request (a SIGTERM/SIGINT, or *Terminate*) and ended Canceled, positions committed;
 - 2: bad arguments (no such job, a config file that is not YAML).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ import dagster as dg
 import yaml
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 
-from streamling_dagster.guard import REFUSED_TAG
+from streamling_dagster.guard import PIPELINE_TAG, QUEUED, REFUSED_TAG, RUNNING, describe, other_runs, refusal
 
 SUCCESS, FAILED, BAD_ARGUMENTS, REFUSED, STOPPED = 0, 1, 2, 3, 4
 
@@ -42,6 +44,23 @@ def run_config(job: dg.JobDefinition, config: dict[str, Any], wait: float | None
             op["config"] = {**(op.get("config") or {}), "wait_for_running_sec": wait}
             ops[name] = op
     return {**config, "ops": ops}
+
+
+def holder(instance: dg.DagsterInstance, job: dg.JobDefinition, wait: float) -> dg.DagsterRun | None:
+    """The run that holds one of the job's pipelines, still after `wait` seconds; None once all are free. Asked
+    before the run is created, so a refusal leaves no failed run behind (the op checks again: a run may start in
+    between)."""
+    pipelines = sorted({n.definition.tags.get(PIPELINE_TAG) for n in job.graph.node_dict.values()} - {None})
+    deadline = time.monotonic() + wait
+    said: str | None = None
+    while True:
+        found = [r.dagster_run for p in pipelines for r in other_runs(instance, p, (*RUNNING, *QUEUED))]
+        if not found or time.monotonic() >= deadline:
+            return found[0] if found else None
+        if said != found[0].run_id:
+            print(f"waiting up to {wait:.0f} s for {describe(found[0])} to end", file=sys.stderr, flush=True)
+            said = found[0].run_id
+        time.sleep(1.0)
 
 
 def outcome(run: dg.DagsterRun | None) -> tuple[int, str]:
@@ -79,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         return BAD_ARGUMENTS
     job = definitions.get_job(args.job)
     with dg.DagsterInstance.get() as instance:
+        busy = holder(instance, job, args.wait or 0.0)
+        if busy is not None:
+            pipeline = busy.tags.get(PIPELINE_TAG, "?")
+            waited = f" (waited {args.wait:.0f} s for it)" if args.wait else ""
+            print(f"Error: {refusal(pipeline, busy, args.job)}{waited}", file=sys.stderr)
+            print(f"refused: no run was created; {describe(busy)} holds the pipeline", file=sys.stderr)
+            return REFUSED
         result = dg.execute_job(
             repository.get_reconstructable_job(args.job),
             instance=instance,
