@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,16 @@ import dagster as dg
 import yaml
 from dagster._core.definitions.reconstruct import ReconstructableRepository
 
-from streamling_dagster.guard import PIPELINE_TAG, QUEUED, REFUSED_TAG, RUNNING, describe, other_runs, refusal
+from streamling_dagster.guard import (
+    PIPELINE_TAG,
+    QUEUED,
+    REFUSED_TAG,
+    RUNNING,
+    describe,
+    other_runs,
+    refusal,
+    wait_while_held,
+)
 
 SUCCESS, FAILED, BAD_ARGUMENTS, REFUSED, STOPPED = 0, 1, 2, 3, 4
 
@@ -51,16 +59,14 @@ def holder(instance: dg.DagsterInstance, job: dg.JobDefinition, wait: float) -> 
     before the run is created, so a refusal leaves no failed run behind (the op checks again: a run may start in
     between)."""
     pipelines = sorted({n.definition.tags.get(PIPELINE_TAG) for n in job.graph.node_dict.values()} - {None})
-    deadline = time.monotonic() + wait
-    said: str | None = None
-    while True:
+
+    def find() -> dg.DagsterRun | None:
         found = [r.dagster_run for p in pipelines for r in other_runs(instance, p, (*RUNNING, *QUEUED))]
-        if not found or time.monotonic() >= deadline:
-            return found[0] if found else None
-        if said != found[0].run_id:
-            print(f"waiting up to {wait:.0f} s for {describe(found[0])} to end", file=sys.stderr, flush=True)
-            said = found[0].run_id
-        time.sleep(1.0)
+        return found[0] if found else None
+
+    return wait_while_held(
+        find, wait, lambda run: print(f"waiting up to {wait:.0f} s for {describe(run)} to end", file=sys.stderr)
+    )
 
 
 def outcome(run: dg.DagsterRun | None) -> tuple[int, str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import dagster as dg
 
@@ -138,22 +138,33 @@ def check_no_other_run(context: dg.OpExecutionContext, pf: PipelineFile, wait_se
     """At the start of a Streamling op, before Spark starts: end this run when an older run of the same pipeline
     is active (runs started outside the run coordinator, e.g. by `dagster job execute`) — at once, or when it is
     still active after `wait_sec` (the ops' `wait_for_running_sec`: a script waits for the running run)."""
+    holder = wait_while_held(
+        lambda: _older_active(context, pf),
+        wait_sec,
+        lambda run: context.log.info(
+            f"pipeline '{pf.name}' is running in Dagster {describe(run)}; waiting up to {wait_sec:.0f} s "
+            "for it to end (wait_for_running_sec)"
+        ),
+    )
+    if holder is not None:
+        mark_refused(context.instance, context.run_id, holder.run_id)
+        waited = f" (waited {wait_sec:.0f} s for it)" if wait_sec else ""
+        raise dg.Failure(description=refusal(pf.name, holder, context.job_name) + waited, allow_retries=False)
+
+
+def wait_while_held(
+    find: Callable[[], dg.DagsterRun | None], wait_sec: float, waiting: Callable[[dg.DagsterRun], None]
+) -> dg.DagsterRun | None:
+    """The run `find` returns while it holds the pipeline, polled every second for up to `wait_sec`: None once
+    nothing holds it, else the holder after the wait. `waiting` is told once per holder waited for."""
     deadline = time.monotonic() + wait_sec
-    waiting: str | None = None
-    while (holder := _older_active(context, pf)) is not None:
-        if time.monotonic() >= deadline:
-            mark_refused(context.instance, context.run_id, holder.run_id)
-            waited = f" (waited {wait_sec:.0f} s for it)" if wait_sec else ""
-            raise dg.Failure(description=refusal(pf.name, holder, context.job_name) + waited, allow_retries=False)
-        if waiting != holder.run_id:
-            context.log.info(
-                f"pipeline '{pf.name}' is running in Dagster {describe(holder)}; waiting up to {wait_sec:.0f} s "
-                "for it to end (wait_for_running_sec)"
-            )
-            waiting = holder.run_id
+    said: str | None = None
+    while (holder := find()) is not None and time.monotonic() < deadline:
+        if said != holder.run_id:
+            waiting(holder)
+            said = holder.run_id
         time.sleep(1.0)
-    if waiting is not None:
-        context.log.info(f"run {waiting} ended; this run starts")
+    return holder
 
 
 def _older_active(context: dg.OpExecutionContext, pf: PipelineFile) -> dg.DagsterRun | None:
