@@ -2,7 +2,7 @@
 ``streamling serve``, against one stream on its own Spark.
 
 Against the running local services (Postgres, and the Postgres state backend as a deployment would use), it starts
-``streamling serve`` on a free port in 18170–18179 (its embedded ClickHouse data path in a temp dir) and ``dagster
+``streamling serve`` on a free port in 18170-18179 (its embedded ClickHouse data path in a temp dir) and ``dagster
 dev`` (a temp DAGSTER_HOME with infra/dagster/dagster.yaml, STREAMLING_DAGSTER_PIPELINES a temp dir of N generated
 pipelines, STREAMLING__ENGINE_URL set, the engine's token file under their shared STREAMLING_HOME). It launches the N
 stream jobs over GraphQL, as the UI does, and measures per run the time from the op's STEP_START (its event-log
@@ -38,7 +38,6 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import psycopg
 from harness import RESULTS, record
@@ -300,8 +299,10 @@ def bench_processes(dev: DagsterDev, engine: Engine) -> dict[str, list[psutil.Pr
             cmd = " ".join(proc.cmdline())
         except psutil.Error:
             continue
-        worker = "execute_run" in cmd or "execute_step" in cmd or any(
-            "execute_run" in " ".join(a.cmdline()) for a in _ancestors(proc)
+        worker = (
+            "execute_run" in cmd
+            or "execute_step" in cmd
+            or any("execute_run" in " ".join(a.cmdline()) for a in _ancestors(proc))
         )
         parts["run_workers" if worker else "dagster"].append(proc)
     return parts
@@ -509,7 +510,8 @@ def show(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"Dagster streams on the shared engine ({result['streams']} streams)")
-    for column in ("run", "sink", "run start→step", "step→submitted", "→admitted", "→running", "→1st commit", "→1st row"):
+    columns = ("run", "sink", "run start→step", "step→submitted", "→admitted", "→running", "→1st commit", "→1st row")
+    for column in columns:
         table.add_column(column, justify="right")
     for name, row in result["engine_runs"].items():
         marks = row.get("step_start_to", {})
