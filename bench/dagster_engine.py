@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -50,9 +52,11 @@ from tests.e2e.engine import Engine, settings_document, submit_all  # noqa: E402
 
 ENGINE_PORTS = range(18170, 18180)
 ENGINE_STOP_SEC = 60.0
-FIRST_ROW_TIMEOUT_SEC = 240.0
+FIRST_ROW_TIMEOUT_SEC = 600.0
+"""From the launches: Dagster starts the run workers one after another, ~10-25 s each on a loaded machine."""
 CANCEL_TIMEOUT_SEC = 120.0
 POLL_SEC = 0.1
+WORKER = re.compile(r"Executing steps in process \(pid: (\d+)\)")
 RATE = 20
 """Rows per second each generator stream makes: a trickle, so the figures are start-up, not throughput."""
 
@@ -195,7 +199,8 @@ def launch(dev: DagsterDev, job: str, run_config: dict[str, Any] | None = None) 
 
 
 def run_events(dev: DagsterDev, run_id: str) -> dict[str, Any]:
-    """The event-log moments of a run: RUN_START, the op's STEP_START, and the engine line (epoch seconds)."""
+    """The event-log moments of a run: RUN_START, the op's STEP_START, and the engine line (epoch seconds); and
+    the run worker's pid."""
     events = dev.graphql(LOGS_QUERY, {"runId": run_id})["logsForRun"]["events"]
     out: dict[str, Any] = {}
     for event in events:
@@ -205,6 +210,8 @@ def run_events(dev: DagsterDev, run_id: str) -> dict[str, Any]:
             out.setdefault("run_start", at)
         elif kind == "ExecutionStepStartEvent":
             out.setdefault("step_start", at)
+        elif kind == "EngineEvent" and (m := WORKER.search(event["message"])):
+            out.setdefault("worker_pid", int(m.group(1)))
         elif kind == "LogMessageEvent" and event["message"].startswith("Running on the warm engine at"):
             out.setdefault("engine_line", at)
             out["engine_message"] = event["message"]
@@ -270,6 +277,7 @@ def timings(dev: DagsterDev, runs: dict[str, str], seen: dict[str, dict[str, Any
             "run_start_to_step_start_sec": round(step - events["run_start"], 2),
             "step_start_to_first_row_sec": round(seen[name]["first_row"] - step, 2),
             "on_engine": "engine_line" in events,
+            "worker_pid": events.get("worker_pid"),
         }
         view = seen[name]["engine"]
         if view is not None:
@@ -285,33 +293,23 @@ def timings(dev: DagsterDev, runs: dict[str, str], seen: dict[str, dict[str, Any
     return out
 
 
-def bench_processes(dev: DagsterDev, engine: Engine) -> dict[str, list[psutil.Process]]:
-    """The bench's processes by part: the engine's tree, run workers, the rest of `dagster dev`'s."""
+def bench_processes(dev: DagsterDev, engine: Engine, workers: set[int]) -> dict[str, list[psutil.Process]]:
+    """The bench's processes by part: the engine's tree, the run workers (`workers`, from their runs' event logs)
+    with their children, and the rest of `dagster dev`'s (webserver, daemon, code servers)."""
     parts: dict[str, list[psutil.Process]] = {"engine": [], "run_workers": [], "dagster": []}
-    with suppress(psutil.NoSuchProcess):
-        root = psutil.Process(engine.proc.pid)
-        parts["engine"] = [root, *root.children(recursive=True)]
-    engine_pids = {p.pid for p in parts["engine"]}
+    for part, pids in (("engine", {engine.proc.pid}), ("run_workers", workers)):
+        for pid in pids:
+            with suppress(psutil.NoSuchProcess):
+                root = psutil.Process(pid)
+                parts[part] += [root, *root.children(recursive=True)]
+    taken = {p.pid for procs in parts.values() for p in procs}
     for proc in psutil.process_iter():
         try:
-            if proc.pid in engine_pids or proc.environ().get("DAGSTER_HOME") != str(dev.home):
-                continue
-            cmd = " ".join(proc.cmdline())
+            if proc.pid not in taken and proc.environ().get("DAGSTER_HOME") == str(dev.home):
+                parts["dagster"].append(proc)
         except psutil.Error:
             continue
-        worker = (
-            "execute_run" in cmd
-            or "execute_step" in cmd
-            or any("execute_run" in " ".join(a.cmdline()) for a in _ancestors(proc))
-        )
-        parts["run_workers" if worker else "dagster"].append(proc)
     return parts
-
-
-def _ancestors(proc: psutil.Process) -> list[psutil.Process]:
-    with suppress(psutil.Error):
-        return proc.parents()
-    return []
 
 
 def is_java(proc: psutil.Process) -> bool:
@@ -320,8 +318,8 @@ def is_java(proc: psutil.Process) -> bool:
     return False
 
 
-def footprint(dev: DagsterDev, engine: Engine) -> dict[str, Any]:
-    parts = bench_processes(dev, engine)
+def footprint(dev: DagsterDev, engine: Engine, workers: set[int]) -> dict[str, Any]:
+    parts = bench_processes(dev, engine, workers)
     rss: dict[str, float] = {}
     for part, procs in parts.items():
         total = 0
@@ -480,14 +478,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 result["engine_runs"] = per_run
                 result["engine_first_row_sec"] = spread([r["step_start_to_first_row_sec"] for r in per_run.values()])
                 result["all_on_engine"] = all(r["on_engine"] for r in per_run.values())
-                result["footprint_on_engine"] = footprint(dev, engine)
+                workers = {r["worker_pid"] for r in per_run.values() if r["worker_pid"]}
+                result["dagster_statuses"] = sorted(dev.run_status(run_id) for run_id in runs.values())
+                result["footprint_on_engine"] = footprint(dev, engine, workers)
                 if args.clickhouse:
                     result["clickhouse"] = clickhouse_side_by_side(dev, engine, runs, kinds, args.hold_sec)
                     tables = [n for n in runs if kinds[n] == "clickhouse"]
                     result["clickhouse"]["read_through_engine"] = read_clickhouse_through_engine(
                         root, engine, env, conn, schema, tables
                     )
-                result["footprint_after_hold"] = footprint(dev, engine)
+                result["footprint_after_hold"] = footprint(dev, engine, workers)
                 result["terminate_engine_runs"] = terminate(dev, list(runs.values()))
 
                 if not args.no_peer:
@@ -496,12 +496,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     peer = {"peer": launch(dev, "peer__stream", overrides)}
                     seen = first_rows(dev, engine, conn, schema, peer, kinds, on_engine=False)
                     result["peer_run"] = timings(dev, peer, seen, launched)["peer"]
-                    result["peer_footprint"] = footprint(dev, engine)
+                    result["peer_footprint"] = footprint(dev, engine, {result["peer_run"]["worker_pid"]})
                     result["terminate_peer"] = terminate(dev, list(peer.values()))
                 result["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     finally:
         result["engine_exit"] = stop_engine(engine)
         cleanup(env, schema, app)
+        shutil.rmtree(root, ignore_errors=True)
     return result
 
 
