@@ -50,3 +50,24 @@ def test_a_run_spanning_two_pipelines_waits_in_the_queue_until_each_is_free(
     assert run is not None and run.tags["streamling/pipelines"] == "slow,spot"
     assert rows(pg_connect, dev.schema, "dripped") == 300
     assert rows(pg_connect, dev.schema, "spotted") == 50
+
+
+def test_the_shipped_instance_caps_runs_per_pipeline_only(tmp_path) -> None:
+    """A stream's run never ends, so a cap on runs overall is a cap on pipelines streamed: under Dagster's default
+    (10) the 11th pipeline's stream stayed QUEUED for good (bench/dagster_engine.py launches 20). The instance
+    `dagster dev` builds from the shipped `dagster.yaml` (as `running_dagster_dev` copies it) has no such cap; one
+    run per pipeline and per embedded ClickHouse path still holds."""
+    import shutil
+
+    import dagster as dg
+
+    from tests.e2e.dagster_dev import REPO
+
+    shutil.copy(REPO / "infra" / "dagster" / "dagster.yaml", tmp_path / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        concurrency = instance.get_concurrency_config()
+    assert concurrency.run_queue_config.max_concurrent_runs == -1
+    assert concurrency.pool_config.default_pool_limit == 1
+    assert [limit["key"] for limit in concurrency.run_queue_config.tag_concurrency_limits] == [
+        "streamling/embedded_clickhouse"
+    ]
