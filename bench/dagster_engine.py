@@ -24,6 +24,7 @@ the same way in the same ``dagster dev``. Everything is stopped (SIGTERM, SIGKIL
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -212,6 +213,8 @@ def run_events(dev: DagsterDev, run_id: str) -> dict[str, Any]:
             out.setdefault("step_start", at)
         elif kind == "EngineEvent" and (m := WORKER.search(event["message"])):
             out.setdefault("worker_pid", int(m.group(1)))
+        elif kind == "LogMessageEvent" and event["message"].startswith("Streaming "):
+            out.setdefault("settings_line", at)
         elif kind == "LogMessageEvent" and event["message"].startswith("Running on the warm engine at"):
             out.setdefault("engine_line", at)
             out["engine_message"] = event["message"]
@@ -283,6 +286,8 @@ def timings(dev: DagsterDev, runs: dict[str, str], seen: dict[str, dict[str, Any
         if view is not None:
             sources = view["sources"].get("g", {})
             marks = {
+                "settings_loaded": events.get("settings_line"),
+                "engine_answered": events.get("engine_line"),
                 "submitted": view["submitted_at"],
                 "admitted": view["admitted_at"],
                 "running": view["started_at"],
@@ -291,6 +296,18 @@ def timings(dev: DagsterDev, runs: dict[str, str], seen: dict[str, dict[str, Any
             row["step_start_to"] = {k: None if v is None else round(v - step, 2) for k, v in marks.items()}
         out[name] = row
     return out
+
+
+def breakdown(per_run: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Median seconds of each stretch between STEP_START and the first row, over the runs that have both ends
+    (a first commit is known only when the engine was seen at its first epoch)."""
+    stretches: dict[str, list[float]] = {}
+    for row in per_run.values():
+        marks = {"step_start": 0.0, **row.get("step_start_to", {}), "first_row": row["step_start_to_first_row_sec"]}
+        known = [(k, v) for k, v in marks.items() if v is not None]
+        for (a, at), (b, bt) in itertools.pairwise(known):
+            stretches.setdefault(f"{a}->{b}", []).append(bt - at)
+    return {k: round(statistics.median(v), 2) for k, v in stretches.items()}
 
 
 def bench_processes(dev: DagsterDev, engine: Engine, workers: set[int]) -> dict[str, list[psutil.Process]]:
@@ -477,6 +494,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 result["loadavg_during"] = [round(x, 2) for x in os.getloadavg()]
                 result["engine_runs"] = per_run
                 result["engine_first_row_sec"] = spread([r["step_start_to_first_row_sec"] for r in per_run.values()])
+                result["engine_breakdown_median_sec"] = breakdown(per_run)
                 result["all_on_engine"] = all(r["on_engine"] for r in per_run.values())
                 workers = {r["worker_pid"] for r in per_run.values() if r["worker_pid"]}
                 result["dagster_statuses"] = sorted(dev.run_status(run_id) for run_id in runs.values())
@@ -511,12 +529,14 @@ def show(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"Dagster streams on the shared engine ({result['streams']} streams)")
-    columns = ("run", "sink", "run start→step", "step→submitted", "→admitted", "→running", "→1st commit", "→1st row")
+    columns = ("run", "sink", "run start→step", "step→settings", "→engine ok", "→submitted", "→admitted", "→running")
+    columns += ("→1st commit", "→1st row")
     for column in columns:
         table.add_column(column, justify="right")
     for name, row in result["engine_runs"].items():
         marks = row.get("step_start_to", {})
-        cell = [marks.get(k) for k in ("submitted", "admitted", "running", "first_commit")]
+        keys = ("settings_loaded", "engine_answered", "submitted", "admitted", "running", "first_commit")
+        cell = [marks.get(k) for k in keys]
         table.add_row(
             name,
             "clickhouse" if name in result.get("clickhouse", {}).get("pipelines", []) else "postgres",
@@ -530,15 +550,13 @@ def show(result: dict[str, Any]) -> None:
             "peer (own Spark)",
             "postgres",
             f"{peer['run_start_to_step_start_sec']:.2f}",
-            "",
-            "",
-            "",
-            "",
+            *[""] * 6,
             f"{peer['step_start_to_first_row_sec']:.2f}",
         )
     console = Console()
     console.print(table)
-    summary = {k: result.get(k) for k in ("engine_first_row_sec", "footprint_on_engine", "peer_footprint")}
+    keys = ("engine_first_row_sec", "engine_breakdown_median_sec", "footprint_on_engine", "peer_footprint")
+    summary = {k: result.get(k) for k in keys}
     summary["peer_first_row_sec"] = result.get("peer_run", {}).get("step_start_to_first_row_sec")
     summary["clickhouse"] = {k: v for k, v in result.get("clickhouse", {}).items() if k not in ("before", "after")}
     summary["terminate"] = [result.get("terminate_engine_runs"), result.get("terminate_peer")]
