@@ -192,7 +192,7 @@ def run_engine(
                 check_no_other_run(context, pf, config.wait_for_running_sec)
                 _link_admin_page(context, settings)
                 warm = warm_engine(context, settings)
-                session = None if warm is not None else spark() if callable(spark) else spark
+                session = None if warm is not None else own_session(signals, spark)
         if not stop.is_set():
             try:
                 finished = _run_until_done_or_stopped(
@@ -337,6 +337,16 @@ class StopSignals:
             self._raising = False
             raise StopRequested
 
+    def reclaim(self) -> None:
+        """Put the handlers back after code inside replaced them. Starting a SparkContext on the main thread
+        installs PySpark's SIGINT handler, which cancels every Spark job — the in-flight epoch the stop was to let
+        finish — and raises: a terminated stream on its own Spark then ended with `the pipeline failed while
+        stopping: … An error occurred while calling o134.getResult` and a step failure."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signo in self._previous:
+            signal.signal(signo, self._handle)
+
     @contextmanager
     def interruptible(self) -> Iterator[None]:
         """The block runs to its end, or up to the first stop request; either way the caller goes on after it."""
@@ -347,6 +357,14 @@ class StopSignals:
             pass
         finally:
             self._raising = False
+
+
+def own_session(signals: StopSignals, spark: Callable[[], Any] | Any) -> Any:
+    """The run's own Spark session (`spark`, or started now by calling it), with `signals`' handlers back in
+    place: a SparkContext started here puts PySpark's SIGINT handler in place of ours (`StopSignals.reclaim`)."""
+    session = spark() if callable(spark) else spark
+    signals.reclaim()
+    return session
 
 
 def warm_engine(context: dg.OpExecutionContext, settings: Settings) -> EngineClient | None:
