@@ -85,6 +85,8 @@ mutation Launch($params: ExecutionParams!) {
   }
 }
 """
+STOPPED_CLEANLY = ("all_canceled", "all_steps_succeeded")
+STEPS_QUERY = "query Steps($runId: ID!) { runOrError(runId: $runId) { ... on Run { stepStats { status } } } }"
 TERMINATE = """
 mutation Terminate($runIds: [String!]!) {
   terminateRuns(runIds: $runIds) {
@@ -408,11 +410,14 @@ def terminate(dev: DagsterDev, run_ids: list[str]) -> dict[str, Any]:
     answer = dev.graphql(TERMINATE, {"runIds": run_ids}, timeout=120)["terminateRuns"]
     failures = [r for r in answer.get("terminateRunResults", []) if r["__typename"] != "TerminateRunSuccess"]
     statuses = {run_id: dev.wait_for_run(run_id, timeout=CANCEL_TIMEOUT_SEC) for run_id in run_ids}
+    steps = [dev.graphql(STEPS_QUERY, {"runId": run_id})["runOrError"]["stepStats"] for run_id in run_ids]
     return {
+        "step_statuses": sorted({step["status"] for stats in steps for step in stats}),
         "requested": len(run_ids),
         "refused": failures,
         "statuses": sorted(set(statuses.values())),
         "all_canceled": all(s == "CANCELED" for s in statuses.values()) and not failures,
+        "all_steps_succeeded": all(step["status"] == "SUCCESS" for stats in steps for step in stats),
         "took_sec": round(time.monotonic() - started, 1),
     }
 
@@ -580,8 +585,8 @@ def main() -> None:
     print(f"results: {path}")
     ok = (
         result.get("all_on_engine")
-        and result["terminate_engine_runs"]["all_canceled"]
-        and result.get("terminate_peer", {"all_canceled": True})["all_canceled"]
+        and all(result["terminate_engine_runs"][k] for k in STOPPED_CLEANLY)
+        and all(result.get("terminate_peer", {}).get(k, True) for k in STOPPED_CLEANLY)
         and (not args.clickhouse or (result["clickhouse"]["all_running"] and result["clickhouse"]["all_growing"]))
     )
     sys.exit(0 if ok else 1)
