@@ -52,7 +52,7 @@ from tests.e2e.dagster_dev import DagsterDev, drop_schema, ranged_pipeline, runn
 from tests.e2e.test_dagster_dev_streams import run_worker_pid  # noqa: E402
 from tests.kafka_util import KafkaTestbed  # noqa: E402
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 150)
 ARCHIVE_ROWS = 300
 RANGED_ROWS = 100
 GEN_ROWS = 1000
@@ -276,6 +276,14 @@ class Walk:
         with self.dev.instance() as instance:
             return {r.run_id for r in instance.get_runs()}
 
+    def same_runs(self, before: set[str]) -> str:
+        now = self.run_ids()
+        return (
+            f"{len(now)} runs, unchanged"
+            if now == before
+            else f"new {sorted(now - before)}, gone {sorted(before - now)}"
+        )
+
     def latest_run(self, key: list[str]) -> dict | None:
         (info,) = self.dev.graphql(LATEST, {"keys": [{"path": key}]})["assetsLatestInfo"]
         return info["latestRun"]
@@ -388,7 +396,7 @@ class Walk:
                 message[:160],
                 f"already running in Dagster run {self.live_run}" in message,
             )
-            s.check("no run left behind", sorted(before), sorted(self.run_ids()))
+            s.check("no run left behind", f"{len(before)} runs, unchanged", self.same_runs(before))
             latest = self.latest_run(hyb) or {}
             s.check(
                 "asset's latest run not failed", "not FAILURE", latest.get("status"), latest.get("status") != "FAILURE"
@@ -401,7 +409,7 @@ class Walk:
                 done.stderr.strip().splitlines()[-1][:120] if done.stderr.strip() else "",
                 "refused: no run was created" in done.stderr,
             )
-            s.check("no run created by it", sorted(before), sorted(self.run_ids()))
+            s.check("no run created by it", f"{len(before)} runs, unchanged", self.same_runs(before))
             s.check("stream still live", "STARTED", self.dev.run_status(self.live_run))
 
     def terminate_and_resume(self) -> None:
@@ -556,16 +564,31 @@ class Walk:
             ]
             s.check(
                 "assets whose latest run failed (not the killed run)",
-                "[]",
+                [],
                 [f for f in failed_latest if f[1] != self.killed_run],
             )
             s.check(
                 "failed-to-materialize events from refused runs",
-                "[]",
+                [],
                 [f for f in failed_events if f[0] in refused_ids],
             )
             s.check("failed-to-materialize events (any run)", "-", failed_events, True)
             s.check("assets whose latest run is the killed one", "-", failed_latest, True)
+
+
+FAILURE_EVENTS = ("RUN_FAILURE", "PIPELINE_FAILURE", "STEP_FAILURE")
+
+
+def failure_reason(instance: dg.DagsterInstance, run_id: str) -> str:
+    """What the run's log says about its end: failure events, and engine events about its process (Dagster's
+    code server reports a run worker that died of a signal)."""
+    said = []
+    for e in instance.all_logs(run_id):
+        kind = e.dagster_event.event_type_value if e.dagster_event else None
+        text = e.message.strip()
+        if kind in FAILURE_EVENTS or (kind == "ENGINE_EVENT" and ("signal" in text or "fail" in text.lower())):
+            said.append(f"{kind}: {text[:240]}")
+    return " | ".join(said) or "(no failure event)"
 
 
 def audit_runs(home: Path, killed_run: str) -> tuple[Step, dict]:
@@ -578,19 +601,14 @@ def audit_runs(home: Path, killed_run: str) -> tuple[Step, dict]:
         for r in runs:
             if r.status != dg.DagsterRunStatus.FAILURE:
                 continue
-            reason = " | ".join(
-                e.message.strip()[:300]
-                for e in instance.all_logs(r.run_id)
-                if e.dagster_event
-                and e.dagster_event.event_type_value in ("RUN_FAILURE", "STEP_FAILURE", "ENGINE_EVENT")
-                and ("fail" in e.message.lower() or "not running" in e.message.lower() or "exit" in e.message.lower())
-            )
+            reason = failure_reason(instance, r.run_id)
             refused = REFUSED_TAG in r.tags or "already running" in reason
-            kind = (
-                "refusal (NOT acceptable)"
-                if refused
-                else ("real: run worker SIGKILLed by step 6" if r.run_id == killed_run else "unexpected")
-            )
+            if refused:
+                kind = "refusal (NOT acceptable)"
+            elif r.run_id == killed_run and "SIGKILL" in reason:
+                kind = "real: run worker SIGKILLed by step 6"
+            else:
+                kind = "unexpected"
             failures.append({"run_id": r.run_id, "job": r.job_name, "reason": reason, "class": kind})
         table = [
             {
@@ -607,7 +625,7 @@ def audit_runs(home: Path, killed_run: str) -> tuple[Step, dict]:
         step.check(
             f"FAILURE {f['run_id'][:8]} {f['job']}",
             "real",
-            f"{f['class']}: {f['reason'][:200]}",
+            f"{f['class']}: {f['reason'][:400]}",
             f["class"].startswith("real"),
         )
     step.check("runs tagged streamling/refused", 0, sum(REFUSED_TAG in r.tags for r in runs))
