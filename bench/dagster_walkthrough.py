@@ -448,7 +448,7 @@ class Walk:
             self.killed_run = self.live_run
             t0 = time.monotonic()
             self.killed_status = self.dev.wait_for_run(self.killed_run, timeout=180)
-            s.check("killed run's status (run monitoring)", "FAILURE", self.killed_status)
+            s.check("killed run's status (set by Dagster's code server)", "FAILURE", self.killed_status)
             s.check("seconds until Dagster marked it", "-", f"{time.monotonic() - t0:.1f}", True)
 
             def restarted() -> dg.DagsterRun | None:
