@@ -151,10 +151,13 @@ def backfill_events(
     with StopSignals(stop) as signals:
         with signals.interruptible():  # the event log and the state backend, which can block
             wait = config.wait_for_running_sec if config is not None else 0.0
-            check_no_other_run(op_context, pf, wait)  # before resetting positions or starting Spark
+            if not check_no_other_run(op_context, pf, wait):  # before resetting positions or starting Spark
+                yield from nothing_ran(pf, "the run was refused")
+                return
             job = plan_run(context, pf, streamling)
         if stop.is_set():
             end_if_stopped(op_context, stop)
+            yield from nothing_ran(pf, "stopped on request before it started")
             return
         settings = job.settings
         if job.fresh:  # not broken into: one source reset and another not would be resumed from as they are
@@ -165,6 +168,7 @@ def backfill_events(
             before = source_status(pf.path, settings)
         if stop.is_set():
             end_if_stopped(op_context, stop)
+            yield from nothing_ran(pf, "stopped on request before it started")
             return
         summary = RunSummary()
         if not job.fresh and not any(carried.values()) and at_their_end(before):
@@ -306,6 +310,16 @@ def sink_metadata(
             metadata[op] = dg.MetadataValue.int(count)
         out[node.name] = metadata
     return out
+
+
+def nothing_ran(pf: PipelineFile, why: str) -> list[dg.AssetCheckResult]:
+    """The `rows_reconcile` results of a run that read and wrote nothing (a declared check must report, or the
+    step fails): nothing to reconcile, so each passes, saying why nothing ran."""
+    results = []
+    for sink in reconciled_sinks(pf):
+        result = reconcile(pf, pf.asset_key(sink), {}, RunSummary())
+        results.append(result._replace(description=f"Nothing read or written: {why}"))
+    return results
 
 
 def reconcile(

@@ -11,11 +11,13 @@ comma-separated: an asset run launched from the lineage page can span several pi
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable, Iterable
 
 import dagster as dg
+from dagster._core.events import DagsterEvent, DagsterEventType
 
 from streamling.errors import StreamlingError
 from streamling_dagster.pipelines import PipelineFile
@@ -134,10 +136,13 @@ def mark_refused(instance: dg.DagsterInstance, run_id: str, holder: str) -> None
     instance.add_run_tags(run_id, {REFUSED_TAG: holder, **NO_RETRIES})
 
 
-def check_no_other_run(context: dg.OpExecutionContext, pf: PipelineFile, wait_sec: float = 0.0) -> None:
-    """At the start of a Streamling op, before Spark starts: end this run when an older run of the same pipeline
-    is active (runs started outside the run coordinator, e.g. by `dagster job execute`) — at once, or when it is
-    still active after `wait_sec` (the ops' `wait_for_running_sec`: a script waits for the running run)."""
+def check_no_other_run(context: dg.OpExecutionContext, pf: PipelineFile, wait_sec: float = 0.0) -> bool:
+    """At the start of a Streamling op, before Spark starts: whether this run may go on. When an older run of the
+    same pipeline is active (runs started outside the run coordinator, e.g. by `dagster job execute`) — at once,
+    or still after `wait_sec` (the ops' `wait_for_running_sec`: a script waits for the running run) — the run is
+    refused: tagged `streamling/refused` and never retried, and ended CANCELED with the refusal as its message,
+    not FAILURE: nothing went wrong, so no asset is marked failed and no stack trace is shown. The op then
+    returns without doing anything (its job's `stopped_cleanly` hook ends the run)."""
     holder = wait_while_held(
         lambda: _older_active(context, pf),
         wait_sec,
@@ -146,10 +151,27 @@ def check_no_other_run(context: dg.OpExecutionContext, pf: PipelineFile, wait_se
             "for it to end (wait_for_running_sec)"
         ),
     )
-    if holder is not None:
-        mark_refused(context.instance, context.run_id, holder.run_id)
-        waited = f" (waited {wait_sec:.0f} s for it)" if wait_sec else ""
-        raise dg.Failure(description=refusal(pf.name, holder, context.job_name) + waited, allow_retries=False)
+    if holder is None:
+        return True
+    mark_refused(context.instance, context.run_id, holder.run_id)
+    waited = f" (waited {wait_sec:.0f} s for it)" if wait_sec else ""
+    end_canceled(context, refusal(pf.name, holder, context.job_name) + waited)
+    return False
+
+
+def end_canceled(context: dg.OpExecutionContext, message: str) -> None:
+    """Mark the run CANCELING, then CANCELED with `message` at INFO (`report_run_canceled` logs at ERROR: a stop
+    on request, or a refusal, is not an error). The op returns next, and the job's `stopped_cleanly` hook ends the
+    run there without a step failure."""
+    run = context.instance.get_run_by_id(context.run_id)
+    if run is None or run.status == dg.DagsterRunStatus.CANCELED:
+        return
+    if run.status != dg.DagsterRunStatus.CANCELING:
+        context.instance.report_run_canceling(run, message=message)
+    canceled = DagsterEvent(
+        event_type_value=DagsterEventType.RUN_CANCELED.value, job_name=run.job_name, message=message
+    )
+    context.instance.report_dagster_event(canceled, run_id=run.run_id, log_level=logging.INFO)
 
 
 def wait_while_held(

@@ -42,9 +42,12 @@ def stream_job(pf: PipelineFile) -> dg.JobDefinition:
         spark: StreamlingSparkResource,
     ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization]:
         stop = threading.Event()
-        with StopSignals(stop):  # from the op's first line: a stop before the engine starts ends the run cleanly
+        with StopSignals(stop) as signals:  # from the op's first line: a stop before the engine starts ends cleanly
             settings = streamling.pipeline_settings(pf, job_mode="false")
             context.log.info(f"Streaming {pf.path} (state namespace {settings.application_id})")
+            with signals.interruptible():
+                if not check_no_other_run(context, pf, config.wait_for_running_sec):  # before positions and Spark
+                    return
             session = lambda: spark.spark_session  # noqa: E731 - started after the one-run-per-pipeline check
             yield from run_engine(context, pf, settings, session, config, observe=True, clean_stop=True, stop=stop)
 
@@ -85,7 +88,8 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
             settings = streamling.pipeline_settings(pf, job_mode="true")
             context.log.info(f"Backfilling {pf.path} (state namespace {settings.application_id})")
             with signals.interruptible():
-                check_no_other_run(context, pf, config.wait_for_running_sec)  # before positions and Spark
+                if not check_no_other_run(context, pf, config.wait_for_running_sec):  # before positions and Spark
+                    return
                 before = source_status(pf.path, settings)
             if stop.is_set():
                 end_if_stopped(context, stop)

@@ -16,7 +16,6 @@ positions. A stream then marks its run CANCELED and returns; its job's hook ends
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 import threading
@@ -28,11 +27,10 @@ from types import FrameType
 from typing import Any
 
 import dagster as dg
-from dagster._core.events import DagsterEvent, DagsterEventType
 
 from streamling import EngineClient, RunSummary, Settings, run_on_engine, run_pipeline, source_status
 from streamling.errors import StreamlingError, first_line
-from streamling_dagster.guard import check_no_other_run, engine_refusal
+from streamling_dagster.guard import end_canceled, engine_refusal
 from streamling_dagster.observations import named_position, position_text, sink_observations, unchanged_key
 from streamling_dagster.pipelines import PipelineFile
 
@@ -189,7 +187,6 @@ def run_engine(
         progress = Progress(context, pf, settings, summary, config, observe)
         if not stop.is_set():  # a stop that came first: nothing is started for the engine
             with signals.interruptible():  # blocking work that cannot watch the stop Event
-                check_no_other_run(context, pf, config.wait_for_running_sec)
                 _link_admin_page(context, settings)
                 warm = warm_engine(context, settings)
                 session = None if warm is not None else own_session(signals, spark)
@@ -451,13 +448,7 @@ def _report_canceled(context: dg.OpExecutionContext, summary: RunSummary) -> Non
     if run is None or run.status != dg.DagsterRunStatus.CANCELING:
         return
     epochs = ", ".join(f"{name} after epoch {p.epochs} of this run" for name, p in summary.sources.items())
-    # `report_run_canceled` without its ERROR level: a stop on request is how a stream is paused, not an error
-    canceled = DagsterEvent(
-        event_type_value=DagsterEventType.RUN_CANCELED.value,
-        job_name=run.job_name,
-        message=f"Stopped on request; positions committed ({epochs or 'no epoch ran'})",
-    )
-    context.instance.report_dagster_event(canceled, run_id=run.run_id, log_level=logging.INFO)
+    end_canceled(context, f"Stopped on request; positions committed ({epochs or 'no epoch ran'})")
 
 
 @dg.success_hook(name="streamling_stopped_cleanly")

@@ -161,13 +161,15 @@ def log_summary(summary: RunSummary) -> None:
         if ops is None:
             log.info("sink '%s': %d rows written", name, rows)
         else:
+            unchanged = f", {ops['unchanged']} unchanged" if ops.get("unchanged") else ""
             log.info(
-                "sink '%s': %d rows written (%d inserts, %d updates, %d deletes)",
+                "sink '%s': %d rows written (%d inserts, %d updates, %d deletes%s)",
                 name,
                 rows,
                 ops["inserts"],
                 ops["updates"],
                 ops["deletes"],
+                unchanged,
             )
     log.info("Finished in %.1fs", summary.duration_sec)
 

@@ -273,29 +273,44 @@ KS = TypeVar("KS", bound=SinkSpec)
 
 @dataclass(frozen=True)
 class Written:
-    """What a sink wrote for an epoch, by ``_gs_op``: what `Sink.stage`'s deferred function returns when the
-    sink can tell the operations apart cheaply (a plain ``int`` when it cannot).
+    """What a sink wrote for an epoch: what `Sink.stage`'s deferred function returns when the sink can tell the
+    operations apart cheaply (a plain ``int`` when it cannot).
 
-    The counts are of the rows the sink *received* for the epoch, so they add up to `rows`, the same number
-    a plain ``int`` would report. ``u`` counts as an update and ``d`` as a delete; every other value,
-    including a NULL or a missing ``_gs_op`` column, counts as an insert, as the sinks treat such rows."""
+    The four counts add up to `rows`, the rows the sink *received* for the epoch — the same number a plain ``int``
+    would report. A sink that only forwards rows (Kafka, print, blackhole, webhook) counts them by ``_gs_op`` as
+    received (`of`): ``u`` is an update, ``d`` a delete, every other value — a NULL or a missing ``_gs_op`` column
+    included — an insert, as the sinks treat such rows. A sink that can see what its store did reports that
+    instead: the Postgres sinks count the rows Postgres inserted, updated and deleted, and put the rest under
+    `unchanged` (a row superseded by a later one of its key in the same epoch, a conflict left alone by
+    ``on_conflict: nothing`` or ``update_where``, a delete of a key that was not there, a row sent to dead
+    letters). So a re-run over rows already in the table reports updates, not inserts."""
 
     inserts: int = 0
     updates: int = 0
     deletes: int = 0
+    unchanged: int = 0
 
     @property
     def rows(self) -> int:
-        return self.inserts + self.updates + self.deletes
+        return self.inserts + self.updates + self.deletes + self.unchanged
 
     def __add__(self, other: Written) -> Written:
         if not isinstance(other, Written):
             return NotImplemented
-        return Written(self.inserts + other.inserts, self.updates + other.updates, self.deletes + other.deletes)
+        return Written(
+            self.inserts + other.inserts,
+            self.updates + other.updates,
+            self.deletes + other.deletes,
+            self.unchanged + other.unchanged,
+        )
+
+    def received(self, rows: int) -> Written:
+        """These counts of what a store did, with the rest of the `rows` received as `unchanged`."""
+        return Written(self.inserts, self.updates, self.deletes, rows - self.inserts - self.updates - self.deletes)
 
     def as_dict(self) -> dict[str, int]:
-        """The run summary's form: ``{"inserts": …, "updates": …, "deletes": …}``."""
-        return {"inserts": self.inserts, "updates": self.updates, "deletes": self.deletes}
+        """The run summary's form: ``{"inserts": …, "updates": …, "deletes": …, "unchanged": …}``."""
+        return {"inserts": self.inserts, "updates": self.updates, "deletes": self.deletes, "unchanged": self.unchanged}
 
     @classmethod
     def of_ops(cls, ops: pa.Array | pa.ChunkedArray) -> Written:

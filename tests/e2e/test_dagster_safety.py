@@ -10,6 +10,7 @@ Canceled with nothing red in its log. Screenshots go to tests/artifacts/dagster_
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import sys
@@ -193,7 +194,11 @@ def test_launch_from_the_job_page_is_refused(safety) -> None:
     assert_refused(safety, safety.launch("pay__backfill"), "pay__backfill")
 
 
-def test_dagster_job_execute_stops_before_spark_naming_the_stream_run(safety) -> None:
+def test_dagster_job_execute_is_refused_before_spark_and_ends_canceled_not_failed(safety) -> None:
+    """A `dagster job execute` never meets the run coordinator: its op refuses it, before Spark. The run ends
+    CANCELED with the refusal as its message, at INFO, with no step failure and no stack trace; it is tagged for
+    the keeper and the sensors and never retried; the asset's latest run is not a failure and its check is not
+    "Execution failed" (it says that nothing was read or written, and why)."""
     dev = safety.dev
     done = subprocess.run(
         [DAGSTER, "job", "execute", "-m", LOCATION, "-j", "pay__backfill"],
@@ -204,18 +209,32 @@ def test_dagster_job_execute_stops_before_spark_naming_the_stream_run(safety) ->
         timeout=300,
     )
     output = done.stdout + done.stderr
-    assert done.returncode != 0, output[-3000:]
+    assert done.returncode != 0, output[-3000:]  # it did not run; `python -m streamling_dagster.execute` exits 3
     with dev.instance() as instance:
-        failed = instance.get_runs(dg.RunsFilter(job_name="pay__backfill", statuses=[dg.DagsterRunStatus.FAILURE]))
-        (run,) = [r for r in failed if r.tags.get("streamling/refused") == safety.stream_run]  # none from launches
-        failures = [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.is_step_failure]
-    # refused by its op, before Spark (the run never met the coordinator), and tagged so that the keeper and the
-    # sensors skip over it and Dagster does not retry it
+        runs = instance.get_runs(dg.RunsFilter(job_name="pay__backfill"))
+        (run,) = [r for r in runs if r.tags.get("streamling/refused") == safety.stream_run]  # none from launches
+        logs = instance.all_logs(run.run_id)
+        check = dg.AssetCheckKey(dg.AssetKey(safety.out), "rows_reconcile")
+        executions = instance.event_log_storage.get_asset_check_execution_history(check, limit=10)
+    assert run.status == dg.DagsterRunStatus.CANCELED
     assert run.tags["dagster/max_retries"] == "0"
-    (failure,) = failures
-    described = failure.dagster_event.step_failure_data.user_failure_data.description
-    assert f"pipeline 'pay' is already running in Dagster run {safety.stream_run}" in described
-    assert "SparkSession" not in output and "Starting Spark" not in output
+    events = [e for e in logs if e.dagster_event]
+    assert not [e for e in events if e.dagster_event.is_step_failure or e.dagster_event.is_run_failure]
+    (canceled,) = [e for e in events if e.dagster_event.event_type == dg.DagsterEventType.RUN_CANCELED]
+    assert canceled.level == logging.INFO
+    assert f"pipeline 'pay' is already running in Dagster run {safety.stream_run}" in canceled.message
+    assert "this pay__backfill run was not started" in canceled.message
+    assert "Traceback" not in output and "SparkSession" not in output and "Starting Spark" not in output
+    (latest,) = dev.graphql(LATEST, {"keys": [{"path": safety.out}]})["assetsLatestInfo"]
+    assert latest["latestRun"] is None or latest["latestRun"]["status"] != "FAILURE", latest
+    # The declared check reports (a missing one would fail the step): nothing to reconcile, and why
+    assert {e.status.value for e in executions if e.run_id == run.run_id} == {"SUCCEEDED"}
+    (evaluation,) = [
+        e.dagster_event.asset_check_evaluation_data
+        for e in events
+        if e.dagster_event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    ]
+    assert evaluation.description == "Nothing read or written: the run was refused"
 
 
 def _ticks(safety: Safety, query: str, selector: dict) -> list[dict]:

@@ -103,7 +103,7 @@ def test_backfill_materializes_the_sinks_with_rows_and_positions(
     assert metadata["final_positions"].value == {"orders": {"offset": 3000}}
     assert metadata["epochs"].value == {"orders": 3}
     assert metadata["rows_per_sec"].value > 0
-    ops = [metadata[op].value for op in ("inserts", "updates", "deletes")]
+    ops = [metadata[op].value for op in ("inserts", "updates", "deletes", "unchanged")]
     assert sum(ops) == metadata["rows_written"].value and ops[0] > 0
     (check,) = result.get_asset_check_evaluations()
     assert (check.check_name, check.passed) == ("rows_reconcile", True)

@@ -313,3 +313,48 @@ def test_a_backfill_whose_sources_are_all_at_their_end_does_not_start_spark(tmp_
     monkeypatch.setattr(backfill, "source_status", lambda path, settings: {"g": SourceStatus({"0": 5}, 3, 1, {"0": 2})})
     with dg.instance_for_test() as instance, pytest.raises(AssertionError, match="the engine ran"):
         dg.materialize(run_assets(tmp_path), instance=instance, resources=stand_in_resources(tmp_path))
+
+
+def test_a_run_refused_by_its_op_ends_canceled_with_the_refusal_and_no_failure(tmp_path: Path, monkeypatch) -> None:
+    """A run that never met the run coordinator (`dagster job execute`, `materialize` in a script) while another
+    run of the pipeline is active: its op refuses it before anything starts. It ends CANCELED, not FAILURE — no
+    step failure, no failed asset — with the refusal as its RUN_CANCELED message at INFO, and tagged so that the
+    keeper skips it and Dagster does not retry it. Both the backfill and the stream op. (The holder is a run
+    record only: what is tested is the refusal, not a stream.)"""
+    (tmp_path / "gen.yaml").write_text(GENERATOR)
+    (pf,) = discover(tmp_path)
+    phases: list[bool] = []
+    monkeypatch.setattr(streaming, "run_pipeline", bounded_stand_in(phases))
+    with dg.instance_for_test() as instance:
+        holder = dg.DagsterRun(
+            job_name="gen__stream",
+            run_id="0aa4f5b6-0000-4000-8000-000000000001",
+            status=dg.DagsterRunStatus.STARTED,
+            tags={"streamling/pipeline": "gen", "streamling/stream": "gen"},
+        )
+        instance.add_run(holder)
+        results = [
+            dg.materialize(
+                run_assets(tmp_path), instance=instance, resources=stand_in_resources(tmp_path), raise_on_error=False
+            ),
+            jobs.stream_job(pf).execute_in_process(
+                instance=instance, resources=stand_in_resources(tmp_path), raise_on_error=False
+            ),
+        ]
+        for result in results:
+            run = instance.get_run_by_id(result.run_id)
+            assert run is not None and run.status == dg.DagsterRunStatus.CANCELED, run
+            assert run.tags["streamling/refused"] == holder.run_id and run.tags["dagster/max_retries"] == "0"
+            kinds = [e.event_type_value for e in result.all_events]
+            assert "STEP_FAILURE" not in kinds and "RUN_FAILURE" not in kinds
+            assert not result.get_asset_materialization_events()
+            (canceled,) = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.RUN_CANCELED)
+            assert canceled.level == logging.INFO
+            assert canceled.message.startswith(
+                f"pipeline 'gen' is already running in Dagster run {holder.run_id} (gen__stream, STARTED)"
+            )
+        # the backfill's declared check reports (or the step would fail): nothing to reconcile, and why
+        (check,) = results[0].get_asset_check_evaluations()
+        assert (check.check_name, check.passed) == ("rows_reconcile", True)
+        assert check.description == "Nothing read or written: the run was refused"
+    assert phases == []  # nothing started

@@ -43,7 +43,7 @@ def test_empty_and_missing_columns() -> None:
 def test_adds_up_and_reads_as_rows() -> None:
     total = Written(1, 2, 3) + Written(10, 20, 30)
     assert total == Written(11, 22, 33)
-    assert total.as_dict() == {"inserts": 11, "updates": 22, "deletes": 33}
+    assert total.as_dict() == {"inserts": 11, "updates": 22, "deletes": 33, "unchanged": 0}
     assert rows_of(total) == 66 and rows_of(7) == 7
 
 
@@ -55,7 +55,7 @@ def test_run_summary_counts_rows_always_and_operations_for_written(make_settings
     runner.count_sink_rows("legacy", 4)
     runner.count_sink_rows("legacy", 6)
     assert runner.summary.sink_rows == {"pg": 11, "legacy": 10}
-    assert runner.summary.sink_ops == {"pg": {"inserts": 6, "updates": 3, "deletes": 2}}
+    assert runner.summary.sink_ops == {"pg": {"inserts": 6, "updates": 3, "deletes": 2, "unchanged": 0}}
 
 
 class _Frame:

@@ -157,9 +157,9 @@ class PostgresWriterSink(Sink[Any]):
         """One stream: collect the rows as Arrow now, apply them on the committer thread (overlapping the
         next epoch's Spark work). Several streams: the Spark tasks write, so all of it happens now.
 
-        Reports a `Written`: the rows the streams received for the epoch by ``_gs_op``, counted before
-        deduplication (with ``deduplicate``, and in the aggregate sink's landing table, fewer rows may be
-        applied than counted), and nothing from a stream that had already applied the epoch."""
+        Reports a `Written`: what Postgres did with the epoch's rows — inserted, updated, deleted — and the
+        rest of the rows received as `unchanged` (see `Written`); nothing from a stream that had already
+        applied the epoch."""
         assert self.plan is not None, "initialize() builds the write plan"
         plan = self.plan
         selected = select_exact(df, [c.name for c in plan.columns] + [GS_OP])
@@ -177,9 +177,9 @@ class PostgresWriterSink(Sink[Any]):
             .repartition(streams, *exact_columns(plan.keys))
             .sortWithinPartitions(ORDER_COLUMN)
         )
-        schema = "rows long, inserts long, updates long, deletes long"
+        schema = "inserts long, updates long, deletes long, unchanged long"
         counts = map_in_arrow(parted, lambda batches: write_partition(batches, plan, epoch, streams), schema)
-        return sum((Written(row.inserts, row.updates, row.deletes) for row in counts.collect()), Written())
+        return sum((Written(**row.asDict()) for row in counts.collect()), Written())
 
 
 class PostgresSink(PostgresWriterSink):

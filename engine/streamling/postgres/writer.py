@@ -216,7 +216,7 @@ def merge_statements(
                 sql.SQL("{c} = EXCLUDED.{c}").format(c=ident(n)) for n in [*settable, EPOCH_COLUMN]
             ),
         )
-        return [(insert, (epoch_id,))]
+        return [(counting_upsert(insert), (epoch_id,))]
     matches = sql.SQL(" AND ").join(sql.SQL("t.{} = {}").format(ident(k), _value(plan, k, "s")) for k in plan.keys)
     delete = sql.SQL("DELETE FROM {t} AS t USING {s} AS s WHERE s.{op} = 'd' AND {m}").format(
         t=plan.target, s=plan.staging, op=ident(GS_OP), m=matches
@@ -241,21 +241,37 @@ def merge_statements(
         c=conflict,
         a=action,
     )
-    return [(delete, ()), (upsert, ())] if has_deletes else [(upsert, ())]
+    upsert = counting_upsert(upsert)
+    return [(counting_delete(delete), ()), (upsert, ())] if has_deletes else [(upsert, ())]
+
+
+def counting_upsert(statement: sql.Composed) -> sql.Composed:
+    """The upsert, answering one row ``(inserted, updated, 0)``: a row that ``ON CONFLICT … DO UPDATE`` updated
+    has the updating transaction in its ``xmax``, a new row has 0. So the counts are what Postgres did — a
+    re-run over rows already there reports updates — and a conflict left alone (``DO NOTHING``, a false
+    ``update_where``) is in neither; one row comes back, not one per upserted row."""
+    return sql.SQL(
+        "WITH changed AS ({} RETURNING (xmax = 0) AS inserted) "
+        "SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted), 0 FROM changed"
+    ).format(statement)
+
+
+def counting_delete(statement: sql.Composed) -> sql.Composed:
+    """The delete, answering ``(0, 0, deleted)``: a delete of a key that is not there counts nothing."""
+    return sql.SQL("WITH changed AS ({} RETURNING 1) SELECT 0, 0, count(*) FROM changed").format(statement)
 
 
 # ---------------------------------------------------------------- writing
 
 
 def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0, streams: int = 1) -> Written:
-    """Apply `table` (the stream's rows of the epoch, in input order) and record the epoch; returns the
-    stream's rows by ``_gs_op`` as received (before deduplication), nothing when this stream had already
-    applied the epoch."""
+    """Apply `table` (the stream's rows of the epoch, in input order) and record the epoch; returns what Postgres
+    did with them (`Written`: the rows it did not change are `unchanged`; for a landing table, the rows by
+    ``_gs_op`` as received), nothing when this stream had already applied the epoch."""
     if table.num_rows == 0:
         return Written()
     started = time.perf_counter()
     check_keys(table, plan.keys, plan.label)
-    received = Written.of(table)
     chunks = []
     for round_rows in merge_rounds(table, plan.conflict_keys, plan.deduplicate):
         size = plan.batch_size or round_rows.num_rows
@@ -267,11 +283,15 @@ def write_stream(table: pa.Table, plan: WritePlan, epoch: Epoch, stream: int = 0
 
     def attempt() -> Written:
         with connection(plan.connection, plan.label) as conn:
-            return _write(conn, plan, epoch, stream, streams, chunks, table.num_rows, received)
+            return _write(conn, plan, epoch, stream, streams, chunks, table.num_rows)
 
     applied = with_retries(
         attempt, plan.label, plan.connection.retry_timeout_sec, on_retry=lambda: plan.recorder.count("retries")
     )
+    if plan.mode == "landing" and applied.rows:
+        # The aggregate sink's landing table is its staging: what the user's aggregate took in is the changes as
+        # received, not how often a landing row was rewritten.
+        applied = Written.of(table)
     log.debug(
         "%s: epoch %d stream %d: %d rows, %d chunks; prepared in %.3fs, applied in %.3fs",
         plan.label,
@@ -293,7 +313,6 @@ def _write(
     streams: int,
     chunks: list[Chunk],
     rows: int,
-    received: Written,
 ) -> Written:
     """One attempt on a connection of this thread's own: the chunks and the progress row in one transaction."""
     try:
@@ -301,11 +320,10 @@ def _write(
             if _skip(cur, plan, epoch, stream, streams):
                 return Written()
             cur.execute(staging_ddl(plan))
-            for chunk in chunks:
-                _apply(cur, plan, chunk.payload, chunk.statements)
+            done = sum((_apply(cur, plan, chunk.payload, chunk.statements) for chunk in chunks), Written())
             crash_point("during_write", epoch.id)
             record(cur, plan.progress, epoch, stream, streams, rows)
-        return received
+        return done.received(rows)
     except psycopg.Error as exc:
         if not is_row_error(exc):
             raise
@@ -315,8 +333,7 @@ def _write(
             return Written()
         cur.execute(staging_ddl(plan))
         rejected: list[DeadLetter] = []
-        for chunk in chunks:
-            _apply_isolating(cur, plan, chunk.rows, chunk.statements, rejected)
+        done = sum((_apply_isolating(cur, plan, chunk.rows, chunk.statements, rejected) for chunk in chunks), Written())
         if plan.dead_letter is not None:
             plan.dead_letter.deliver(rejected, cur)
             log.warning(
@@ -332,7 +349,7 @@ def _write(
     if rejected:  # committed: counted once
         plan.recorder.count("rejected", len(rejected))
         plan.recorder.count("dead_lettered", len(rejected))
-    return received
+    return done.received(rows)
 
 
 @dataclass(frozen=True)
@@ -357,12 +374,17 @@ def _skip(cur: psycopg.Cursor, plan: WritePlan, epoch: Epoch, stream: int, strea
     return True
 
 
-def _apply(cur: psycopg.Cursor, plan: WritePlan, payload: bytes, statements: list) -> None:  # type: ignore[type-arg]
+def _apply(cur: psycopg.Cursor, plan: WritePlan, payload: bytes, statements: list) -> Written:  # type: ignore[type-arg]
+    """Stage one chunk and merge it; returns what the merge statements did (`counting_upsert`)."""
     cur.execute(sql.SQL("TRUNCATE {}").format(plan.staging))
     with cur.copy(copy_statement(plan)) as copy:
         copy.write(payload)
+    done = Written()
     for statement, params in statements:
         cur.execute(statement, params)
+        inserts, updates, deletes = cur.fetchone() or (0, 0, 0)
+        done += Written(inserts, updates, deletes)
+    return done
 
 
 def _apply_isolating(
@@ -371,27 +393,26 @@ def _apply_isolating(
     rows: pa.Table,
     statements: list,  # type: ignore[type-arg]
     rejected: list[DeadLetter],
-) -> None:
+) -> Written:
     """Apply `rows` under a savepoint; when Postgres rejects one, retry the halves until single rows fail.
     Without a dead-letter target the first rejected row (in input order) fails the run, naming it."""
     try:
         with cur.connection.transaction():
-            _apply(cur, plan, to_csv(rows, plan.columns), statements)
-        return
+            return _apply(cur, plan, to_csv(rows, plan.columns), statements)
     except psycopg.Error as exc:
         if not is_row_error(exc):
             raise
         if rows.num_rows > 1:
             half = rows.num_rows // 2
-            _apply_isolating(cur, plan, rows.slice(0, half), statements, rejected)
-            _apply_isolating(cur, plan, rows.slice(half), statements, rejected)
-            return
+            first = _apply_isolating(cur, plan, rows.slice(0, half), statements, rejected)
+            return first + _apply_isolating(cur, plan, rows.slice(half), statements, rejected)
         row = rows.to_pylist()[0]
         problem = rejected_row(plan, row, exc)
         if plan.dead_letter is None:
             table = catalog.qualified(plan.schema, plan.table).as_string()
             raise StreamlingError.user(f"{plan.label} (table {table}): {problem}") from None
         rejected.append(row_letter(problem, row, plan.keys))
+        return Written()
 
 
 EXCERPT = 40
@@ -429,7 +450,7 @@ def _excerpt(value: Any) -> str:
 
 def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan, epoch: Epoch, streams: int):  # type: ignore[no-untyped-def]
     """mapInArrow body for parallel streams: this task's partition is stream number `partitionId`; reports
-    the stream's rows by operation, as `write_stream` counts them."""
+    what the stream applied, as `write_stream` counts it."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -440,11 +461,4 @@ def write_partition(batches: Iterator[pa.RecordBatch], plan: WritePlan, epoch: E
         written = write_stream(table, plan, epoch, stream, streams)
     else:
         written = Written()
-    yield pa.RecordBatch.from_pydict(
-        {
-            "rows": [written.rows],
-            "inserts": [written.inserts],
-            "updates": [written.updates],
-            "deletes": [written.deletes],
-        }
-    )
+    yield pa.RecordBatch.from_pydict({op: [count] for op, count in written.as_dict().items()})

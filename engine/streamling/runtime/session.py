@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from py4j.protocol import Py4JError
 from pyspark import SparkConf, SparkContext
@@ -176,17 +177,50 @@ def start_jvm(conf: Mapping[str, str]) -> None:
     signal the group — would otherwise kill the JVM (and the Python workers it starts) under the graceful
     drain, which then ends in py4j errors. PySpark already starts the JVM ignoring SIGINT for the same
     reason; out of the group, it gets neither. It still dies with the driver: the gateway exits when its
-    standard input, a pipe from the driver, closes — on a normal exit and on SIGKILL alike."""
+    standard input, a pipe from the driver, closes — on a normal exit and on SIGKILL alike.
+
+    That holds only once the JVM has written its address, into a folder PySpark's launch deletes when it ends,
+    also when interrupted: a stop signal raised into the wait (the Dagster run worker's `StopSignals`) left a JVM
+    that found no folder, ended its main thread and kept running on its gateway's thread, re-parented to init,
+    still there 100 s after `dagster dev`'s group got SIGTERM. So the launch runs on a thread of its own, which no
+    signal interrupts: an interrupted caller goes on at once, and the launch, once done, stops the JVM it started
+    (`_stop_abandoned`); if this process exits first, the folder stays, and the JVM ends on its closed input."""
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         return
     spark_conf = SparkConf()
     for key, value in conf.items():
         spark_conf.set(key, value)
-    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True, "stderr": subprocess.PIPE})
+    launched: Future[Any] = Future()
+
+    def launch() -> None:
+        try:
+            launched.set_result(
+                launch_gateway(spark_conf, popen_kwargs={"start_new_session": True, "stderr": subprocess.PIPE})
+            )
+        except BaseException as exc:  # handed to the caller
+            launched.set_exception(exc)
+
+    threading.Thread(target=launch, name="streamling-jvm-launch", daemon=True).start()
+    try:
+        gateway = launched.result()
+    except BaseException:
+        launched.add_done_callback(_stop_abandoned)
+        raise
     forward = threading.Thread(target=jvm_stderr.forward, args=(gateway.proc.stderr,), name="streamling-jvm-stderr")
     forward.daemon = True
     forward.start()
     SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _stop_abandoned(launched: Future[Any]) -> None:
+    """End the JVM of a launch its caller gave up waiting for (`start_jvm`); nothing was started on it."""
+    if launched.exception() is not None:
+        return
+    proc = launched.result().proc
+    proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stderr):
+        stream.close()
 
 
 def finish_session(spark: SparkSession, settings: SparkSettings, long_lived: bool = False) -> SparkSession:

@@ -18,8 +18,8 @@ class RunSummary:
     """What a run did; the CLI logs it and the Dagster control plane records it as metadata.
 
     `sink_rows` holds every sink's rows written in this run. `sink_ops` breaks them down for the sinks that
-    report operations (`Written`; see `Sink.stage`): ``{"inserts": …, "updates": …, "deletes": …}``, all three
-    keys present and adding up to that sink's `sink_rows`. Sinks that report only a count are absent there."""
+    report operations (`Written`; see `Sink.stage`): ``{"inserts": …, "updates": …, "deletes": …, "unchanged": …}``,
+    all four keys present and adding up to that sink's `sink_rows`. Sinks that report only a count are absent there."""
 
     sources: dict[str, SourceProgress] = field(default_factory=dict)
     sink_rows: dict[str, int] = field(default_factory=dict)
