@@ -26,7 +26,7 @@ from confluent_kafka.admin import NewTopic
 from playwright.sync_api import expect
 
 from tests.e2e.browser import CHROMIUM
-from tests.e2e.dagster_dev import DAGSTER, LOCATION, DagsterDev, running_dagster_dev
+from tests.e2e.dagster_dev import DAGSTER, LOCATION, STOP_TIMEOUT_SEC, DagsterDev, running_dagster_dev, stop
 from tests.e2e.test_dagster_ui import shot
 from tests.kafka_util import KafkaTestbed
 
@@ -297,3 +297,28 @@ def test_terminate_from_the_run_page_ends_canceled_with_a_clean_log(safety, page
     assert dg.DagsterEventType.STEP_SUCCESS in types
     assert not [e for e in events if getattr(e.event_specific_data, "error", None) is not None]
     assert stored(pg_connect, dev.schema) == 240
+
+
+def test_sigterm_to_the_group_ends_dagster_dev_and_cancels_a_live_stream(safety, pg_connect) -> None:
+    """Last in this module (it ends the module's `dagster dev`): one SIGTERM to the whole process group, as systemd,
+    `docker stop`, Kubernetes and a terminal send, ends every process within STOP_TIMEOUT_SEC; the live stream
+    ends Canceled after committing its in-flight epoch, and the sink holds every row once."""
+    dev = safety.dev
+    run_id = dev.client.submit_job_execution("pay__stream")
+    safety.produce(range(3001, 3051))
+    wait_for(lambda: stored(pg_connect, dev.schema) == 290, "50 more Kafka rows", dev)
+    started = time.monotonic()
+    left = stop(dev)  # the fixture's own stop then finds nothing to do
+    took = time.monotonic() - started
+    assert not left, f"still there {STOP_TIMEOUT_SEC} s after SIGTERM to the group: {left}"
+    print(f"dagster dev with a live stream ended {took:.1f} s after SIGTERM to its group")
+    assert "Restarting the code server process" not in dev.log.read_text(errors="replace")
+    with dev.instance() as instance:
+        run = instance.get_run_by_id(run_id)
+        messages = [r.message for r in instance.all_logs(run_id)]
+    assert run is not None and run.status == dg.DagsterRunStatus.CANCELED, messages[-10:]
+    assert run.tags.get("streamling/stopped_by") == "signal"  # not asked for: the keeper would restart it
+    assert "The run worker received a stop signal" in messages
+    with pg_connect() as conn:
+        count, distinct = conn.execute(f'SELECT count(*), count(DISTINCT id) FROM "{dev.schema}".transfers').fetchone()
+    assert count == distinct == 290
