@@ -18,6 +18,8 @@ rows request nothing (ranges are launched from the partition view).
 The cursor is the fingerprint (JSON): each node's digest and, per table, the largest first sort-key value seen
 (a high-water mark, kept when the table shrinks). A run's key is derived from the fingerprint, so one state
 never launches two runs. When ClickHouse cannot be read the tick is skipped with the reason and the cursor kept.
+With a warm engine (`engine_url`) and the embedded ClickHouse, the engine reads the tables (`table_marks`): its
+runs hold the data path, which chdb lets no other process open.
 A cursor of an older version (a digest of the file's bytes) is taken over without a run.
 """
 
@@ -25,16 +27,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from streamling.clickhouse.client import describe, get_client, qualified, quote, redact
-from streamling.clickhouse.paging import literal
-from streamling.clickhouse.tables import TableInfo, inspect
+from streamling import EngineClient
+from streamling.clickhouse.client import describe, get_client, redact
+from streamling.clickhouse.marks import KeyMark, key_marks
 from streamling.config import Settings
 from streamling.config.model import ClickHouseConnectionSettings
 from streamling.errors import StreamlingError, first_line
@@ -92,6 +94,28 @@ def connected(settings: ClickHouseConnectionSettings, where: str) -> Iterator[An
         client.close()
 
 
+def table_marks(
+    settings: Settings,
+    targets: list[tuple[str, str]],
+    recorded: dict[str, str | None],
+    where: str,
+    checking: Callable[[str], None],
+) -> list[KeyMark]:
+    """The tables' marks, read by the warm engine when `engine_url` is set and the tables are embedded (its
+    process holds the data path while its runs go on: chdb lets no other process open it), else here. An engine
+    that cannot be reached does not hold the path: then it is read here too."""
+    source = settings.clickhouse_source
+    if settings.engine_url and not source.url:
+        try:
+            with EngineClient.for_settings(settings) as engine:
+                return engine.key_marks(settings, targets, recorded)
+        except StreamlingError as exc:
+            if exc.user_facing:
+                raise
+    with connected(source, where) as client:
+        return key_marks(client, targets, recorded, where, checking)
+
+
 def definition_digests(pf: PipelineFile, settings: Settings) -> dict[str, str]:
     """Each node's digest (``<kind> <name>`` → sha256 of its validated spec as JSON, inputs included), from the
     file as it is on disk now. Raises StreamlingError when the file cannot be read or no longer validates."""
@@ -119,23 +143,6 @@ def changed_nodes(old: dict[str, str], new: dict[str, str]) -> list[str]:
         elif old[key] != new[key]:
             out.append(f"{kind} '{name}' changed")
     return out
-
-
-def key_max(client: Any, info: TableInfo, recorded: str | None) -> tuple[str | None, bool]:
-    """The largest value of the table's first sort-key column as ClickHouse prints it (None when there is none),
-    and whether it is beyond `recorded` in ClickHouse's own ordering (also when `recorded` no longer parses as
-    the column's type, e.g. after the table was re-created)."""
-    key = info.sorting_key[0]
-    column = quote(key)
-    sql = f"SELECT count({column}), toString(max({column}))"
-    if recorded is not None:
-        sql += f", max({column}) > accurateCastOrNull({literal(recorded)}, {literal(info.column(key).base)})"
-    row = client.query(f"{sql} FROM {qualified(info.database, info.table)}").result_rows[0]
-    if not row[0]:
-        return None, False
-    if recorded is None:
-        return row[1], True
-    return row[1], row[2] is None or bool(row[2])
 
 
 def _previous(cursor: str | None) -> dict[str, Any] | None:
@@ -172,28 +179,30 @@ def evaluate(
     tables: dict[str, str | None] = {}
     targets = bounded_tables(pf, settings)
     source = settings.clickhouse_source
-    checking = ""
+    marks: list[KeyMark] = []
+    checking = ".".join(targets[0]) if targets else ""
+
+    def check(table: str) -> None:
+        nonlocal checking
+        checking = table
+
     try:
         if targets:
-            checking = ".".join(targets[0])
-            with connected(source, where) as client:
-                for database, table in targets:
-                    checking = f"{database}.{table}"
-                    info = inspect(client, database, table, where)
-                    component = f"{checking} max({info.sorting_key[0]})"
-                    known = component in recorded_tables
-                    old = recorded_tables.get(component)
-                    now, grew = key_max(client, info, old)
-                    tables[component] = now if grew or not known else old  # a high-water mark
-                    if grew and previous is not None:
-                        advanced.append(f"clickhouse {component} {_shown(old)} -> {now}")
-                    elif now == tables[component]:
-                        unchanged.append(f"clickhouse {component} still {_shown(now)}")
-                    else:
-                        unchanged.append(f"clickhouse {component} {_shown(now)}, not beyond {old}")
+            marks = table_marks(settings, targets, recorded_tables, where, check)
     except Exception as exc:
         problem = redact(first_line(exc), source).removeprefix(f"{where}: ")
         return dg.SkipReason(f"cannot check clickhouse {checking} (cursor kept): {problem}")
+    for mark in marks:
+        component, now = mark.component, mark.now
+        known = component in recorded_tables
+        old = recorded_tables.get(component)
+        tables[component] = now if mark.grew or not known else old  # a high-water mark
+        if mark.grew and previous is not None:
+            advanced.append(f"clickhouse {component} {_shown(old)} -> {now}")
+        elif now == tables[component]:
+            unchanged.append(f"clickhouse {component} still {_shown(now)}")
+        else:
+            unchanged.append(f"clickhouse {component} {_shown(now)}, not beyond {old}")
     fingerprint = json.dumps({"nodes": nodes, "tables": tables}, sort_keys=True)
     if previous is not None and not advanced:
         reason = dg.SkipReason("no bounded input advanced: " + "; ".join(unchanged))

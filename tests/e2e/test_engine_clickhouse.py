@@ -5,9 +5,15 @@ cannot open the data path says which process holds it (pid, command, run) instea
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+import dagster as dg
+
+from streamling.config.layers import settings_from_document
+from streamling_dagster.backfill_sensor import evaluate
+from streamling_dagster.pipelines import discover
 from tests.e2e.cli import run_cli, write
 from tests.e2e.engine import Engine, settings_document, submit_all
 from tests.waiting import wait_for
@@ -61,6 +67,20 @@ def test_two_runs_share_the_embedded_engine_and_another_process_is_told_who_hold
         assert copy_view["state"] == "succeeded", copy_view["error"]
         assert copy_view["summary"]["sink_rows"] == {"copy": 30000}
         assert engine.get(f"/runs/{streaming}")["state"] == "running"  # untouched by the other run
+
+        # The Dagster backfill sensor watches `archive`'s largest key. Here, in another process, the embedded data
+        # path cannot be opened while the engine's runs hold it; with `engine_url` set the engine reads it.
+        (pf,) = [f for f in discover(tmp_path, settings_from_document(job)) if f.path.name == "backfill.yaml"]
+        alone = evaluate(pf, settings_from_document(job), None, "sensor")
+        assert isinstance(alone, dg.SkipReason)
+        assert alone.skip_message.startswith("cannot check clickhouse default.archive (cursor kept): ")
+        engine_settings = {**job, "engine_url": engine.url, "engine": {**job["engine"], "token": engine.token}}
+        first = evaluate(pf, settings_from_document(engine_settings), None, "sensor")
+        assert isinstance(first, dg.SensorResult) and len(first.run_requests or []) == 1, first
+        assert json.loads(first.cursor or "{}")["tables"] == {"default.archive max(id)": "30000"}
+        again = evaluate(pf, settings_from_document(engine_settings), first.cursor, "sensor")
+        assert isinstance(again, dg.SkipReason)
+        assert "clickhouse default.archive max(id) still 30000" in (again.skip_message or "")
 
         # Another process asks for the same data path: one line naming the engine, at once (no restart for it).
         other = run_cli(

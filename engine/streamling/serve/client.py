@@ -25,6 +25,7 @@ from streamling.errors import StreamlingError
 from streamling.serve.guard import read_token, token_path
 
 if TYPE_CHECKING:
+    from streamling.clickhouse.marks import KeyMark
     from streamling.config.model import Settings
     from streamling.runtime.summary import RunSummary
 
@@ -91,6 +92,16 @@ class EngineClient:
         """Start `pipeline` (a path on the engine's host) with `settings`: file settings given relative are taken
         from this process's directory."""
         return self._call("POST", "/runs", json={"pipeline": str(pipeline), "settings": submitted_settings(settings)})
+
+    def key_marks(
+        self, settings: Settings, tables: list[tuple[str, str]], recorded: dict[str, str | None]
+    ) -> list[KeyMark]:
+        """`streamling.clickhouse.marks.key_marks` of `settings.clickhouse_source`'s tables, read by the engine in
+        its process (the one holding the embedded ClickHouse while its runs go on)."""
+        from streamling.clickhouse.marks import KeyMark
+
+        body = {"settings": submitted_settings(settings), "tables": [list(t) for t in tables], "recorded": recorded}
+        return [KeyMark(**mark) for mark in self._call("POST", "/clickhouse/marks", json=body)["marks"]]
 
     def status(self, run_id: str, logs_from: int = 0) -> dict[str, Any]:
         return self._call("GET", f"/runs/{run_id}", params={"logs_from": logs_from})

@@ -11,6 +11,9 @@ and requests under another Host name or from another origin are refused: `serve/
   code, error, restarts, each source's position and lag, its summary, and its log lines from line N on.
 - ``POST /runs/{id}/stop``: finish and commit the in-flight epoch, then end (as SIGTERM does to a CLI run).
 - ``GET /runs``: every run (without logs), and with ``--pipelines`` each file of the directory.
+- ``POST /clickhouse/marks`` ``{"settings": {…}, "tables": [[database, table], …], "recorded": {…}}``: each table's
+  largest first sort-key value against the recorded ones (`streamling.clickhouse.marks`), read in this process:
+  while its runs hold the embedded ClickHouse data path, no other process can (the Dagster backfill sensor asks).
 - ``GET /health``: 200 while the engine takes runs. ``GET /ready``: 200 only when every pipeline is running (none
   queued or starting; with ``--pipelines``, every file valid and its run running).
 
@@ -20,6 +23,7 @@ SIGTERM or SIGINT stops every run that way, then the engine.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -31,10 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from streamling.clickhouse.marks import KeyMark, key_marks
 from streamling.config.model import SparkSettings
 from streamling.errors import StreamlingError
 from streamling.runtime.held import HELD
@@ -68,6 +74,17 @@ def app(runs: Runs, directory: PipelineDirectory | None = None) -> Starlette:
         except StreamlingError as exc:
             return JSONResponse({"error": exc.message}, status_code=400 if not runs.closed else 503)
         return JSONResponse(run.view(), status_code=201)
+
+    async def marks(request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return JSONResponse({"error": "the body must be JSON"}, status_code=400)
+        try:
+            found = await run_in_threadpool(key_marks_of, body)
+        except StreamlingError as exc:
+            return JSONResponse({"error": exc.message}, status_code=400 if exc.user_facing else 503)
+        return JSONResponse({"marks": [dataclasses.asdict(mark) for mark in found]})
 
     async def status(request: Request) -> JSONResponse:
         try:
@@ -114,10 +131,31 @@ def app(runs: Runs, directory: PipelineDirectory | None = None) -> Starlette:
             Route("/runs", listing, methods=["GET"]),
             Route("/runs/{run_id}", status, methods=["GET"]),
             Route("/runs/{run_id}/stop", stop, methods=["POST"]),
+            Route("/clickhouse/marks", marks, methods=["POST"]),
             Route("/health", health, methods=["GET"]),
             Route("/ready", ready, methods=["GET"]),
         ]
     )
+
+
+def key_marks_of(body: object) -> list[KeyMark]:
+    """`POST /clickhouse/marks`: the submitted settings' `clickhouse_source`, through this process's client (for
+    the embedded engine, the one its runs share)."""
+    from streamling.clickhouse.client import get_client
+    from streamling.config.layers import settings_from_document
+
+    if not isinstance(body, dict) or not isinstance(body.get("settings"), dict):
+        raise StreamlingError.user("the body needs 'settings': the caller's settings document")
+    tables = body.get("tables")
+    recorded = body.get("recorded") or {}
+    valid = isinstance(tables, list) and all(
+        isinstance(t, list) and len(t) == 2 and all(isinstance(part, str) for part in t) for t in tables
+    )
+    if not valid or not isinstance(recorded, dict):
+        raise StreamlingError.user("the body needs 'tables': [[database, table], ...], and 'recorded': {...}")
+    settings = settings_from_document(body["settings"])
+    client = get_client(settings.clickhouse_source, "clickhouse_source")
+    return key_marks(client, [(d, t) for d, t in tables], recorded, "clickhouse_source")
 
 
 def serve(
