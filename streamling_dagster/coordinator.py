@@ -84,4 +84,18 @@ class StreamlingRunCoordinator(QueuedRunCoordinator):
                 tags[EMBEDDED_TAG] = ",".join(paths)
             instance.add_run_tags(run.run_id, tags)
             run = instance.get_run_by_id(run.run_id) or run
+        known_pools(instance, run)
         return super().submit_run(SubmitRunContext(run, context.workspace))
+
+
+def known_pools(instance: dg.DagsterInstance, run: dg.DagsterRun) -> None:
+    """Give the run's pools their default limit now, as it is queued. Dagster's queue daemon reads the pools that
+    have a limit before it gives a newly seen pool its default, so in the pass that first meets a pool the limit
+    does not hold: a scheduled backfill and a stream of one pipeline queued in the same second both started (the
+    younger then refused by its op). A pool set up here is limited from the first pass on."""
+    pools = (run.run_op_concurrency.all_pools or set()) if run.run_op_concurrency else set()
+    if not pools or instance.global_op_concurrency_default_limit is None:
+        return
+    storage = instance.event_log_storage
+    for pool in sorted(set(pools) - storage.get_concurrency_keys()):
+        storage.initialize_concurrency_limit_to_default(pool)

@@ -153,3 +153,46 @@ def test_the_schedule_and_the_keeper_skip_a_file_broken_since_the_last_reload(tm
         (tmp_path / "p.yaml").write_text(text.replace("from: g", "from: nowhere"))
         keeper = keeper_sensor(streaming, stream_job(streaming))(dg.build_sensor_context(instance=instance))
         assert isinstance(keeper, dg.SkipReason) and "is invalid now" in (keeper.skip_message or "")
+
+
+def test_a_pipelines_pool_is_limited_from_the_first_queue_pass_that_meets_it() -> None:
+    """Two runs of one pipeline queued together (a scheduled backfill and a launched stream, in the same second):
+    the queue daemon's first pass over a new pool must not let both out. Dagster reads the pools that have a limit
+    before it gives a new one its default, so the coordinator sets the pool up when the run is submitted. The pass
+    is Dagster's own counter, built as its daemon builds it."""
+    from dagster._core.instance.config import PoolGranularity
+    from dagster._core.op_concurrency_limits_counter import GlobalOpConcurrencyLimitsCounter
+    from dagster._core.storage.dagster_run import RunOpConcurrency
+
+    from streamling_dagster.coordinator import known_pools
+
+    pool = "streamling/p"
+    overrides = {"concurrency": {"pools": {"default_limit": 1, "granularity": "run"}}}
+    with dg.instance_for_test(overrides=overrides) as instance:
+        runs = []
+        for job in ("p__backfill", "p__stream"):
+            concurrency = RunOpConcurrency(
+                root_key_counts={pool: 1}, has_unconstrained_root_nodes=False, all_pools={pool}
+            )
+            run = dg.DagsterRun(
+                job_name=job,
+                run_id=str(uuid.uuid4()),
+                status=dg.DagsterRunStatus.NOT_STARTED,
+                run_op_concurrency=concurrency,
+            )
+            instance.add_run(run)
+            known_pools(instance, run)
+            runs.append(run)
+        storage = instance.event_log_storage
+        assert pool in storage.get_concurrency_keys()
+        counter = GlobalOpConcurrencyLimitsCounter(
+            instance,
+            runs,
+            [],
+            concurrency_keys=storage.get_concurrency_keys(),
+            pool_limits=storage.get_pool_limits(),
+            pool_granularity=PoolGranularity.RUN,
+        )
+        assert not counter.is_blocked(runs[0])
+        counter.update_counters_with_launched_item(runs[0])
+        assert counter.is_blocked(runs[1])  # waits for the first, instead of starting beside it
