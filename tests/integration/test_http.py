@@ -110,7 +110,7 @@ def test_handler_requests_and_answers(run, server, version: int, one_row: bool) 
     assert all(request.headers["Content-Type"] == "application/json" for request, _ in server.log)
     # The answers replace the rows, in input order, keeping each row's op.
     assert [row for _, row in COLLECTED[key]] == [{**row, "name": row["name"].upper()} for row in ROWS]
-    assert summary.sink_ops == {"out": {"inserts": 3, "updates": 1, "deletes": 1}}
+    assert summary.sink_ops == {"out": {"inserts": 3, "updates": 1, "deletes": 1, "unchanged": 0}}
 
 
 def test_node_batch_size_overrides_trigger_max_count_and_answers_may_change_ops_and_counts(run, server) -> None:
@@ -321,7 +321,7 @@ def test_webhook_delivers_every_row_and_reports_operations(run, server) -> None:
     summary = run(webhook_pipeline(server.url_for("/w"), payload_version=1, batch_size=2))
     items = [encoded(row, 1) for row in ROWS]
     assert bodies(server) == sorted(b"[" + b",".join(items[i : i + 2]) + b"]" for i in range(0, 5, 2))
-    assert summary.sink_ops == {"w": {"inserts": 3, "updates": 1, "deletes": 1}}
+    assert summary.sink_ops == {"w": {"inserts": 3, "updates": 1, "deletes": 1, "unchanged": 0}}
 
 
 def test_webhook_skip_on_error_logs_counts_and_continues(run, server, caplog) -> None:
