@@ -41,6 +41,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import kafka_data
 import psutil
 import psycopg
 from harness import RESULTS, record
@@ -101,17 +102,9 @@ mutation Terminate($runIds: [String!]!) {
 
 
 def services_env() -> dict[str, str]:
-    """The services' STREAMLING__ variables: from this shell (`eval "$(infra/services env)"`), else asked of
-    infra/services here or in the main checkout."""
-    found = {k: v for k, v in os.environ.items() if k.startswith("STREAMLING__")}
-    if "STREAMLING__POSTGRES_SINK__HOST" not in found:
-        for script in (REPO / "infra" / "services", Path("/work/main/infra/services")):
-            out = subprocess.run([str(script), "env", "postgres"], capture_output=True, text=True).stdout
-            found = dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines() if "=" in line)
-            if found:
-                break
-    if "STREAMLING__POSTGRES_SINK__HOST" not in found:
-        raise SystemExit('Postgres not found: run `eval "$(infra/services env)"` first')
+    """The services' STREAMLING__ variables (`kafka_data.services_env`: started if needed), with the Postgres
+    state backend on the same server."""
+    found = kafka_data.services_env("postgres")
     pg = "STREAMLING__POSTGRES_SINK__"
     state = "STREAMLING__STATE_BACKEND__"
     return {

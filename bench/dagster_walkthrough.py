@@ -41,6 +41,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT), str(ROOT / "eng
 
 import dagster as dg  # noqa: E402
 import httpx  # noqa: E402
+import kafka_data  # noqa: E402
 import psycopg  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import NewTopic  # noqa: E402
@@ -88,23 +89,8 @@ client.command("INSERT INTO wt_db.archive SELECT number + 1, 'ch', toFloat64(num
 
 
 def service_env() -> dict[str, str]:
-    """The services' STREAMLING__ variables: from this environment, else from `infra/services env`."""
-    names = ("STREAMLING__STATE_BACKEND__POSTGRES__HOST", "STREAMLING__KAFKA_SOURCE__BROKERS")
-    if all(n in os.environ for n in names):
-        return {k: v for k, v in os.environ.items() if k.startswith("STREAMLING__")}
-    out = subprocess.run(
-        [str(ROOT / "infra" / "services"), "env", "postgres", "kafka", "registry"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    ).stdout
-    env = {}
-    for line in out.splitlines():
-        if line.startswith("export ") and "=" in line:
-            key, value = line[len("export ") :].split("=", 1)
-            env[key] = value.strip("'\"")
-    return env
+    """The services' STREAMLING__ variables (`kafka_data.services_env`: started if needed)."""
+    return kafka_data.services_env("postgres", "kafka", "registry")
 
 
 def write_pipelines(directory: Path, schema: str, topic: str) -> None:
