@@ -49,7 +49,14 @@ from harness import record  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from tests.e2e.dagster_dev import DagsterDev, drop_schema, ranged_pipeline, running_dagster_dev  # noqa: E402
+from tests.e2e.dagster_dev import (  # noqa: E402
+    DAGSTER,
+    LOCATION,
+    DagsterDev,
+    drop_schema,
+    ranged_pipeline,
+    running_dagster_dev,
+)
 from tests.e2e.test_dagster_dev_streams import run_worker_pid  # noqa: E402
 from tests.kafka_util import KafkaTestbed  # noqa: E402
 
@@ -179,6 +186,7 @@ class Walk:
         self.steps: list[Step] = []
         self.produced: list[int] = []
         self.killed_run = ""
+        self.plain_refused: list[str] = []
         self.killed_status = ""
         self.live_run = ""
         (repository,) = dev.graphql(REPOSITORY)["repositoriesOrError"]["nodes"]
@@ -278,9 +286,15 @@ class Walk:
         self.bed.produce_json(self.topic, ({"id": i, "who": "k", "amount": float(i)} for i in ids))
         self.produced.extend(ids)
 
-    def execute(self, job: str) -> subprocess.CompletedProcess:
+    def execute(self, job: str, plain: bool = False) -> subprocess.CompletedProcess:
+        """`python -m streamling_dagster.execute -j job`, or with `plain` Dagster's own `dagster job execute`."""
+        command = (
+            [DAGSTER, "job", "execute", "-m", LOCATION]
+            if plain
+            else [sys.executable, "-m", "streamling_dagster.execute"]
+        )
         return subprocess.run(
-            [sys.executable, "-m", "streamling_dagster.execute", "-j", job],
+            [*command, "-j", job],
             cwd=self.dev.home.parent,
             env=self.dev.env,
             capture_output=True,
@@ -396,6 +410,46 @@ class Walk:
                 "refused: no run was created" in done.stderr,
             )
             s.check("no run created by it", f"{len(before)} runs, unchanged", self.same_runs(before))
+            done = self.execute("hyb__backfill", plain=True)
+            output = done.stdout + done.stderr
+            s.check("dagster job execute -j hyb__backfill exit", "not 0", done.returncode, done.returncode != 0)
+            s.check(
+                "no traceback, no Spark started",
+                "none",
+                "none" if "Traceback" not in output and "SparkSession" not in output else output[-300:],
+            )
+            with self.dev.instance() as instance:
+                refused = [
+                    r for r in instance.get_runs(dg.RunsFilter(job_name="hyb__backfill")) if REFUSED_TAG in r.tags
+                ]
+                events = [e for r in refused for e in instance.all_logs(r.run_id) if e.dagster_event]
+            s.check(
+                "its run (Dagster creates one first)",
+                "1 CANCELED",
+                f"{len(refused)} " + ",".join(r.status.value for r in refused),
+                [r.status.value for r in refused] == ["CANCELED"],
+            )
+            self.plain_refused = [r.run_id for r in refused]
+            s.check(
+                "tagged streamling/refused=<live>", self.live_run, refused[0].tags.get(REFUSED_TAG) if refused else None
+            )
+            s.check(
+                "step or run failure events",
+                "none",
+                sorted(
+                    e.dagster_event.event_type_value
+                    for e in events
+                    if e.dagster_event.is_step_failure or e.dagster_event.is_run_failure
+                )
+                or "none",
+            )
+            canceled = [e.message for e in events if e.dagster_event.event_type == dg.DagsterEventType.RUN_CANCELED]
+            s.check(
+                "its RUN_CANCELED message",
+                "already running in Dagster run <live>",
+                canceled[0][:160] if canceled else None,
+                bool(canceled) and f"already running in Dagster run {self.live_run}" in canceled[0],
+            )
             s.check("stream still live", "STARTED", self.dev.run_status(self.live_run))
 
     def terminate_and_resume(self) -> None:
@@ -463,7 +517,11 @@ class Walk:
             )
 
     def script_run(self) -> None:
-        with self.step("7. python -m streamling_dagster.execute -j gen__backfill (a real run)") as s:
+        with self.step("7. dagster job execute -j gen__backfill, then the script form (real runs)") as s:
+            done = self.execute("gen__backfill", plain=True)
+            s.check("dagster job execute exit code", 0, done.returncode)
+            stored = [r[0] for r in self.rows("gen")]
+            s.check("gen rows 1..N", GEN_ROWS, len(stored), stored == list(range(1, GEN_ROWS + 1)))
             done = self.execute("gen__backfill")
             s.check("exit code", 0, done.returncode)
             s.check(
@@ -577,8 +635,10 @@ def failure_reason(instance: dg.DagsterInstance, run_id: str) -> str:
     return " | ".join(said) or "(no failure event)"
 
 
-def audit_runs(home: Path, killed_run: str) -> tuple[Step, dict]:
-    """After `dagster dev` stopped: every run, by status; each FAILURE with its reason and whether it was real."""
+def audit_runs(home: Path, killed_run: str, plain_refused: list[str]) -> tuple[Step, dict]:
+    """After `dagster dev` stopped: every run, by status; each FAILURE with its reason and whether it was real.
+    Runs tagged `streamling/refused` are only those `dagster job execute` created before its op refused them
+    (`plain_refused`), each CANCELED: every other refusal leaves no run."""
     step = Step("audit: runs in the instance")
     with dg.DagsterInstance.from_config(str(home)) as instance:
         runs = list(instance.get_runs())
@@ -614,7 +674,13 @@ def audit_runs(home: Path, killed_run: str) -> tuple[Step, dict]:
             f"{f['class']}: {f['reason'][:400]}",
             f["class"].startswith("real"),
         )
-    step.check("runs tagged streamling/refused", 0, sum(REFUSED_TAG in r.tags for r in runs))
+    tagged = sorted((r.run_id, r.status.value) for r in runs if REFUSED_TAG in r.tags)
+    step.check(
+        "runs tagged streamling/refused (dagster job execute's, CANCELED)",
+        sorted((run_id, "CANCELED") for run_id in plain_refused),
+        tagged,
+        bool(plain_refused) and tagged == sorted((run_id, "CANCELED") for run_id in plain_refused),
+    )
     step.check(
         "runs still QUEUED/STARTED",
         0,
@@ -681,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
     except AssertionError as exc:  # running_dagster_dev: strays that outlived the group, or not ready
         stray_error = str(exc)[-2000:]
     killed = walk.killed_run if walk else ""
-    run_step, runs = audit_runs(root / "dagster_home", killed)
+    run_step, runs = audit_runs(root / "dagster_home", killed, walk.plain_refused if walk else [])
     show(run_step)
     cleanup = Step("clean-up")
     cleanup.check("processes outliving dagster dev", "none", stray_error or "none", stray_error is None)
