@@ -44,6 +44,23 @@ def _regexp_match(case_insensitive: bool) -> Any:
 _RANGE = {TokenType.IRLIKE: _regexp_match(True), TokenType.SIMILAR_TO: _regexp_match(False)}
 
 
+def _map(args: list[exp.Expression]) -> exp.Expression:
+    """DataFusion's ``map``: with two arguments either two arrays (keys, values) or one key and its value, which
+    only the arguments' types tell apart, so it stays an `exp.Map` that rendering resolves once they are known
+    (`SqlProgram._resolve_maps`); with another even number, key/value pairs (Spark's ``map``). Postgres' parser
+    took two arguments only, so ``map('a', 1, 'b', 2)`` failed and the whole query fell back to Spark SQL."""
+    if len(args) == 2:
+        return exp.Map(keys=args[0], values=args[1])
+    return _pairs(args)
+
+
+def _pairs(args: list[exp.Expression]) -> exp.Expression:
+    """DataFusion's ``make_map(k1, v1, k2, v2, …)``: Spark's ``map`` of the same pairs."""
+    if len(args) % 2:  # Spark's map reports it: "map expects a positive even number of arguments"
+        return exp.Anonymous(this="map", expressions=args)
+    return exp.VarMap(keys=exp.Array(expressions=args[0::2]), values=exp.Array(expressions=args[1::2]))
+
+
 class StreamlingPostgres(Postgres):
     class Tokenizer(Postgres.Tokenizer):
         # Postgres reads REGEXP as the `~` operator, which made ``REGEXP(data, '^data')`` a bitwise NOT of a tuple
@@ -52,7 +69,7 @@ class StreamlingPostgres(Postgres):
         }
 
     class Parser(Postgres.Parser):
-        FUNCTIONS = _plain(Postgres.Parser.FUNCTIONS)
+        FUNCTIONS = {**_plain(Postgres.Parser.FUNCTIONS), "MAP": _map, "MAKE_MAP": _pairs}
         FUNCTION_PARSERS = _plain(Postgres.Parser.FUNCTION_PARSERS)
         RANGE_PARSERS = {**Postgres.Parser.RANGE_PARSERS, **_RANGE}
 

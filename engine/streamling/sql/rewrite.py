@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 import sqlglot
 from pyspark.sql import types as T
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.qualify import qualify
 
 from streamling.errors import StreamlingError
 from streamling.sql.dialects import DIALECTS
@@ -28,6 +30,8 @@ from streamling.types import GS_OP
 
 _RENAMED_FUNCTIONS = {"make_array": exp.Array}
 DYNAMIC_TABLE_CHECK = "dynamic_table_check"
+MAP_CALL = "streamling_map"
+"""Meta key on each two-argument ``map(…)`` of the parsed query: its index, so a copy's call is found again."""
 
 
 def spark_name(node: str) -> str:
@@ -56,6 +60,8 @@ class SqlProgram:
         self._rewritten: exp.Query | None = None
         self._calls = Rewritten([], [])
         self._numeric_calls: set[str] = set()
+        self._pair_maps: dict[tuple[tuple[str, str], ...], frozenset[int]] = {}
+        """Per set of input schemas, the ``map(…)`` calls (`MAP_CALL`) that take one key and its value."""
         self.output_types: dict[str, str | None] = {}
         """Output columns whose type the last `render` knew: the wide-number marker (``u256``, ``i256``,
         ``decimal(p,s)``) or None for a plain column; `numeric_rewrite.mark` puts them on the result."""
@@ -67,6 +73,8 @@ class SqlProgram:
         if self._rewritten is None:
             tree = self.tree.copy()
             self._calls = rewrite_calls(tree, self.where)
+            for index, node in enumerate(tree.find_all(exp.Map)):
+                node.meta[MAP_CALL] = index
             self._rewritten = tree
         return self._rewritten
 
@@ -134,6 +142,7 @@ class SqlProgram:
         numbers = numeric_rewrite.rewrite(tree, schemas or {}, self._input_name, self.where)
         self.output_types = numbers.markers
         self._numeric_calls |= numbers.called
+        self._resolve_maps(tree, schemas or {})
         for call in self._checks(tree):
             table = self._checked_table(call)
             if checks is None:
@@ -168,6 +177,74 @@ class SqlProgram:
                 node.replace(exp.Anonymous(this="to_time", expressions=[pinned]))
         _ensure_gs_op(tree)
         return tree.sql(dialect="spark")
+
+    def _resolve_maps(self, tree: exp.Query, schemas: Mapping[str, T.StructType]) -> None:
+        """DataFusion's ``map(keys, values)`` takes two arrays, or one key and its value (``map('k', 'v')``):
+        Spark's ``map_from_arrays(keys, values)`` for the first, ``map(k, v)`` for the second. The types decide,
+        known once the input schemas are: a call with an argument known not to be an array (a literal, a
+        column, an expression sqlglot can type) and none known to be one becomes ``map(k, v)``; the others
+        stay ``map_from_arrays`` (arrays, or types nothing here can tell, as before). Decided once per set of
+        schemas, as rendering runs every epoch."""
+        calls = [node for node in tree.find_all(exp.Map) if MAP_CALL in node.meta]
+        if not calls:
+            return
+        key = tuple(sorted((name, schema.simpleString()) for name, schema in schemas.items()))
+        pairs = self._pair_maps.get(key)
+        if pairs is None:
+            pairs = self._pair_maps[key] = _pair_maps(tree, schemas, self._is_input)
+        for node in calls:
+            if node.meta[MAP_CALL] in pairs:
+                keys, values = node.args.get("keys"), node.args.get("values")
+                node.replace(exp.VarMap(keys=exp.Array(expressions=[keys]), values=exp.Array(expressions=[values])))
+
+
+def _pair_maps(
+    tree: exp.Query, schemas: Mapping[str, T.StructType], is_input: Callable[[exp.Table], bool]
+) -> frozenset[int]:
+    """The `MAP_CALL` indexes of the ``map(…)`` calls in `tree` whose arguments are a key and its value."""
+    probe = tree.copy()
+    tables: dict[str, dict[str, str]] = {}
+    for table in list(probe.find_all(exp.Table)):
+        if not is_input(table):
+            continue
+        name = table_name(table)
+        alias = f"__sl_map_{len(tables)}"
+        fields = schemas[name].fields if name in schemas else []
+        tables[alias] = {f.name: _sqlglot_type(f.dataType) for f in fields}
+        replacement = exp.Table(this=exp.to_identifier(alias))
+        replacement.set("alias", exp.TableAlias(this=exp.to_identifier(table.alias or table.name)))
+        table.replace(replacement)
+    try:
+        typed = qualify(probe, schema=tables, dialect="spark", validate_qualify_columns=False)
+        typed = annotate_types(typed, schema=tables, dialect="spark")
+    except Exception:  # a query sqlglot cannot qualify: literals and typed expressions still tell
+        try:
+            typed = annotate_types(tree.copy(), dialect="spark")
+        except Exception:  # nor type: every call stays map_from_arrays, as before
+            return frozenset()
+    pairs = set()
+    for node in typed.find_all(exp.Map):
+        kinds = [_is_array(node.args.get(part)) for part in ("keys", "values")]
+        if False in kinds and True not in kinds and MAP_CALL in node.meta:
+            pairs.add(node.meta[MAP_CALL])
+    return frozenset(pairs)
+
+
+def _is_array(node: exp.Expression | None) -> bool | None:
+    """Whether an annotated expression is an array: None when its type is unknown (or NULL)."""
+    kind = node.type if node is not None else None
+    if kind is None or kind.this in (exp.DataType.Type.UNKNOWN, exp.DataType.Type.NULL):
+        return None
+    return kind.this in (exp.DataType.Type.ARRAY, exp.DataType.Type.LIST)
+
+
+def _sqlglot_type(data: T.DataType) -> str:
+    """A Spark type as a type sqlglot reads (``array<string>``), or ``unknown`` for one it cannot."""
+    try:
+        exp.DataType.build(data.simpleString(), dialect="spark")
+    except Exception:
+        return "array<unknown>" if isinstance(data, T.ArrayType) else "unknown"
+    return data.simpleString()
 
 
 def _stateful(select: exp.Select) -> bool:

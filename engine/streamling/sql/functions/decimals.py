@@ -6,8 +6,9 @@ text). Results widen like SQL decimals — add/sub: scale max(s1, s2), one more 
 s1 + s2, precision p1 + p2 + 1; div: scale max(s1, 18), rounded half-even once; mod: scale max(s1, s2) —
 with the precision capped at 65535; `numeric_rewrite` computes the marker of each result and rewrites
 ``+ - * / %`` and comparisons on marked values into these functions. Values are Python integers scaled by
-10^s: nothing is ever rounded except a division's last digit, and a value that does not fit stops the
-epoch naming the function and the value.
+10^s: nothing is ever rounded except a division's last digit and the narrowing casts to the original's
+Arrow decimals (``decimal_arb_to_decimal128``/``…256``, half to even), and a value that does not fit stops
+the epoch naming the function and the value.
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ from streamling.sql.functions.wide_integers import RANGES
 FAMILY = "Arbitrary-precision decimals"
 DIVISION_SCALE = 18
 _TEXT = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
-_DECLARATION = "precision and scale are integer literals, 1 ≤ precision ≤ 65535 and 0 ≤ scale ≤ precision"
+DECIMAL128_PRECISION = 38
+"""Arrow's Decimal128, and Spark's only decimal: a ``decimal_arb_to_decimal128`` result is a Spark decimal."""
+DECIMAL256_PRECISION = 76
+"""Arrow's Decimal256 (ClickHouse's Decimal256): Spark has none, so a ``decimal_arb_to_decimal256`` result is
+a decimal_arb value (exact text marked ``decimal(p,s)``), as every decimal past 38 digits is here."""
 
 Scaled = tuple[int, int]
 """(unscaled integer, scale): the value unscaled * 10^-scale."""
@@ -140,11 +145,62 @@ def mod(a: Scaled, b: Scaled) -> Scaled:
     return (-remainder if x < 0 else remainder), scale
 
 
-def _declaration(precision: pa.Array, scale: pa.Array, function: str) -> tuple[int, int]:
+def round_half_even(value: Scaled, scale: int) -> int:
+    """The unscaled value at `scale`, dropped fractional digits rounded half to even (as the original's
+    narrowing casts do: 0.125 → 0.12, 0.135 → 0.14, -0.125 → -0.12)."""
+    unscaled, have = value
+    if have <= scale:
+        return unscaled * 10 ** (scale - have)
+    divisor = 10 ** (have - scale)
+    quotient, remainder = divmod(abs(unscaled), divisor)
+    if 2 * remainder > divisor or (2 * remainder == divisor and quotient % 2):
+        quotient += 1
+    return -quotient if unscaled < 0 else quotient
+
+
+def sort_key(value: Scaled, function: str) -> bytes:
+    """A byte string whose unsigned byte-wise order is the numeric order of the values, whatever their scale
+    (Spark, Postgres' ``bytea`` and ClickHouse's ``String`` compare bytes that way, so sorting by the key is
+    numeric where the text would put '10' before '9' and '-1' after '-2'). Equal numbers get equal keys (1.50
+    and 1.5), so the key also groups and compares as the numbers do.
+
+    Zero is ``01``. Any other value is written as 0.d1d2…dn * 10^e with d1 ≠ 0 and no trailing zero: a positive
+    one is ``02``, e + 2^31 in four big-endian bytes (a larger exponent is a larger number), then the digits two
+    to a byte (d1·10 + d2, …; an odd last digit is padded with 0), so a key that is a prefix of another is the
+    smaller number. A negative one is ``00``, the exponent field bitwise inverted, each digit byte b as 254 - b,
+    and ``FF`` last (larger than any digit byte, so -0.1 sorts after -0.15): every comparison reversed."""
+    unscaled, scale = value
+    if unscaled == 0:
+        return b"\x01"
+    try:
+        digits = str(abs(unscaled))
+    except ValueError:  # past Python's 4300-digit int-to-text limit
+        digits = str(Decimal(abs(unscaled)))
+    exponent = len(digits) - scale
+    if not -(2**31) <= exponent < 2**31:
+        raise _fail(function, f"the exponent of {render(unscaled, scale)[:40]}… is out of range for a sort key")
+    digits = digits.rstrip("0")
+    if len(digits) % 2:
+        digits += "0"
+    pairs = bytes(int(digits[i : i + 2]) for i in range(0, len(digits), 2))
+    field = exponent + 2**31
+    if unscaled > 0:
+        return b"\x02" + field.to_bytes(4, "big") + pairs
+    return b"\x00" + (0xFFFFFFFF - field).to_bytes(4, "big") + bytes(254 - b for b in pairs) + b"\xff"
+
+
+def _declaration(precision: pa.Array, scale: pa.Array, function: str, most: int = MAX_PRECISION) -> tuple[int, int]:
     p, s = precision[0].as_py() if len(precision) else 1, scale[0].as_py() if len(scale) else 0
-    if p is None or s is None or not 1 <= p <= MAX_PRECISION or not 0 <= s <= p:
-        raise _fail(function, f"{_DECLARATION}; got precision {p}, scale {s}")
+    if p is None or s is None or not 1 <= p <= most or not 0 <= s <= p:
+        raise _fail(function, f"{_declared(most)}; got precision {p}, scale {s}")
     return p, s
+
+
+def _declared(most: int) -> str:
+    return f"precision and scale are integer literals, 1 ≤ precision ≤ {most} and 0 ≤ scale ≤ precision"
+
+
+_DECLARATION = _declared(MAX_PRECISION)
 
 
 def scaled_of(value: Any, function: str) -> Scaled:
@@ -175,13 +231,16 @@ def literal_int(node: exp.Expression) -> int | None:
 class _Conversion(_Base):
     arguments: ClassVar = ("any", "bigint", "bigint")
     lenient: ClassVar[bool] = False
+    max_precision: ClassVar[int] = MAX_PRECISION
+    """The widest declaration a call may ask for (Arrow's Decimal128 and Decimal256 stop at 38 and 76)."""
 
     @classmethod
     def check(cls, args: list[exp.Expression]) -> str | None:
         precision, scale = literal_int(args[1]), literal_int(args[2])
-        if precision is None or scale is None or not 1 <= precision <= MAX_PRECISION or not 0 <= scale <= precision:
+        most = cls.max_precision
+        if precision is None or scale is None or not 1 <= precision <= most or not 0 <= scale <= precision:
             return (
-                f"precision and scale must be integer literals with 1 <= precision <= {MAX_PRECISION} and "
+                f"precision and scale must be integer literals with 1 <= precision <= {most} and "
                 f"0 <= scale <= precision, got {args[1].sql(dialect='spark')}, {args[2].sql(dialect='spark')}"
             )
         kind = args[3] if len(args) > 3 else None
@@ -190,7 +249,7 @@ class _Conversion(_Base):
         return None
 
     def __call__(self, values: pa.Array, precision: pa.Array, scale: pa.Array, *kind: pa.Array) -> pa.Array:
-        p, s = _declaration(precision, scale, self.name)
+        p, s = _declaration(precision, scale, self.name, self.max_precision)
         native = str(kind[0][0].as_py()).lower() if kind and len(kind[0]) and s == 0 else None
         low, high = RANGES.get(native, (None, None))
         out = []
@@ -257,6 +316,81 @@ class DecimalArbRescale(_Conversion):
     doc_returns = "decimal(precision,scale): the same number"
     nulls = "NULL → NULL; fractional digits that would be lost or too many digits → the epoch fails naming the value"
     example = "decimal_arb_to_string(decimal_arb_rescale(to_decimal_arb('1.5', 10, 1), 100, 4)) → '1.5000'"
+
+
+class _Narrowing(_Conversion):
+    """decimal_arb (or decimal text) to an Arrow fixed-width decimal, as the original's ``decimal_arb_to_decimal128``
+    and ``…256``: dropped fractional digits are rounded half to even, and a value with more than `precision`
+    digits after rounding stops the epoch naming it (as every conversion here that does not fit does)."""
+
+    arguments: ClassVar = ("string", "bigint", "bigint")
+
+    def __call__(self, values: pa.Array, precision: pa.Array, scale: pa.Array, *kind: pa.Array) -> pa.Array:
+        del kind  # always empty: `arguments` declares three, so a fourth fails the arity check at --validate
+        p, s = _declaration(precision, scale, self.name, self.max_precision)
+        out: list[str | None] = []
+        for value in values.to_pylist():
+            if value is None:
+                out.append(None)
+                continue
+            unscaled = round_half_even(parse(value, self.name), s)
+            if digit_count(unscaled) > p:
+                raise _fail(self.name, f"{value} does not fit decimal({p},{s}) (rounded to {s} fractional digits)")
+            out.append(render(unscaled, s))
+        return pa.array(out, pa.string())
+
+
+class DecimalArbToDecimal128(_Narrowing):
+    name = "decimal_arb_to_decimal128"
+    max_precision = DECIMAL128_PRECISION
+    doc_arguments = (
+        "value (decimal_arb; integers, decimals and decimal text are converted), precision, scale (integer literals)"
+    )
+    doc_returns = (
+        "decimal(precision,scale): a Spark decimal (Arrow's Decimal128), the value rounded half to even to scale"
+    )
+    nulls = (
+        "NULL → NULL; more than precision digits after rounding, or malformed text → the epoch fails naming the "
+        "value; " + _declared(DECIMAL128_PRECISION) + " (checked by --validate)"
+    )
+    example = "decimal_arb_to_decimal128(to_decimal_arb('1.2345', 100, 4), 20, 2) → 1.23 (decimal(20,2))"
+
+
+class DecimalArbToDecimal256(_Narrowing):
+    name = "decimal_arb_to_decimal256"
+    max_precision = DECIMAL256_PRECISION
+    doc_arguments = DecimalArbToDecimal128.doc_arguments
+    doc_returns = (
+        "decimal(precision,scale) up to 76 digits (Arrow's Decimal256; Spark has none, so a decimal_arb: exact "
+        "text, NUMERIC(p,s) in Postgres, Decimal(p,s) in ClickHouse), rounded half to even to scale"
+    )
+    nulls = (
+        "NULL → NULL; more than precision digits after rounding, or malformed text → the epoch fails naming the "
+        "value; " + _declared(DECIMAL256_PRECISION) + " (checked by --validate)"
+    )
+    example = "decimal_arb_to_string(decimal_arb_to_decimal256(to_decimal_arb('2.675', 100, 3), 76, 2)) → '2.68'"
+
+
+class DecimalArbToSortKey(ArrowFunction):
+    name = "decimal_arb_to_sort_key"
+    arguments: ClassVar = ("string",)
+    returns = "binary"
+    family = FAMILY
+    doc_arguments = "value (decimal_arb; integers, decimals and decimal text are converted)"
+    doc_returns = (
+        "binary: a key whose unsigned byte order is the numeric order at any scale (the text's is not: '10' < '9'), "
+        "for a sink's table to sort by or to compare keys; equal numbers get equal keys (1.50 and 1.5); not a "
+        "decimal_arb, and its bytes are this runtime's, not the original's"
+    )
+    nulls = "NULL → NULL; malformed text → the epoch fails naming the value"
+    example = (
+        "decimal_arb_to_sort_key(to_decimal_arb('-2', 10, 0)) < decimal_arb_to_sort_key(to_decimal_arb('-1.5', 10, 1))"
+        " → true"
+    )
+
+    def __call__(self, values: pa.Array) -> pa.Array:
+        keys = [None if v is None else sort_key(parse(v, self.name), self.name) for v in values.to_pylist()]
+        return pa.array(keys, pa.binary())
 
 
 class DecimalArbToString(_Base):
@@ -456,4 +590,7 @@ ARROW_FUNCTIONS: list[type[ArrowFunction]] = [
     DecimalArbGreatest,
     DecimalArbLeast,
     DecimalArbRescale,
+    DecimalArbToDecimal128,
+    DecimalArbToDecimal256,
+    DecimalArbToSortKey,
 ]

@@ -38,7 +38,13 @@ _INTEGER_RESULT = {
 _INTEGER_ARGUMENTS = {name: kind for name, kind in _INTEGER_RESULT.items() if not name.startswith("to_")}
 _INTEGER_ARGUMENTS |= {"u256_to_string": U256_TYPE, "i256_to_string": I256_TYPE}
 _DECLARED = ("to_decimal_arb", "to_decimal_arb_from_string", "try_to_decimal_arb_from_string")
-_DECLARED += ("to_decimal_arb_from_int", "decimal_arb_rescale")
+_DECLARED += ("to_decimal_arb_from_int", "decimal_arb_rescale", "decimal_arb_to_decimal256")
+_TO_DECIMAL128 = "decimal_arb_to_decimal128"
+"""Its result is a Spark decimal: the function gives the rounded text, which the rewriting casts to
+``DECIMAL(p,s)`` (a Python UDF's result type is fixed when it is registered, the declaration is per call)."""
+_SORT_KEY = "decimal_arb_to_sort_key"
+_LITERAL_TAIL = (*_DECLARED, _TO_DECIMAL128)
+"""Functions whose arguments after the first are literals they read once (precision, scale, kind)."""
 _DECIMAL_BINARY = {f"decimal_arb_{op}": op for op in ("add", "sub", "mul", "div", "mod")}
 _DECIMAL_UNARY = ("decimal_arb_neg", "decimal_arb_abs")
 _EXTREMES = ("decimal_arb_greatest", "decimal_arb_least")
@@ -56,7 +62,7 @@ _ARITHMETIC = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div", e
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
 NAMES = frozenset(
     {*_INTEGER_RESULT, *_INTEGER_ARGUMENTS, *_DECLARED, *_DECIMAL_BINARY, *_DECIMAL_UNARY, *_EXTREMES}
-    | {*_DECIMAL_COMPARISONS, *_TO_STRING, "to_int64"}
+    | {*_DECIMAL_COMPARISONS, *_TO_STRING, "to_int64", _TO_DECIMAL128, _SORT_KEY}
 )
 """Spark names of the functions on wide numbers: a query calling none of them and reading no marked column
 is left alone."""
@@ -391,10 +397,16 @@ class _Rewriter:
     def _function(self, node: exp.Anonymous, scope: Scope | None) -> exp.Expression | None:
         name = node.name.lower()
         args = list(node.expressions)
-        if name in _DECLARED:  # its literal precision and scale were checked with the call (`decimals.check`)
-            if name == "decimal_arb_rescale" and args:
-                converted, _ = self._to_decimal(args[0], scope, node)
+        if name in _LITERAL_TAIL:  # its literal precision and scale were checked with the call (`decimals.check`)
+            if name in ("decimal_arb_rescale", "decimal_arb_to_decimal256", _TO_DECIMAL128) and args:
+                # rounding to the declared scale, the narrowing casts take a value of any scale
+                converted, _ = self._to_decimal(args[0], scope, node, loose=name != "decimal_arb_rescale")
                 node.set("expressions", [converted, *args[1:]])
+            if name == _TO_DECIMAL128 and len(args) == 3:
+                precision, scale = decimals.literal_int(args[1]), decimals.literal_int(args[2])
+                if precision is not None and scale is not None:
+                    text = call(node.name, *node.expressions)
+                    return exp.Cast(this=text, to=exp.DataType.build(f"DECIMAL({precision}, {scale})"))
             return None
         if name in _INTEGER_ARGUMENTS:
             kind = _INTEGER_ARGUMENTS[name]
@@ -402,8 +414,15 @@ class _Rewriter:
             if name in _TO_STRING:
                 return _text(node.expressions[0]) if len(node.expressions) == 1 else None
             return None
-        if name in (*_DECIMAL_BINARY, *_DECIMAL_UNARY, *_EXTREMES, *_DECIMAL_COMPARISONS, "decimal_arb_to_string"):
-            loose = name in _DECIMAL_COMPARISONS or name == "decimal_arb_to_string"
+        if name in (
+            *_DECIMAL_BINARY,
+            *_DECIMAL_UNARY,
+            *_EXTREMES,
+            *_DECIMAL_COMPARISONS,
+            "decimal_arb_to_string",
+            _SORT_KEY,
+        ):
+            loose = name in _DECIMAL_COMPARISONS or name in ("decimal_arb_to_string", _SORT_KEY)
             node.set("expressions", [a if _is_null(a) else self._to_decimal(a, scope, node, loose)[0] for a in args])
             if name == "decimal_arb_to_string" and len(args) == 1 and self._type(node.expressions[0], scope):
                 return _text(node.expressions[0])
@@ -572,7 +591,7 @@ def guard_branches(node: exp.Expression) -> None:
     for branch, guard in _branch_guards(node):
         calls = [c for c in branch.find_all(exp.Anonymous) if c.name.lower() in NAMES]
         for call in calls:
-            declared = call.name.lower() in _DECLARED
+            declared = call.name.lower() in _LITERAL_TAIL
             call.set(
                 "expressions",
                 [
