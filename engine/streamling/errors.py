@@ -114,11 +114,34 @@ def first_line(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     first = lines[0]
+    if first.startswith(PY4J) and len(lines) > 1 and lines[1].startswith(": "):
+        lines = _task_failure([lines[1][2:], *lines[2:]])
+        first = lines[0] or first
     if first.endswith(TRACEBACK):
         raised = _raised(lines[1:])
         if raised:
             return first.removesuffix(TRACEBACK) + raised
     return first
+
+
+PY4J = "An error occurred while calling "
+"""Py4J's first line for a JVM exception (``… calling o170.save.``), which names only the JVM call; the JVM
+exception follows on the next line, after ``": "``."""
+_LOST_TASK = re.compile(r"most recent failure: Lost task [^:]*?\): ")
+_JAVA_CLASS = re.compile(r"^(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*: ")
+
+
+def _task_failure(lines: list[str]) -> list[str]:
+    """A JVM exception reduced to what failed: a failed job (also one wrapped, as in ``Exception thrown in
+    awaitResult``) to its task's failure (``Python worker exited unexpectedly (crashed)`` when a Python worker
+    died), without Java class names or Spark's configuration hints; the lines after it are kept (a traceback)."""
+    for index, line in enumerate(lines):
+        found = _LOST_TASK.search(line)
+        if found:
+            lines = [line[found.end() :], *lines[index + 1 :]]
+            break
+    first = _JAVA_CLASS.sub("", lines[0]).split(". Consider setting ", 1)[0]
+    return [first, *lines[1:]]
 
 
 def _raised(traceback_lines: list[str]) -> str | None:

@@ -192,7 +192,7 @@ def test_error_names_row_stack_and_input(spark, make_settings, write_pipeline, t
 
 @pytest.mark.timeout(300)
 def test_infinite_loop_fails_the_pipeline_within_the_limit(spark, make_settings, write_pipeline) -> None:
-    path = write_pipeline("""
+    text = """
         sources:
           src: {type: generator, rows: 10}
         transforms:
@@ -202,19 +202,30 @@ def test_infinite_loop_fails_the_pipeline_within_the_limit(spark, make_settings,
             language: javascript
             primary_key: id
             time_limit_ms: 500ms
+            SCHEMA
             script: |
               function process(input) {
                 for (;;) {}
               }
         sinks:
           out: {type: blackhole, from: stuck}
-        """)
+        """
     with pytest.raises(StreamlingError) as info:
-        run_pipeline(path, make_settings(job_mode=True), spark)
+        run_pipeline(
+            write_pipeline(text.replace("SCHEMA", "schema: {id: bigint}")), make_settings(job_mode=True), spark
+        )
     assert str(info.value).startswith(
         "script transform 'stuck': the script ran longer than its time limit of 500 ms for a batch of "
     )
     assert "; stopped at row 1 of " in str(info.value)
+    # Without 'schema' the script runs on sample rows at validation (to infer its columns), and stops there.
+    report = validate_pipeline(write_pipeline(text.replace("SCHEMA", "")), make_settings(), spark)
+    assert report.errors == [
+        "script transform 'stuck': cannot infer its output columns: running the script on sample rows built from "
+        "the input schema failed: the script ran longer than its time limit of 500 ms for a batch of 3 rows; declare "
+        "every output column in 'schema' on the node, e.g. schema: {id: bigint, amount: double, name: string, "
+        "created_at: timestamp, …}"
+    ]
 
 
 @pytest.mark.timeout(300)
@@ -230,6 +241,7 @@ def test_memory_bomb_and_regex_fail_the_pipeline(spark, make_settings, write_pip
             primary_key: id
             memory_limit_mb: 48
             time_limit_ms: 1s
+            schema: {id: bigint}
             script: |
               function process(input) {
                 BODY

@@ -308,8 +308,8 @@ def test_without_schema_keys_outside_the_input_are_rejected() -> None:
         run(script, rows(2))
     assert str(info.value).startswith(
         "script transform 't': row 1 of 2 in the batch: the script returned 'tier', which is not among the output "
-        "columns (id, amount, name, _gs_op); without 'schema' the output keeps the input's columns: declare every "
-        "output column in 'schema'; input row: "
+        "columns (id, amount, name); without 'schema' the output columns are the input's and those the script added "
+        "on the sample rows at validation: declare every output column in 'schema'; input row: "
     )
 
 
@@ -512,3 +512,72 @@ def test_the_sandbox_works_from_the_zip_shipped_to_cluster_executors(tmp_path) -
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     result = subprocess.run([sys.executable, "-c", probe, str(archive)], env=env, capture_output=True, text=True)
     assert result.stdout.strip() == "function", result.stderr
+
+
+WIDE = T.StructType(
+    [
+        T.StructField("id", T.LongType(), False),
+        T.StructField("small", T.ByteType()),
+        T.StructField("price", T.DecimalType(4, 2)),
+        T.StructField("day", T.DateType()),
+        T.StructField("at", T.TimestampType()),
+        T.StructField("raw", T.BinaryType()),
+        T.StructField("tags", T.ArrayType(T.StringType())),
+        T.StructField("attrs", T.MapType(T.StringType(), T.IntegerType())),
+        T.StructField("point", T.StructType([T.StructField("x", T.DoubleType())])),
+        T.StructField(GS_OP, T.StringType(), False),
+    ]
+)
+
+
+def test_inference_sees_every_input_type_as_a_batch_would() -> None:
+    """The sample rows cross as a batch's rows do: each kind of input value reaches the script, and each added
+    key is typed from its JavaScript values (numbers as double, objects as JSON text)."""
+    from streamling.script.inference import infer_columns, sample_batch
+
+    assert sample_batch(WIDE).to_pylist()[2]["id"] == 1  # not nullable: the first row's value, never NULL
+    script = """row => row.id > 1 ? null : ({...row,
+      n: row.small + Number(row.price), d: row.day + '', y: new Date(row.at).getUTCFullYear(),
+      b: row.raw.length, t: row.tags[0], a: row.attrs.sample, x: row.point.x, o: {tags: row.tags},
+      big: BigInt(row.id), when: new Date(row.at), ok: !row.tags})"""
+    inferred = infer_columns("script transform 't'", script, WIDE, Limits(10_000, 64))
+    added = {f.name: f.dataType.simpleString() for f in inferred.fields[len(WIDE.fields) - 1 :]}
+    assert added == {
+        "n": "double",
+        "d": "string",
+        "y": "double",
+        "b": "double",
+        "t": "string",
+        "a": "double",
+        "x": "double",
+        "o": "string",
+        "big": "bigint",
+        "when": "timestamp",
+        "ok": "boolean",
+    }
+    assert [f.name for f in inferred.fields[: len(WIDE.fields) - 1]] == [f.name for f in WIDE.fields[:-1]]
+    assert inferred.warning is None
+
+
+def test_inference_probe_reports_each_rows_outcome() -> None:
+    sandbox = Sandbox(Limits(10_000, 64))
+    try:
+        sandbox.load(
+            "row => row.id === 1 ? [row, null, {k: [1]}] : row.id === 2 ? 7 : (() => { throw new Error('x'); })()"
+        )
+        inputs = codec.columns_of(ROWS)
+        batch = batch_of(
+            [
+                {"id": 1, "amount": 1.0, "name": "a", GS_OP: "i"},
+                {"id": 2, "amount": 1.0, "name": "b"},
+                {"id": 3, "amount": None, "name": None},
+            ]
+        )
+        rows = sandbox.probe(codec.spec_of(inputs, [], False), codec.encode(batch, inputs))
+    finally:
+        sandbox.close()
+    assert rows[0] == {
+        "objects": [[["id", "number"], ["amount", "number"], ["name", "string"], [GS_OP, "string"]], [["k", "json"]]]
+    }
+    assert rows[1] == {"shape": "returned a number; return an object, an array of objects, or null"}
+    assert rows[2]["error"][:2] == ["Error", "x"]

@@ -164,39 +164,26 @@
   // locals faster than closure variables), the row built by an object literal with fixed keys (with and without
   // NULL checks on numbers), and each output value read by a fixed property name and coerced in place. Validity
   // bytes start at 1, so only NULLs are written.
-  function generate(inputs, outputs, strict) {
-    const L = [];
-    L.push("return function streamlingBatch(input, fn) {");
-    L.push("  const n = input.n;");
-    L.push("  const jin = input.json === '' ? [] : parse(input.json);");
-    L.push("  const bin = aligned(input.bin), at = input.at;");
+  // The input columns as locals and the two object literals (dense, and with NULL checks) a row is built by;
+  // shared by the batch function and the validation probe, so the probe's rows are exactly what a batch passes.
+  function rowParts(inputs) {
+    const decls = [];
+    decls.push("  const n = input.n;");
+    decls.push("  const jin = input.json === '' ? [] : parse(input.json);");
+    decls.push("  const bin = aligned(input.bin), at = input.at;");
     const masks = [];
     inputs.forEach(function (c, k) {
       if (c.kind === "num") {
-        L.push("  const i" + k + " = new Float64Array(bin.buffer, bin.byteOffset + at[" + 2 * k + "], n);");
-        L.push("  const v" + k + " = at[" + (2 * k + 1) + "] < 0 ? null : bin.subarray(at[" + (2 * k + 1) + "], at[" + (2 * k + 1) + "] + n);");
+        decls.push("  const i" + k + " = new Float64Array(bin.buffer, bin.byteOffset + at[" + 2 * k + "], n);");
+        decls.push("  const v" + k + " = at[" + (2 * k + 1) + "] < 0 ? null : bin.subarray(at[" + (2 * k + 1) + "], at[" + (2 * k + 1) + "] + n);");
         masks.push("v" + k + " !== null");
       } else if (c.kind === "bool") {
-        L.push("  const i" + k + " = bin.subarray(at[" + 2 * k + "], at[" + 2 * k + "] + n);");
+        decls.push("  const i" + k + " = bin.subarray(at[" + 2 * k + "], at[" + 2 * k + "] + n);");
       } else {
-        L.push("  const i" + k + " = jin[" + c.slot + "];");
+        decls.push("  const i" + k + " = jin[" + c.slot + "];");
       }
     });
-    L.push("  const masked = " + (masks.length ? masks.join(" || ") : "false") + ";");
-    L.push("  let capacity = n > 16 ? n : 16;");
-    L.push("  let out = allocate(capacity, null, 0);");
-    const bind = outputs.map(function (c, k) {
-      return "o" + k + " = out[" + k + "].values; p" + k + " = out[" + k + "].valid;";
-    });
-    L.push("  let " + outputs.map(function (c, k) { return "o" + k + ", p" + k; }).concat(["x", "r"]).join(", ") + ";");
-    L.push("  " + bind.join(" "));
-    L.push("  let src = new Int32Array(capacity);");
-    L.push("  let j = 0, first = true, checked = " + (strict ? "false" : "true") + ";");
-    // Locals for what the loop touches on every row (closure variables are slower to read in QuickJS).
-    L.push("  const state = sharedState, isArray = arrayTest;");
-    L.push("  for (let i = 0; i < n; i++) {");
-    L.push("    state[0] = i;");
-    L.push("    let result;");
+    decls.push("  const masked = " + (masks.length ? masks.join(" || ") : "false") + ";");
     const dense = [];
     const withNulls = [];
     inputs.forEach(function (c, k) {
@@ -212,8 +199,32 @@
         withNulls.push(dense[dense.length - 1]);
       }
     });
+    return { decls: decls, row: "masked ? {" + withNulls.join(", ") + "} : {" + dense.join(", ") + "}" };
+  }
+
+  function generate(inputs, outputs, strict) {
+    const L = [];
+    L.push("return function streamlingBatch(input, fn) {");
+    const parts = rowParts(inputs);
+    parts.decls.forEach(function (line) {
+      L.push(line);
+    });
+    L.push("  let capacity = n > 16 ? n : 16;");
+    L.push("  let out = allocate(capacity, null, 0);");
+    const bind = outputs.map(function (c, k) {
+      return "o" + k + " = out[" + k + "].values; p" + k + " = out[" + k + "].valid;";
+    });
+    L.push("  let " + outputs.map(function (c, k) { return "o" + k + ", p" + k; }).concat(["x", "r"]).join(", ") + ";");
+    L.push("  " + bind.join(" "));
+    L.push("  let src = new Int32Array(capacity);");
+    L.push("  let j = 0, first = true, checked = " + (strict ? "false" : "true") + ";");
+    // Locals for what the loop touches on every row (closure variables are slower to read in QuickJS).
+    L.push("  const state = sharedState, isArray = arrayTest;");
+    L.push("  for (let i = 0; i < n; i++) {");
+    L.push("    state[0] = i;");
+    L.push("    let result;");
     L.push("    try {");
-    L.push("      result = fn(masked ? {" + withNulls.join(", ") + "} : {" + dense.join(", ") + "});");
+    L.push("      result = fn(" + parts.row + ");");
     L.push("    } catch (e) {");
     L.push("      return thrown(i, e);");
     L.push("    }");
@@ -297,6 +308,68 @@
       Promise, state);
   }
 
+  // What a value would be to a column inference: `json` for objects and arrays, the JS type otherwise.
+  function kindOf(value) {
+    if (value === null) return "null";
+    if (value === undefined) return "undefined";
+    if (value instanceof Date) return "Date";
+    if (value instanceof Uint8Array || value instanceof ArrayBuffer) return "binary";
+    const type = typeof value;
+    return type === "object" ? "json" : type;
+  }
+
+  function describe(row) {
+    const keys = [];
+    for (const name in row) keys.push([name, kindOf(row[name])]);
+    return keys;
+  }
+
+  function failure(e) {
+    if (e instanceof Error) return [String(e.name), String(e.message), String(e.stack || "")];
+    return ["", "threw " + show(e) + " (not an Error, so no stack)", ""];
+  }
+
+  // The validation probe: each sample row through the user's function, each row's outcome described (its output
+  // objects' keys with their kinds, or what went wrong) instead of coerced; returned as one JSON text.
+  function generateProbe(inputs) {
+    const L = [];
+    L.push("return function streamlingProbe(input, fn) {");
+    const parts = rowParts(inputs);
+    parts.decls.forEach(function (line) {
+      L.push(line);
+    });
+    L.push("  const rows = [];");
+    L.push("  for (let i = 0; i < n; i++) {");
+    L.push("    let result;");
+    L.push("    try {");
+    L.push("      result = fn(" + parts.row + ");");
+    L.push("    } catch (e) {");
+    L.push("      rows.push({error: failure(e)});");
+    L.push("      continue;");
+    L.push("    }");
+    L.push("    rows.push(outcome(i, result));");
+    L.push("  }");
+    L.push("  return stringify(rows);");
+    L.push("};");
+    const names = ["parse", "aligned", "failure", "outcome", "stringify"];
+    const factory = new Function(names.join(", "), L.join("\n"));
+    return factory(parse, aligned, failure, outcome, stringify);
+  }
+
+  function outcome(i, result) {
+    if (result === null || result === undefined) return { objects: [] };
+    if (typeof result !== "object" || result instanceof Promise) return { shape: shape(i, result, -1)[2] };
+    if (!isArray(result)) return { objects: [describe(result)] };
+    const objects = [];
+    for (let e = 0; e < result.length; e++) {
+      const r = result[e];
+      if (r === null || r === undefined) continue;
+      if (typeof r !== "object" || isArray(r)) return { shape: shape(i, r, e)[2] };
+      objects.push(describe(r));
+    }
+    return { objects: objects };
+  }
+
   // Typed-array views need their element alignment: the host's bytes are copied only when they are not 8-aligned.
   function aligned(bytes) {
     return bytes.byteOffset % 8 === 0 ? bytes : bytes.slice();
@@ -343,11 +416,21 @@
     fn = userFunction;
     columnsOut = spec.outputs;
     strictKeys = Object.create(null);
-    spec.inputs.forEach(function (c) {
+    // Keys a row may have: the input's and the output columns (a column inferred at validation is not an input).
+    spec.inputs.concat(spec.outputs).forEach(function (c) {
       strictKeys[c.name] = true;
     });
     batch = generate(spec.inputs, spec.outputs, spec.strict);
     return true;
+  });
+
+  // spec: {inputs: [{name, kind, slot}]}; input: one encoded batch of sample rows (see generateProbe).
+  define("__streamling_probe", function streamlingProbe(specText, input) {
+    const user = g.__streamling_user;
+    if (typeof user !== "function") {
+      throw new TypeError("the script must be a single function expression, but it evaluates to " + aType(user));
+    }
+    return generateProbe(parse(specText).inputs)(input, user);
   });
 
   // The row the batch was on (0-based), or -1: read by the host after a limit stopped the script.

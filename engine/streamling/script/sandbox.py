@@ -237,6 +237,15 @@ class Sandbox:
             raise self._out_of_memory(payload.get("n"), reply[1])
         return reply
 
+    def probe(self, spec: dict[str, Any], payload: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each row of `payload` through the loaded function, described rather than coerced (runner.js's
+        ``__streamling_probe``): per row ``{"objects": [[[key, kind], ...], ...]}``, ``{"error": [name, message,
+        stack]}`` or ``{"shape": message}``. Used at validation to infer the columns a script adds."""
+        self._context.globals["__streamling_spec"] = json.dumps(spec)
+        self._context.globals["__streamling_in"] = payload
+        reply = self._eval("__streamling_probe(globalThis.__streamling_spec, globalThis.__streamling_in)", payload["n"])
+        return json.loads(reply)
+
     def _eval(self, code: str, rows: int | None) -> Any:
         import quickjs_rs
 

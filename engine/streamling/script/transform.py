@@ -3,7 +3,8 @@ the executors.
 
 The function gets the row as an object and returns an object (one row), ``null``/``undefined`` (the row is
 dropped) or an array (any number of rows). Spark needs the output schema before any data moves, so it is either
-the declared ``schema`` or the input's columns. Each Python worker keeps one sandbox per script and limits
+the declared ``schema`` or the input's columns plus those the script adds, inferred at validation by running it on
+sample rows (`streamling.script.inference`). Each Python worker keeps one sandbox per script and limits
 (`streamling.script.sandbox.sandbox_for`) and hands it `batch_size` rows per call.
 """
 
@@ -25,6 +26,7 @@ from streamling.config.units import Milliseconds
 from streamling.errors import StreamlingError
 from streamling.plugin import Epoch, RunContext, Transform
 from streamling.script import codec
+from streamling.script.inference import Inferred, infer_columns
 from streamling.script.sandbox import (
     LimitExceeded,
     Limits,
@@ -152,14 +154,28 @@ class ScriptTransform(Transform[ScriptTransformSpec]):
         return frame.mapInArrow(program, schema)
 
     def output_schema(self, input_schema: T.StructType) -> T.StructType:
-        """The declared columns, else the input's (nullable: a script may leave any value out); ``_gs_op`` last."""
+        """The declared columns (authoritative: the script is not consulted), else the input's plus those the
+        script adds, inferred by running it on sample rows (`streamling.script.inference`); all nullable, since a
+        script may leave any value out; ``_gs_op`` last. The inference runs once per input schema: at
+        validation, and the epochs reuse it."""
         if self.spec.schema_ is not None:
             fields = [T.StructField(name, parse_type(text), True) for name, text in self.spec.schema_.items()]
         else:
-            fields = [
-                T.StructField(f.name, f.dataType, True, f.metadata) for f in input_schema.fields if f.name != GS_OP
-            ]
+            key = input_schema.json()
+            inferred = self._inferred.get(key)
+            if inferred is None:
+                inferred = infer_columns(self.label, self.spec.javascript(), input_schema, self.limits)
+                self._inferred[key] = inferred
+            fields = inferred.fields
         return T.StructType([*fields, T.StructField(GS_OP, T.StringType(), False)])
+
+    @cached_property
+    def _inferred(self) -> dict[str, Inferred]:
+        return {}
+
+    def warnings(self) -> list[str]:
+        """The inference's warning: the sample rows all dropped, so no added column could be seen."""
+        return sorted({i.warning for i in self._inferred.values() if i.warning})
 
 
 def _arrow_schema(schema: T.StructType, timezone: str) -> pa.Schema:
@@ -223,13 +239,14 @@ class ScriptProgram:
         if status == "coerce":
             raise self._error(batch, row, f"column '{reply[2]}': value {reply[3]} {reply[4]}")
         if status == "keys":
-            extra, names = reply[2], [c.name for c in self.inputs]
+            extra, names = reply[2], [c.name for c in self.outputs]
             raise self._error(
                 batch,
                 row,
                 f"the script returned {', '.join(repr(k) for k in extra)}, which {'is' if len(extra) == 1 else 'are'} "
-                f"not among the output columns ({', '.join(names)}); without 'schema' the output keeps the input's "
-                "columns: declare every output column in 'schema'",
+                f"not among the output columns ({', '.join(names)}); without 'schema' the output columns are the "
+                "input's and those the script added on the sample rows at validation: declare every output column "
+                "in 'schema'",
             )
         raise self._error(batch, row, f"the script {reply[2]}")
 
