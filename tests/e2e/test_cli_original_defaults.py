@@ -5,6 +5,7 @@ settings that map to nothing here, and a run writes its rows, logging each of th
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tests.e2e.cli import printed_ids, run_cli, write
@@ -41,3 +42,20 @@ def test_the_original_s_defaults_as_config_yaml_validate_and_run(tmp_path: Path)
     for warning in ORIGINAL_DEFAULT_WARNINGS:
         assert result.stderr.count(warning) == 1, result.stderr
     assert "sink 'gone': 5 rows written" in result.stderr
+
+
+def test_print_sink_num_records_before_stop_stops_a_print_sink_s_run(tmp_path: Path) -> None:
+    """The original's ``print_sink.num_records_before_stop``: the print sink that reaches it requests the graceful
+    stop the global ``num_records_before_stop`` requests for any sink (exit 0, everything up to there committed)."""
+    path = write(
+        tmp_path,
+        """
+        sources:
+          src: {type: generator, record_batch_size: 1000, primary_key: id}
+        sinks:
+          shown: {type: print, from: src, sample_every: 1000}
+        """,
+    )
+    result = run_cli(tmp_path, str(path), env={"STREAMLING__PRINT_SINK__NUM_RECORDS_BEFORE_STOP": "2500"})
+    assert result.returncode == 0, result.stderr
+    assert len(re.findall(r"Stopping after 2500 records \(sink 'shown' wrote \d+\)", result.stderr)) == 1, result.stderr

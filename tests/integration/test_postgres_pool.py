@@ -241,3 +241,16 @@ def test_pool_max_lifetime_replaces_an_old_connection(settings) -> None:
         time.sleep(1.5)  # older than its lifetime when it is returned
     with connection(aged, "test") as conn:
         assert conn.info.backend_pid != first
+
+
+def test_max_connections_is_the_pool_s_size(settings) -> None:
+    """The original's ``max_connections`` (state backend, dynamic tables): the most connections one process's pool
+    holds; a third thread waits for one of the two to come back."""
+    capped = settings.model_copy(update={"max_connections": 2, "pool_acquire_timeout_secs": 0.5})
+    assert pool(capped).max_size == 2
+    assert pool(settings).max_size == POOL_MAX_SIZE
+    with connection(capped, "test"), connection(capped, "test"):
+        with pytest.raises(StreamlingError) as caught:
+            with connection(capped, "test"):
+                pass
+        assert caught.value.retriable

@@ -64,6 +64,17 @@ MAPPED: list[tuple[str, str, str, Any]] = [
     ("PLUGIN__CHANNEL_CAPACITY", "50", "plugin.channel_capacity", 50),
     ("WASM_SCRIPT__RUNTIME_WASM_FILE_PATH", "/opt/rt.wasm", "wasm_script.runtime_wasm_file_path", "/opt/rt.wasm"),
     ("TEST_SETTINGS__PROMETHEUS_MAX_ATTEMPTS", "5", "test_settings.prometheus_max_attempts", 5),
+    ("STATE_BACKEND__POSTGRES__MAX_CONNECTIONS", "4", "state_backend.postgres.max_connections", 4),
+    ("DYNAMIC_TABLE_BACKEND__POSTGRES__MAX_CONNECTIONS", "3", "dynamic_table_backend.postgres.max_connections", 3),
+    ("DYNAMIC_TABLE_BACKEND__POSTGRES__DT_SCHEMA_NAME", "dt", "dynamic_table_backend.postgres.dt_schema_name", "dt"),
+    ("STATE_BACKEND__POSTGRES__STATE_SCHEMA_NAME", "s", "state_backend.postgres.state_schema_name", "s"),
+    ("STATE_BACKEND__POSTGRES__STATE_TABLE_NAME", "t", "state_backend.postgres.state_table_name", "t"),
+    ("STATE_BACKEND__SQLITE__STATE_TABLE_NAME", "t", "state_backend.sqlite.state_table_name", "t"),
+    ("STATE_BACKEND__SQLITE__MAX_CONNECTIONS", "2", "state_backend.sqlite.max_connections", 2),
+    ("CLICKHOUSE_SOURCE__COMPRESSION", "LZ4", "clickhouse_source.compression", "lz4"),
+    ("CLICKHOUSE_SOURCE__COMPRESSION_LEVEL", "4", "clickhouse_source.compression_level", 4),
+    ("CLICKHOUSE_SOURCE__BLOCK_RANGE", "5000", "clickhouse_source.sort_key_range", 5000),
+    ("PRINT_SINK__NUM_RECORDS_BEFORE_STOP", "7", "print_sink.num_records_before_stop", 7),
 ]
 
 
@@ -79,7 +90,7 @@ def test_each_setting_is_read_from_its_environment_variable_and_from_the_file(
     tmp_path: Path, variable: str, raw: str, dotted: str, expected: Any
 ) -> None:
     assert _get(settings(tmp_path, **{variable: raw}), dotted) == expected
-    *sections, leaf = dotted.split(".")
+    *sections, leaf = variable.lower().split("__")
     text = "".join(f"{'  ' * i}{part}:\n" for i, part in enumerate(sections)) + f"{'  ' * len(sections)}{leaf}: {raw}\n"
     assert _get(settings(tmp_path, text), dotted) == expected
 
@@ -332,3 +343,62 @@ def test_a_clickhouse_sink_s_gs_op_override_is_accepted_with_one_warning(tmp_pat
         "(inserts and updates become rows, deletes is_deleted rows or DELETE mutations) and writes no _gs_op column "
         "to the table"
     ]
+
+
+def test_the_original_s_other_settings_with_no_effect_here_warn_once_each(tmp_path: Path) -> None:
+    s = settings(
+        tmp_path,
+        """
+        state_backend:
+          postgres: {state_schema_name: app, state_table_name: positions}
+          sqlite: {state_table_name: positions, max_connections: 4}
+        clickhouse_source: {compression_level: 3}
+        """,
+    )
+    tables = (
+        "has no effect here: the state backend's tables are state and leases (schema streamling in Postgres); "
+        "positions kept under another name are not read"
+    )
+    assert s.startup_warnings() == [
+        f"setting state_backend.postgres.state_schema_name = 'app' {tables}",
+        f"setting state_backend.postgres.state_table_name = 'positions' {tables}",
+        f"setting state_backend.sqlite.state_table_name = 'positions' {tables}",
+        "setting state_backend.sqlite.max_connections = 4 has no effect here: each state operation opens its own "
+        "SQLite connection",
+        "setting clickhouse_source.compression_level = 3 has no effect here: it sets the gzip level of insert "
+        "bodies, and a source inserts nothing (its answers are compressed by the server, as "
+        "clickhouse_source.compression asks)",
+    ]
+
+
+def test_dt_schema_name_is_the_schema_of_dynamic_tables_without_their_own(tmp_path: Path) -> None:
+    text = f"""
+        sources:
+          {SRC}
+        transforms:
+          plain: {{type: dynamic_table, backend_type: Postgres, backend_entity_name: p}}
+          own: {{type: dynamic_table, backend_type: Postgres, backend_entity_name: o, schema: mine}}
+        sinks:
+          out: {{type: blackhole, from: src}}
+        """
+    p = plan(text, settings(tmp_path, DYNAMIC_TABLE_BACKEND__POSTGRES__DT_SCHEMA_NAME="lookups"))
+    assert (p.operators["plain"].postgres.schema, p.operators["own"].postgres.schema) == ("lookups", "mine")  # type: ignore[attr-defined]
+    assert p.operators["plain"].writes()[0].path[1:] == ("lookups", "p")  # type: ignore[attr-defined]
+    p = plan(text, settings(tmp_path))
+    assert p.operators["plain"].postgres.schema == "public"  # type: ignore[attr-defined]
+
+
+def test_clickhouse_source_compression_asks_the_server_to_compress_its_answers(tmp_path: Path, monkeypatch) -> None:
+    import clickhouse_connect
+
+    from streamling.clickhouse.source import ClickHouseSource, ClickHouseSourceSpec
+
+    asked: list[dict[str, Any]] = []
+    monkeypatch.setattr(clickhouse_connect, "get_client", lambda **kwargs: asked.append(kwargs) or object())
+    spec = ClickHouseSourceSpec.model_validate({"type": "clickhouse", "table_name": "t"})
+    for compression in ("gzip", "none"):
+        configured = settings(
+            tmp_path, CLICKHOUSE_SOURCE__URL="http://127.0.0.1:8123", CLICKHOUSE_SOURCE__COMPRESSION=compression
+        )
+        assert ClickHouseSource("ch", spec, configured).client is not None
+    assert [a["compress"] for a in asked] == ["gzip", False]

@@ -28,16 +28,18 @@ SECRET_FIELDS = ("password", "pass", "secret", "token")
 LITERAL_SECTIONS = ("http_secret_header", "http_secret_value")
 """Sections whose environment values are always literal text, even when they look like JSON."""
 SECTION_ERRORS = ("model_type", "model_attributes_type", "dict_type")
+"""Pydantic errors of a value given where a section or map belongs: the value is not repeated in the message."""
 SYNONYMS: dict[tuple[str, ...], dict[str, str]] = {
     ("state_backend", "postgres"): {"db": "database", "pass": "password"},
     ("postgres_sink",): {"database": "db", "password": "pass"},
     ("dynamic_table_backend", "postgres"): {"database": "db", "password": "pass"},
     ("postgres_sink_connections", "*"): {"database": "db", "password": "pass"},
+    ("clickhouse_source",): {"block_range": "sort_key_range"},
 }
-"""Postgres connection keys spelled two ways: the original names the state backend's and the dynamic tables'
-database ``db`` with ``password``, and the sinks' ``db`` with ``pass``. Each layer's spelling is turned into the
-section's own before layers are merged, so a later layer's ``db`` overrides an earlier ``database``."""
-"""Pydantic errors of a value given where a section or map belongs: the value is not repeated in the message."""
+"""Keys spelled two ways: the original names the state backend's and the dynamic tables' database ``db`` with
+``password``, and the sinks' ``db`` with ``pass``; ``block_range`` is its older name of ``sort_key_range``. Each
+layer's spelling is turned into the section's own before layers are merged, so a later layer's ``db`` overrides an
+earlier ``database``."""
 
 
 def embedded_defaults() -> dict[str, Any]:

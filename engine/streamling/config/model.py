@@ -17,6 +17,11 @@ class _Section(BaseModel):
 
 class SqliteStateSettings(_Section):
     database_path: str = "./state.db"
+    max_connections: PositiveInt | None = None
+    """The original's SQLite pool size; accepted with a warning (each operation here opens its own connection)."""
+    state_table_name: str | None = None
+    """The original's name for the state table; accepted with a warning (the tables here are ``state`` and
+    ``leases``)."""
 
 
 class PostgresConnectionSettings(_Section):
@@ -41,6 +46,9 @@ class PostgresConnectionSettings(_Section):
     pool_max_lifetime_secs: Seconds = 1800.0
     """A pooled connection is replaced once it is this old (psycopg_pool's ``max_lifetime``), so sessions move to a
     failed-over or rebalanced server in time; the original's name and default."""
+    max_connections: PositiveInt | None = None
+    """The most connections one process's pool for this destination holds (psycopg_pool's ``max_size``); unset:
+    16. The original's name."""
 
     @field_validator("statement_timeout_secs")
     @classmethod
@@ -85,7 +93,10 @@ class PostgresSinkSettings(PostgresConnectionSettings):
 
 class DynamicTablePostgresSettings(PostgresSinkSettings):
     """``dynamic_table_backend.postgres``: the dynamic tables' connection, plus the defaults the original keeps
-    there for the tables' own `cache` and `cache_refresh_debounce_ms` fields."""
+    there for the tables' own `schema`, `cache` and `cache_refresh_debounce_ms` fields."""
+
+    dt_schema_name: str | None = Field(default=None, min_length=1)
+    """Default of a Postgres dynamic table's `schema` (unset: ``public``)."""
 
     cache_enabled: bool | None = None
     """Default of a Postgres dynamic table's `cache` (each worker holds the table; needs its `time_column`)."""
@@ -114,6 +125,11 @@ class ClickHouseConnectionSettings(_Section):
 
 
 class ClickHouseSourceSettings(ClickHouseConnectionSettings):
+    compression: Literal["none", "gzip", "zstd", "lz4"] = "none"
+    """The original's ``clickhouse_source.compression`` (its connection settings are the sink's): here the encoding
+    the server is asked to compress query answers with (a server only)."""
+    compression_level: int | None = Field(default=None, ge=0, le=9)
+    """The original's gzip level for insert bodies; a source inserts nothing: accepted with a warning."""
     page_size: PositiveInt = 100_000
     """Rows per page (and per epoch) a ClickHouse source reads."""
     sort_key_range: PositiveInt = 1_000_000
@@ -128,6 +144,13 @@ class ClickHouseSourceSettings(ClickHouseConnectionSettings):
         if value <= 0:
             raise ValueError("must be greater than 0")
         return value
+
+    @field_validator("compression", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        if value is None or value is False or (isinstance(value, str) and not value.strip()):
+            return "none"
+        return value.strip().lower() if isinstance(value, str) else value
 
 
 ClickHouseCompression = Literal["none", "gzip", "zstd", "lz4"]
@@ -317,10 +340,20 @@ BackendType = Literal["InMemory", "Sqlite", "Postgres"]
 _BACKENDS: dict[str, BackendType] = {"inmemory": "InMemory", "sqlite": "Sqlite", "postgres": "Postgres"}
 
 
+class PostgresStateSettings(PostgresConnectionSettings):
+    """``state_backend.postgres``: the state backend's connection."""
+
+    state_schema_name: str | None = None
+    """The original's schema of the state table; accepted with a warning (the state here is ``streamling.state``,
+    beside ``streamling.leases``)."""
+    state_table_name: str | None = None
+    """The original's name of the state table; accepted with a warning, as `state_schema_name`."""
+
+
 class StateBackendSettings(_Section):
     backend_type: BackendType = "Sqlite"
     sqlite: SqliteStateSettings = Field(default_factory=SqliteStateSettings)
-    postgres: PostgresConnectionSettings = Field(default_factory=PostgresConnectionSettings)
+    postgres: PostgresStateSettings = Field(default_factory=PostgresStateSettings)
     lease_ttl_sec: Seconds = 30.0
     """How long a run's lease on its pipeline outlives the run's last heartbeat (sent every sixth of it)."""
 
@@ -426,6 +459,9 @@ class EngineSettings(_Section):
 
 class PrintSinkSettings(_Section):
     sample_every: PositiveInt = 1
+    num_records_before_stop: PositiveInt | None = None
+    """The original's per-print-sink stop: a print sink that has written this many rows in the run requests a
+    graceful stop, as the global `num_records_before_stop` does for any sink (which wins when both are set)."""
 
 
 class SparkSettings(_Section):
@@ -722,6 +758,28 @@ class Settings(_Section):
                 f"setting wasm_script.runtime_wasm_file_path = {self.wasm_script.runtime_wasm_file_path!r} has no "
                 "effect here: script transforms run in the JavaScript sandbox this package ships; its limits are "
                 "script_transform.*"
+            )
+        backend = self.state_backend
+        for name, value in (
+            ("state_backend.postgres.state_schema_name", backend.postgres.state_schema_name),
+            ("state_backend.postgres.state_table_name", backend.postgres.state_table_name),
+            ("state_backend.sqlite.state_table_name", backend.sqlite.state_table_name),
+        ):
+            if value is not None:
+                out.append(
+                    f"setting {name} = {value!r} has no effect here: the state backend's tables are state and "
+                    "leases (schema streamling in Postgres); positions kept under another name are not read"
+                )
+        if backend.sqlite.max_connections is not None:
+            out.append(
+                f"setting state_backend.sqlite.max_connections = {backend.sqlite.max_connections} has no effect "
+                "here: each state operation opens its own SQLite connection"
+            )
+        if self.clickhouse_source.compression_level is not None:
+            out.append(
+                f"setting clickhouse_source.compression_level = {self.clickhouse_source.compression_level} has no "
+                "effect here: it sets the gzip level of insert bodies, and a source inserts nothing (its answers are "
+                "compressed by the server, as clickhouse_source.compression asks)"
             )
         if self.test_settings is not None:
             out.append(

@@ -124,6 +124,7 @@ def _pool_key(settings: PostgresConnectionSettings, autocommit: bool) -> tuple[A
         settings.pool_acquire_timeout_secs,
         settings.pool_idle_timeout_secs,
         settings.pool_max_lifetime_secs,
+        settings.max_connections,
         settings.retry_timeout_sec,
         autocommit,
     )
@@ -179,7 +180,7 @@ def _open_pool(settings: PostgresConnectionSettings, autocommit: bool) -> _Pool:
         kwargs=kwargs,
         connection_class=Recording,
         min_size=0,
-        max_size=POOL_MAX_SIZE,
+        max_size=settings.max_connections or POOL_MAX_SIZE,
         open=True,
         configure=configure,
         check=ConnectionPool.check_connection,
