@@ -115,16 +115,16 @@ class DynamicTable(Transform[DynamicTableSpec]):
             return []
         database = self.settings.dynamic_table_connection(self.name).database
         connection = self.settings.dynamic_table_connection_name(self.name)
-        return [table_object(database, self.schema, self.spec.backend_entity_name, connection)]
+        return [table_object(database, self.pg_schema, self.spec.backend_entity_name, connection)]
 
     @cached_property
     def program(self) -> SqlProgram | None:
         return SqlProgram(self.spec.sql, self.label) if self.spec.sql else None
 
     @property
-    def schema(self) -> str:
-        """The table's `schema`, else ``dynamic_table_backend.postgres.dt_schema_name`` (the original's default for
-        every Postgres table), else ``public``."""
+    def pg_schema(self) -> str:
+        """The table's Postgres schema (not a Spark schema): its `schema`, else
+        ``dynamic_table_backend.postgres.dt_schema_name`` (the original's default for every table), else ``public``."""
         backend = self.settings.dynamic_table_backend.postgres
         if "schema_" in self.spec.model_fields_set or backend is None or backend.dt_schema_name is None:
             return self.spec.schema_
@@ -154,7 +154,7 @@ class DynamicTable(Transform[DynamicTableSpec]):
         return PostgresTable(
             node=self.name,
             connection=self.settings.dynamic_table_connection(self.name),
-            schema=self.schema,
+            schema=self.pg_schema,
             table=self.spec.backend_entity_name,
             max_batch_size=backend.max_batch_size,
             cache_ttl_ms=backend.cache_ttl_ms,
