@@ -95,6 +95,27 @@ def test_append_only_mode_final_shows_the_latest_state(spark, ch_settings, write
     assert rows_of(client, f"SELECT id, amount, name FROM {db}.events FINAL ORDER BY id") == got
 
 
+def test_a_gs_op_override_writes_the_table_as_without_it(spark, ch_settings, write_pipeline, clickhouse) -> None:
+    """The original's ``schema_override: {_gs_op: String}``: accepted with its warning; the sink consumes the
+    changes as ever (deletes are is_deleted rows) and the table gets no ``_gs_op`` column."""
+    client, db = clickhouse
+    path = write_pipeline(f"""
+        sources:
+          {source_yaml()}
+        sinks:
+          out: {{type: clickhouse, from: src, table: ops, primary_key: id, schema_override: {{_gs_op: String}}}}
+        """)
+    settings = ch_settings()
+    run_pipeline(path, settings, spark)
+    columns = [
+        r[0] for r in rows_of(client, f"SELECT name FROM system.columns WHERE database = '{db}' AND table = 'ops'")
+    ]
+    assert "_gs_op" not in columns and "is_deleted" in columns
+    expected = final_state(generated(SOURCE, settings))
+    got = rows_of(client, f"SELECT id, amount, name FROM {db}.ops FINAL ORDER BY id")
+    assert got == [(k, expected[k]["amount"], expected[k]["name"]) for k in sorted(expected)]
+
+
 def test_mutation_mode_holds_exactly_the_current_rows(spark, ch_settings, write_pipeline, clickhouse, caplog) -> None:
     """The same changes with append_only_mode: false: a plain table, no FINAL needed, one row per live key."""
     client, db = clickhouse
@@ -492,6 +513,34 @@ def test_a_server_outage_mid_run_is_waited_out_and_inserts_carry_deduplication_t
     (insert,) = [r for r in back[0].requests if r["query"].startswith("INSERT")]
     token = insert["params"]["insert_deduplication_token"]
     assert token.startswith("streamling:local_app_v1:out:`default`.`wire`:src:5:0:0:")
+
+
+def test_the_global_compression_applies_to_sinks_without_their_own(spark, make_settings, fake_clickhouse) -> None:
+    """``clickhouse_sink.compression`` / ``compression_level`` (the original's global default): a sink that sets
+    neither sends gzip at level 1 on the wire; the inserted Arrow is the same."""
+    settings = make_settings(
+        environ={
+            "STREAMLING__CLICKHOUSE_SINK__URL": fake_clickhouse.url,
+            "STREAMLING__CLICKHOUSE_SINK__COMPRESSION": "gzip",
+            "STREAMLING__CLICKHOUSE_SINK__COMPRESSION_LEVEL": "1",
+        }
+    )
+    sink = ClickHouseSink(
+        "out", ClickHouseSinkSpec.model_validate({"type": "clickhouse", "from": "x", "table": "g"}), settings
+    )
+    schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("_gs_op", T.StringType())])
+    df = spark.createDataFrame([(i, "i") for i in range(300)], schema)
+    assert sink.check(df.schema, ["id"]) == []
+    sink.initialize(RunContext(settings, InMemoryStateBackend("app"), spark))
+    try:
+        assert sink.write(df, Epoch("src", 1, {"offset": 0}, {"offset": 300})) == 300
+    finally:
+        sink.terminate()
+    (insert,) = [r for r in fake_clickhouse.requests if r["query"].startswith("INSERT")]
+    assert insert["headers"]["Content-Encoding"] == "gzip"
+    assert insert["body"][:2] == b"\x1f\x8b" and insert["body"][8] == 4  # gzip's XFL: the fastest level (1)
+    table = pa.ipc.open_file(pa.BufferReader(decompress(insert["body"], "gzip"))).read_all()
+    assert table.column("id").to_pylist() == list(range(300))
 
 
 def test_connection_failures_are_retriable_and_keep_the_password_out(make_settings) -> None:

@@ -454,6 +454,42 @@ def test_cache_holds_the_table_and_tops_it_up_by_time_column(make_settings, post
             conn.execute(f'DROP TABLE public."{table}"')
 
 
+@pytest.mark.parametrize("cache_enabled", [True, False])
+def test_the_backend_s_cache_settings_are_the_defaults_of_a_table(
+    make_settings, postgres_env, pg_connect, cache_enabled: bool
+) -> None:
+    """``dynamic_table_backend.postgres.cache_enabled`` / ``cache_refresh_debounce_ms`` (the original's global
+    defaults) for a table that sets neither: cached, a row deleted outside is still answered from the worker's
+    copy within the debounce; not cached, the table is asked every batch."""
+    from streamling.dynamic_tables.postgres import PostgresLookup, PostgresWriter
+    from streamling.dynamic_tables.transform import DynamicTable, DynamicTableSpec
+
+    table = unique("defaults")
+    settings = make_settings(
+        environ={
+            **postgres_env,
+            "STREAMLING__DYNAMIC_TABLE_BACKEND__POSTGRES__CACHE_ENABLED": str(cache_enabled).lower(),
+            "STREAMLING__DYNAMIC_TABLE_BACKEND__POSTGRES__CACHE_REFRESH_DEBOUNCE_MS": "60s",
+        }
+    )
+    spec = DynamicTableSpec.model_validate(
+        {"type": "dynamic_table", "backend_type": "Postgres", "backend_entity_name": table, "time_column": "at"}
+    )
+    target = DynamicTable("t", spec, settings).postgres
+    assert (target.cached, target.refresh_ms) == (cache_enabled, 60_000)
+    writer = PostgresWriter(target)
+    writer.create()
+    try:
+        writer.add(["a"])
+        assert PostgresLookup(target, 1).contains(["a"]) == {"a"}
+        with pg_connect() as conn:
+            conn.execute(f'DELETE FROM public."{table}" WHERE value = %s', ("a",))
+        assert PostgresLookup(target, 1).contains(["a"]) == ({"a"} if cache_enabled else set())
+    finally:
+        with pg_connect() as conn:
+            conn.execute(f'DROP TABLE public."{table}"')
+
+
 def test_an_existing_table_without_the_configured_columns_fails_naming_them(
     make_settings, postgres_env, pg_connect
 ) -> None:

@@ -1,5 +1,5 @@
 """The Kafka fields kept from the original, on the real broker and schema registry: `schema_id_overrides`,
-`message_max_bytes`, `deduplicate` and `kafka_source.lag_report_interval_ms`."""
+`message_max_bytes`, `deduplicate`, a source's `batch_size` and `kafka_source.lag_report_interval_ms`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from confluent_kafka.schema_registry import Schema
 
 from streamling import run_pipeline
 from streamling.errors import StreamlingError
+from streamling.kafka.source.operator import KafkaSource
+from streamling.kafka.source.reader import KafkaStreamReader, Range
+from streamling.kafka.source.spec import KafkaSourceSpec
 from tests.integration.collect_sink import COLLECTED
 from tests.integration.streaming import Background
 
@@ -165,3 +168,19 @@ def test_lag_is_logged_every_interval(spark, make_settings, write_pipeline, kafk
     run.finish()
     lines = [m for m in caplog.messages if m.startswith(f"kafka source 'src' lag on topic '{topic}'")]
     assert len(lines) >= 2
+
+
+def test_a_source_s_batch_size_is_the_records_per_batch_its_reading_task_hands_on(make_settings, kafka) -> None:
+    """The original's Kafka source `batch_size`: a reading task, called in this process, yields batches of exactly
+    that many records (the range's last one fewer), with the consumer's poll wait from
+    ``kafka_source.consumer_fetch_timeout_sec``; the epoch (the range) is the same whatever the batch size."""
+    topic = kafka.topic("batched", partitions=1)
+    kafka.produce_avro(topic, ITEM, [{"id": i, "label": f"item {i}"} for i in range(250)], partition_of=lambda i: 0)
+    settings = make_settings(environ={**kafka.env, "STREAMLING__KAFKA_SOURCE__CONSUMER_FETCH_TIMEOUT_SEC": "200ms"})
+    spec = KafkaSourceSpec.model_validate({"type": "kafka", "topic": topic, "batch_size": 100})
+    source = KafkaSource("src", spec, settings)
+    reader = KafkaStreamReader(source.reader_options({"0": 0}, None, parallelism=1), source.schema())
+    assert reader.fetch_timeout_sec == 0.2
+    batches = list(reader.read(Range(0, 0, 250)))
+    assert [b.num_rows for b in batches] == [100, 100, 50]
+    assert [i for b in batches for i in b.column("id").to_pylist()] == list(range(250))

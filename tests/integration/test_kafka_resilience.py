@@ -20,7 +20,6 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from streamling.kafka.source import reader as kafka_reader
 from streamling.kafka.source.operator import KafkaSource
 from streamling.kafka.source.reader import KafkaStreamReader, Range
 from streamling.kafka.source.spec import KafkaSourceSpec
@@ -189,15 +188,15 @@ def test_schema_registry_away_at_start_and_mid_run_loses_nothing(
     assert _offsets(tmp_path, topic) == _high_watermarks(kafka, topic) == {0: before[0] + 30, 1: before[1] + 30}
 
 
-def test_executor_read_waits_for_the_broker(make_settings, kafka, restore_services, caplog, monkeypatch) -> None:
+def test_executor_read_waits_for_the_broker(make_settings, kafka, restore_services, caplog) -> None:
     """The executor side on its own, called in this process (no Spark in between, so its log lines can be
-    read): a planned range is read while the broker is down. The stall timeout is shortened to 10 s so that
-    the 12 s outage would fail the read if it were taken for a stall."""
-    monkeypatch.setattr(kafka_reader, "READ_STALL_TIMEOUT_SEC", 10.0)
+    read): a planned range is read while the broker is down. The stall watchdog is shortened to 10 s
+    (``kafka_source.stall_watchdog_timeout_sec``) so that the 12 s outage would fail the read if it were taken
+    for a stall."""
     topic = kafka.topic("reader", partitions=2)
     records = [{"id": i, "amount": 1.0, "channel": "app"} for i in range(150)]
     kafka.produce_avro(topic, V2, records, partition_of=lambda i: 0)
-    settings = make_settings(environ=kafka.env)
+    settings = make_settings(environ={**kafka.env, "STREAMLING__KAFKA_SOURCE__STALL_WATCHDOG_TIMEOUT_SEC": "10"})
     source = KafkaSource("src", KafkaSourceSpec.model_validate({"type": "kafka", "topic": topic}), settings)
     reader = KafkaStreamReader(source.reader_options({"0": 0, "1": 0}, None, parallelism=1), source.schema())
     batches, failure = [], []

@@ -213,3 +213,44 @@ def test_a_forked_child_opens_its_own_pool_and_leaves_the_parents_connection_alo
     with connection(settings, "test") as conn:  # the same connection, still open (the checkout's check passed)
         assert conn.info.backend_pid == parent_backend
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_pool_idle_timeout_closes_connections_left_unused(settings) -> None:
+    """``postgres_sink.pool_idle_timeout_secs`` is the pool's ``max_idle``: an idle pipeline gives its sessions
+    back to the server; with the original's default (600 s) the connection stays."""
+    idle = settings.model_copy(update={"pool_idle_timeout_secs": 1.0, "pool_max_lifetime_secs": 120.0})
+    kept = settings.model_copy(update={"pool_acquire_timeout_secs": 8.5})  # a pool of this test's own
+    for configured in (idle, kept):
+        with connection(configured, "test") as conn:
+            conn.execute("SELECT 1")
+    assert (pool(idle).max_idle, pool(idle).max_lifetime) == (1.0, 120.0)
+    assert (pool(kept).max_idle, pool(kept).max_lifetime) == (600.0, 1800.0)
+    deadline = time.monotonic() + 15
+    while pool(idle).get_stats()["pool_size"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pool(idle).get_stats()["pool_size"] == 0
+    assert pool(kept).get_stats()["pool_size"] == 1
+
+
+def test_pool_max_lifetime_replaces_an_old_connection(settings) -> None:
+    """``postgres_sink.pool_max_lifetime_secs`` is the pool's ``max_lifetime``: a connection older than it is
+    closed when it comes back, and the next checkout gets a new session."""
+    aged = settings.model_copy(update={"pool_max_lifetime_secs": 1.0, "pool_acquire_timeout_secs": 9.5})
+    with connection(aged, "test") as conn:
+        first = conn.info.backend_pid
+        time.sleep(1.5)  # older than its lifetime when it is returned
+    with connection(aged, "test") as conn:
+        assert conn.info.backend_pid != first
+
+
+def test_max_connections_is_the_pool_s_size(settings) -> None:
+    """The original's ``max_connections`` (state backend, dynamic tables): the most connections one process's pool
+    holds; a third thread waits for one of the two to come back."""
+    capped = settings.model_copy(update={"max_connections": 2, "pool_acquire_timeout_secs": 0.5})
+    assert pool(capped).max_size == 2
+    assert pool(settings).max_size == POOL_MAX_SIZE
+    with connection(capped, "test"), connection(capped, "test"):
+        with pytest.raises(StreamlingError) as caught:
+            with connection(capped, "test"):
+                pass
+        assert caught.value.retriable

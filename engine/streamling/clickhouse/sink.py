@@ -90,8 +90,10 @@ class ClickHouseSinkSpec(SinkSpec):
     append_only_mode: bool = True
     schema_override: dict[str, str] | None = None
     """Also spelled ``schema_overrides``, as the original accepts."""
-    compression: Compression = "none"
-    compression_level: int = Field(default=6, ge=0, le=9)
+    compression: Compression | None = None
+    """The inserts' wire compression; unset: ``clickhouse_sink.compression`` (default ``none``)."""
+    compression_level: int | None = Field(default=None, ge=0, le=9)
+    """Its level; unset: ``clickhouse_sink.compression_level`` (default 6)."""
     batch_size: PositiveInt | None = None
     """Rows per insert; default ``clickhouse_sink.batch_size``."""
     batch_flush_interval: Milliseconds | None = None
@@ -115,7 +117,9 @@ class ClickHouseSinkSpec(SinkSpec):
     @field_validator("compression", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
-        if value is None or value is False:
+        if value is None:
+            return None
+        if value is False:
             return "none"
         return value.strip().lower() if isinstance(value, str) else value
 
@@ -196,6 +200,12 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         if (self.spec.parallelism or 1) > 1 and not self.connection.url:
             meaning = "the embedded engine takes one writer; each epoch is inserted by one stream"
             out.append(ignored_field(self.label, "parallelism", self.spec.parallelism, meaning))
+        if GS_OP in (self.spec.schema_override or {}):
+            meaning = (
+                f"the sink consumes {GS_OP} (inserts and updates become rows, deletes is_deleted rows or DELETE "
+                f"mutations) and writes no {GS_OP} column to the table"
+            )
+            out.append(ignored_field(self.label, f"schema_override.{GS_OP}", self.spec.schema_override[GS_OP], meaning))
         return out
 
     @property
@@ -215,10 +225,20 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
         return qualified(self.database, self.staging_name)
 
     @property
+    def compression(self) -> str:
+        """The node's `compression`, else ``clickhouse_sink.compression`` (the original's global default)."""
+        return self.spec.compression if self.spec.compression is not None else self.connection.compression
+
+    @property
+    def compression_level(self) -> int:
+        level = self.spec.compression_level
+        return level if level is not None else self.connection.compression_level
+
+    @property
     def wire_compression(self) -> str | None:
         """The HTTP body encoding of inserts; None for the embedded engine (no wire) and ``none``."""
-        if self.connection.url and self.spec.compression != "none":
-            return self.spec.compression
+        if self.connection.url and self.compression != "none":
+            return self.compression
         return None
 
     # ---- validation (never touches ClickHouse) ----
@@ -244,7 +264,9 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
                         f"{self.label}: the input has a column '{reserved}', which append_only_mode adds itself; "
                         "rename it in a transform"
                     )
-        overrides = self.spec.schema_override or {}
+        # `_gs_op` is consumed (deletes become is_deleted rows or mutations), never written: its override is
+        # accepted for the original's pipelines and reported by `warnings`.
+        overrides = {c: t for c, t in (self.spec.schema_override or {}).items() if c != GS_OP}
         for column, text in overrides.items():
             if column not in available:
                 errors.append(
@@ -301,11 +323,11 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
 
     def initialize(self, ctx: RunContext) -> None:
         compress = self.wire_compression or False
-        if self.spec.compression != "none" and not self.connection.url:
+        if self.compression != "none" and not self.connection.url:
             log.info(
                 "%s: compression %s does not apply to the embedded engine (nothing goes over a wire)",
                 self.label,
-                self.spec.compression,
+                self.compression,
             )
         self._client = get_client(self.connection, self.label, compress=compress)
         existing = self._describe()
@@ -610,7 +632,7 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
             # zstd/lz4 Arrow buffers, at a fixed level), so the sink compresses the Arrow payload itself at the
             # configured level and sends it with Content-Encoding, as the ClickHouse HTTP interface accepts for any
             # format.
-            body = _compress(body, codec, self.spec.compression_level)
+            body = _compress(body, codec, self.compression_level)
         settings = {"insert_deduplication_token": token} if token else None
         self._call(
             f"inserting into {target}",

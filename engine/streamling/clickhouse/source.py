@@ -92,7 +92,10 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
 
     @cached_property
     def client(self) -> Any:
-        return get_client(self.settings.clickhouse_source, self.label)
+        connection = self.settings.clickhouse_source
+        # The original's clickhouse_source.compression: the server compresses its answers with it (a server only).
+        compress = connection.compression if connection.url and connection.compression != "none" else False
+        return get_client(connection, self.label, compress=compress)
 
     def prefetch(self) -> None:
         """The table's description: with the embedded engine, its start (loading chdb) overlaps the JVM's."""

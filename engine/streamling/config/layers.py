@@ -29,6 +29,17 @@ LITERAL_SECTIONS = ("http_secret_header", "http_secret_value")
 """Sections whose environment values are always literal text, even when they look like JSON."""
 SECTION_ERRORS = ("model_type", "model_attributes_type", "dict_type")
 """Pydantic errors of a value given where a section or map belongs: the value is not repeated in the message."""
+SYNONYMS: dict[tuple[str, ...], dict[str, str]] = {
+    ("state_backend", "postgres"): {"db": "database", "pass": "password"},
+    ("postgres_sink",): {"database": "db", "password": "pass"},
+    ("dynamic_table_backend", "postgres"): {"database": "db", "password": "pass"},
+    ("postgres_sink_connections", "*"): {"database": "db", "password": "pass"},
+    ("clickhouse_source",): {"block_range": "sort_key_range"},
+}
+"""Keys spelled two ways: the original names the state backend's and the dynamic tables' database ``db`` with
+``password``, and the sinks' ``db`` with ``pass``; ``block_range`` is its older name of ``sort_key_range``. Each
+layer's spelling is turned into the section's own before layers are merged, so a later layer's ``db`` overrides an
+earlier ``database``."""
 
 
 def embedded_defaults() -> dict[str, Any]:
@@ -105,6 +116,38 @@ def otel_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     return found
 
 
+def _synonyms(section: tuple[str, ...]) -> dict[str, str]:
+    for pattern, names in SYNONYMS.items():
+        if len(pattern) == len(section) and all(p in ("*", s) for p, s in zip(pattern, section, strict=True)):
+            return names
+    return {}
+
+
+def canonical_dotted(dotted: str) -> str:
+    """``state_backend.postgres.db`` → ``state_backend.postgres.database`` (see `SYNONYMS`)."""
+    *section, leaf = dotted.split(".")
+    return ".".join([*section, _synonyms(tuple(section)).get(leaf, leaf)])
+
+
+def canonical_layer(data: Mapping[str, Any], origin: str, section: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`data` with every connection key spelled the section's way (see `SYNONYMS`); both spellings in one layer
+    are an error, since neither could be said to win."""
+    names = _synonyms(section)
+    out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    for key, value in data.items():
+        name = names.get(key, key) if isinstance(key, str) else key
+        if name in out:
+            where = ".".join([*section, name])
+            raise StreamlingError.user(
+                f"invalid configuration: {where} is given twice, as '{spelled[name]}' and as '{key}' (from {origin}); "
+                "give one"
+            )
+        spelled[name] = key
+        out[name] = canonical_layer(value, origin, (*section, str(key))) if isinstance(value, Mapping) else value
+    return out
+
+
 def _merge(
     target: dict[str, Any], overlay: Mapping[str, Any], origin: str, origins: dict[str, str], prefix: str = ""
 ) -> None:
@@ -172,11 +215,15 @@ def load_settings(
             "defaults and STREAMLING__ variables"
         )
     if path is not None:
-        _merge(merged, read_config_file(path), str(path), origins)
+        _merge(merged, canonical_layer(read_config_file(path), str(path)), str(path), origins)
     for dotted, (value, origin) in [*sorted(env_overrides(environ).items()), *otel_overrides(environ).items()]:
+        dotted = canonical_dotted(dotted)
+        if isinstance(value, Mapping):
+            value = canonical_layer(value, origin, tuple(dotted.split(".")))
         _set_path(merged, dotted, value)
         origins[dotted] = origin
     for dotted, value in (overrides or {}).items():
+        dotted = canonical_dotted(dotted)
         _set_path(merged, dotted, value)
         origins[dotted] = "command line"
     settings = _validated(merged, origins)

@@ -17,6 +17,11 @@ class _Section(BaseModel):
 
 class SqliteStateSettings(_Section):
     database_path: str = "./state.db"
+    max_connections: PositiveInt | None = None
+    """The original's SQLite pool size; accepted with a warning (each operation here opens its own connection)."""
+    state_table_name: str | None = None
+    """The original's name for the state table; accepted with a warning (the tables here are ``state`` and
+    ``leases``)."""
 
 
 class PostgresConnectionSettings(_Section):
@@ -35,6 +40,15 @@ class PostgresConnectionSettings(_Section):
     pool_acquire_timeout_secs: Seconds = 30.0
     """How long one attempt waits for a connection of the process's pool (all busy, or none can be opened);
     then it counts as a transient failure."""
+    pool_idle_timeout_secs: Seconds = 600.0
+    """A pooled connection unused this long is closed (psycopg_pool's ``max_idle``), so an idle pipeline does not
+    hold server sessions; the original's name and default."""
+    pool_max_lifetime_secs: Seconds = 1800.0
+    """A pooled connection is replaced once it is this old (psycopg_pool's ``max_lifetime``), so sessions move to a
+    failed-over or rebalanced server in time; the original's name and default."""
+    max_connections: PositiveInt | None = None
+    """The most connections one process's pool for this destination holds (psycopg_pool's ``max_size``); unset:
+    16. The original's name."""
 
     @field_validator("statement_timeout_secs")
     @classmethod
@@ -43,7 +57,7 @@ class PostgresConnectionSettings(_Section):
             raise ValueError("must be 0 (no limit) or more")
         return value
 
-    @field_validator("pool_acquire_timeout_secs")
+    @field_validator("pool_acquire_timeout_secs", "pool_idle_timeout_secs", "pool_max_lifetime_secs")
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:
@@ -72,6 +86,22 @@ class PostgresSinkSettings(PostgresConnectionSettings):
     batch_size: PositiveInt | None = None
     """Rows per merge statement of a Postgres sink whose node sets no ``batch_size``; unset: a whole epoch's
     stream (per merge round) in one."""
+    batch_flush_interval: Milliseconds | None = None
+    """The longest rows wait, for Postgres sinks without their own ``batch_flush_interval``: the sources feeding
+    them close epochs at least this often (as ``clickhouse_sink.batch_flush_interval``)."""
+
+
+class DynamicTablePostgresSettings(PostgresSinkSettings):
+    """``dynamic_table_backend.postgres``: the dynamic tables' connection, plus the defaults the original keeps
+    there for the tables' own `schema`, `cache` and `cache_refresh_debounce_ms` fields."""
+
+    dt_schema_name: str | None = Field(default=None, min_length=1)
+    """Default of a Postgres dynamic table's `schema` (unset: ``public``)."""
+
+    cache_enabled: bool | None = None
+    """Default of a Postgres dynamic table's `cache` (each worker holds the table; needs its `time_column`)."""
+    cache_refresh_debounce_ms: Milliseconds | None = None
+    """Default of a Postgres dynamic table's `cache_refresh_debounce_ms` (unset: 1 s; 0: every batch)."""
 
 
 def connection_key(node_name: str) -> str:
@@ -95,6 +125,11 @@ class ClickHouseConnectionSettings(_Section):
 
 
 class ClickHouseSourceSettings(ClickHouseConnectionSettings):
+    compression: Literal["none", "gzip", "zstd", "lz4"] = "none"
+    """The original's ``clickhouse_source.compression`` (its connection settings are the sink's): here the encoding
+    the server is asked to compress query answers with (a server only)."""
+    compression_level: int | None = Field(default=None, ge=0, le=9)
+    """The original's gzip level for insert bodies; a source inserts nothing: accepted with a warning."""
     page_size: PositiveInt = 100_000
     """Rows per page (and per epoch) a ClickHouse source reads."""
     sort_key_range: PositiveInt = 1_000_000
@@ -110,8 +145,23 @@ class ClickHouseSourceSettings(ClickHouseConnectionSettings):
             raise ValueError("must be greater than 0")
         return value
 
+    @field_validator("compression", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        if value is None or value is False or (isinstance(value, str) and not value.strip()):
+            return "none"
+        return value.strip().lower() if isinstance(value, str) else value
+
+
+ClickHouseCompression = Literal["none", "gzip", "zstd", "lz4"]
+
 
 class ClickHouseSinkSettings(ClickHouseConnectionSettings):
+    compression: ClickHouseCompression = "none"
+    """The inserts' wire compression for ClickHouse sinks without their own `compression` (a server only: the
+    embedded engine has no wire)."""
+    compression_level: int = Field(default=6, ge=0, le=9)
+    """Its level, for sinks without their own `compression_level`."""
     batch_size: PositiveInt | None = 100_000
     """Rows per insert for ClickHouse sinks without their own `batch_size`; null: the whole epoch."""
     batch_flush_interval: Milliseconds | None = None
@@ -120,13 +170,20 @@ class ClickHouseSinkSettings(ClickHouseConnectionSettings):
     """How long a write keeps waiting out a server it cannot reach (a restart, a failover) before the pipeline
     fails; the epoch is not acknowledged meanwhile. As ``postgres_sink.retry_timeout_sec``."""
 
+    @field_validator("compression", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        if value is None or value is False or (isinstance(value, str) and not value.strip()):
+            return "none"
+        return value.strip().lower() if isinstance(value, str) else value
+
 
 class DynamicTableBackendSettings(_Section):
     max_batch_size: PositiveInt = 1000
     """Distinct values per lookup query."""
     cache_ttl_ms: Milliseconds = 0
     """How long a lookup result may be reused; 0 (the default) asks the table every batch."""
-    postgres: PostgresSinkSettings | None = None
+    postgres: DynamicTablePostgresSettings | None = None
     """Where Postgres dynamic tables live; each field it leaves out comes from `postgres_sink` (layered by
     `Settings._layer_connections`). Unset: `postgres_sink` itself."""
 
@@ -201,6 +258,9 @@ class OpenTelemetryMetricsSettings(_Section):
     @field_validator("endpoint_protocol", mode="before")
     @classmethod
     def _lower_protocol(cls, value: object) -> object:
+        """An empty protocol (the original's embedded default is ``""``) is the default, ``http/protobuf``."""
+        if isinstance(value, str) and not value.strip():
+            return "http/protobuf"
         return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("batch_interval_secs", "export_timeout_secs")
@@ -280,10 +340,20 @@ BackendType = Literal["InMemory", "Sqlite", "Postgres"]
 _BACKENDS: dict[str, BackendType] = {"inmemory": "InMemory", "sqlite": "Sqlite", "postgres": "Postgres"}
 
 
+class PostgresStateSettings(PostgresConnectionSettings):
+    """``state_backend.postgres``: the state backend's connection."""
+
+    state_schema_name: str | None = None
+    """The original's schema of the state table; accepted with a warning (the state here is ``streamling.state``,
+    beside ``streamling.leases``)."""
+    state_table_name: str | None = None
+    """The original's name of the state table; accepted with a warning, as `state_schema_name`."""
+
+
 class StateBackendSettings(_Section):
     backend_type: BackendType = "Sqlite"
     sqlite: SqliteStateSettings = Field(default_factory=SqliteStateSettings)
-    postgres: PostgresConnectionSettings = Field(default_factory=PostgresConnectionSettings)
+    postgres: PostgresStateSettings = Field(default_factory=PostgresStateSettings)
     lease_ttl_sec: Seconds = 30.0
     """How long a run's lease on its pipeline outlives the run's last heartbeat (sent every sixth of it)."""
 
@@ -318,6 +388,9 @@ class PluginSettings(_Section):
     as the original configured them; a pipeline may also declare one as a node (``from:`` the node it observes)."""
     side_output_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Options per side output id."""
+    channel_capacity: PositiveInt | None = None
+    """The original's capacity of the channels between a plugin and the host; accepted with a warning (a plugin
+    here is handed whole Arrow batches by Spark tasks, with no channel to size)."""
 
     @field_validator("preprocessor_ids", "side_output_ids", mode="before")
     @classmethod
@@ -386,6 +459,9 @@ class EngineSettings(_Section):
 
 class PrintSinkSettings(_Section):
     sample_every: PositiveInt = 1
+    num_records_before_stop: PositiveInt | None = None
+    """The original's per-print-sink stop: a print sink that has written this many rows in the run requests a
+    graceful stop, as the global `num_records_before_stop` does for any sink (which wins when both are set)."""
 
 
 class SparkSettings(_Section):
@@ -433,6 +509,45 @@ class KafkaSourceSettings(KafkaConnectionSettings):
     consumer_group_id: str | None = None
     lag_report_interval_ms: Milliseconds = Field(default=30_000, ge=0)
     """How often each Kafka source logs its lag (records after the committed offsets); 0 turns it off."""
+    consumer_fetch_timeout_sec: Seconds = 1.0
+    """How long one poll of a reading task's consumer waits for records (``consume``'s timeout) before the task
+    looks at its deadlines again (the broker probe, the stall watchdog)."""
+    stall_watchdog_timeout_sec: Seconds = 60.0
+    """A reading task whose range is not finished and that gets no record for this long fails the epoch with a
+    retriable error, and the run restarts from its committed positions; 0 turns the watchdog off (an unreachable
+    broker still fails after ``unavailable_timeout_sec``)."""
+
+    @field_validator("consumer_fetch_timeout_sec")
+    @classmethod
+    def _positive_fetch(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+    @field_validator("stall_watchdog_timeout_sec")
+    @classmethod
+    def _not_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError("must be 0 (off) or more")
+        return value
+
+
+class WasmScriptSettings(_Section):
+    """The original's ``wasm_script`` section. Its one setting chose the WebAssembly runtime file of its
+    JavaScript sandbox; the sandbox here is the one the package ships, so it is accepted with a warning."""
+
+    runtime_wasm_file_path: str | None = None
+
+
+class TestSettings(_Section):
+    """The original's ``test_settings``: knobs of its own end-to-end tests (telemetry assertions against a
+    Prometheus). Nothing here reads them; accepted with a warning whenever the section is given."""
+
+    __test__ = False  # not a pytest class
+
+    telemetry_assertions_enabled: bool = True
+    prometheus_max_attempts: int = Field(default=30, ge=0)
+    prometheus_sleep_ms: Milliseconds = 500
 
 
 class BackfillRange(_Section):
@@ -539,6 +654,10 @@ class Settings(_Section):
     http_secret_value: dict[str, SecretStr] = Field(default_factory=dict)
     """Header value per secret (``STREAMLING__HTTP_SECRET_VALUE__<NAME>``); never logged or shown."""
     script_transform: ScriptTransformSettings = Field(default_factory=ScriptTransformSettings)
+    wasm_script: WasmScriptSettings = Field(default_factory=WasmScriptSettings)
+    """The original's WebAssembly runtime settings (see `WasmScriptSettings`); `script_transform` sets the sandbox."""
+    test_settings: TestSettings | None = None
+    """The original's end-to-end test knobs (see `TestSettings`)."""
     plugin: PluginSettings = Field(default_factory=PluginSettings)
     restart_strategy: RestartStrategySettings = Field(default_factory=RestartStrategySettings)
     engine: EngineSettings = Field(default_factory=EngineSettings)
@@ -627,6 +746,45 @@ class Settings(_Section):
                 f"setting drain_policy = {self.drain_policy!r} has no effect here: every stop drains (the in-flight "
                 "epoch finishes and commits within 25 s, as drain_policy 'drain' does), and a stopped stream resumes "
                 "from the committed positions"
+            )
+        if self.plugin.channel_capacity is not None:
+            out.append(
+                f"setting plugin.channel_capacity = {self.plugin.channel_capacity} has no effect here: a plugin is "
+                "handed whole Arrow batches by the Spark tasks of an epoch, with no channel in between; an epoch's "
+                "size is record_batch_size"
+            )
+        if self.wasm_script.runtime_wasm_file_path is not None:
+            out.append(
+                f"setting wasm_script.runtime_wasm_file_path = {self.wasm_script.runtime_wasm_file_path!r} has no "
+                "effect here: script transforms run in the JavaScript sandbox this package ships; its limits are "
+                "script_transform.*"
+            )
+        backend = self.state_backend
+        for name, value in (
+            ("state_backend.postgres.state_schema_name", backend.postgres.state_schema_name),
+            ("state_backend.postgres.state_table_name", backend.postgres.state_table_name),
+            ("state_backend.sqlite.state_table_name", backend.sqlite.state_table_name),
+        ):
+            if value is not None:
+                out.append(
+                    f"setting {name} = {value!r} has no effect here: the state backend's tables are state and "
+                    "leases (schema streamling in Postgres); positions kept under another name are not read"
+                )
+        if backend.sqlite.max_connections is not None:
+            out.append(
+                f"setting state_backend.sqlite.max_connections = {backend.sqlite.max_connections} has no effect "
+                "here: each state operation opens its own SQLite connection"
+            )
+        if self.clickhouse_source.compression_level is not None:
+            out.append(
+                f"setting clickhouse_source.compression_level = {self.clickhouse_source.compression_level} has no "
+                "effect here: it sets the gzip level of insert bodies, and a source inserts nothing (its answers are "
+                "compressed by the server, as clickhouse_source.compression asks)"
+            )
+        if self.test_settings is not None:
+            out.append(
+                "setting test_settings has no effect here: it configured the original's own end-to-end tests "
+                "(telemetry assertions against a Prometheus)"
             )
         metrics = self.open_telemetry_metrics
         endpoint = metrics.ingestion_endpoint.strip()

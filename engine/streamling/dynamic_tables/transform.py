@@ -115,26 +115,54 @@ class DynamicTable(Transform[DynamicTableSpec]):
             return []
         database = self.settings.dynamic_table_connection(self.name).database
         connection = self.settings.dynamic_table_connection_name(self.name)
-        return [table_object(database, self.spec.schema_, self.spec.backend_entity_name, connection)]
+        return [table_object(database, self.pg_schema, self.spec.backend_entity_name, connection)]
 
     @cached_property
     def program(self) -> SqlProgram | None:
         return SqlProgram(self.spec.sql, self.label) if self.spec.sql else None
 
+    @property
+    def pg_schema(self) -> str:
+        """The table's Postgres schema (not a Spark schema): its `schema`, else
+        ``dynamic_table_backend.postgres.dt_schema_name`` (the original's default for every table), else ``public``."""
+        backend = self.settings.dynamic_table_backend.postgres
+        if "schema_" in self.spec.model_fields_set or backend is None or backend.dt_schema_name is None:
+            return self.spec.schema_
+        return backend.dt_schema_name
+
+    @property
+    def cache(self) -> bool | None:
+        """The table's `cache`, else ``dynamic_table_backend.postgres.cache_enabled`` (the original's default for
+        every Postgres table)."""
+        if self.spec.cache is not None:
+            return self.spec.cache
+        backend = self.settings.dynamic_table_backend.postgres
+        return backend.cache_enabled if backend is not None else None
+
+    @property
+    def refresh_ms(self) -> int | None:
+        """The table's `cache_refresh_debounce_ms`, else ``dynamic_table_backend.postgres``'s."""
+        if self.spec.cache_refresh_debounce_ms is not None:
+            return self.spec.cache_refresh_debounce_ms
+        backend = self.settings.dynamic_table_backend.postgres
+        return backend.cache_refresh_debounce_ms if backend is not None else None
+
     @cached_property
     def postgres(self) -> PostgresTable:
         backend = self.settings.dynamic_table_backend
-        refresh = self.spec.cache_refresh_debounce_ms
+        refresh = self.refresh_ms
         return PostgresTable(
             node=self.name,
             connection=self.settings.dynamic_table_connection(self.name),
-            schema=self.spec.schema_,
+            schema=self.pg_schema,
             table=self.spec.backend_entity_name,
             max_batch_size=backend.max_batch_size,
             cache_ttl_ms=backend.cache_ttl_ms,
             column=self.spec.value_column,
             time_column=self.spec.time_column,
-            cache=bool(self.spec.cache),
+            # A default from the settings applies only where it can: a table without a time_column has nothing to
+            # top its cache up by, and queries the table every batch (its own `cache: true` gets a warning).
+            cache=bool(self.cache) and self.spec.time_column is not None,
             refresh_ms=DEFAULT_REFRESH_MS if refresh is None else refresh,
         )
 

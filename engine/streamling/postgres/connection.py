@@ -122,6 +122,9 @@ def _pool_key(settings: PostgresConnectionSettings, autocommit: bool) -> tuple[A
         tuple(sorted(settings.conninfo().items())),
         settings.statement_timeout_secs,
         settings.pool_acquire_timeout_secs,
+        settings.pool_idle_timeout_secs,
+        settings.pool_max_lifetime_secs,
+        settings.max_connections,
         settings.retry_timeout_sec,
         autocommit,
     )
@@ -177,7 +180,7 @@ def _open_pool(settings: PostgresConnectionSettings, autocommit: bool) -> _Pool:
         kwargs=kwargs,
         connection_class=Recording,
         min_size=0,
-        max_size=POOL_MAX_SIZE,
+        max_size=settings.max_connections or POOL_MAX_SIZE,
         open=True,
         configure=configure,
         check=ConnectionPool.check_connection,
@@ -186,6 +189,10 @@ def _open_pool(settings: PostgresConnectionSettings, autocommit: bool) -> _Pool:
         # A background attempt to connect backs off (1 s, 2 s, 4 s, …) and gives up when the client that started
         # it stops waiting; that client's retry starts a fresh one, so a server back up is reached within seconds.
         reconnect_timeout=settings.pool_acquire_timeout_secs,
+        # The original's pool_idle_timeout_secs / pool_max_lifetime_secs: idle sessions are given back to the
+        # server, and old ones replaced so that a failover or a rebalanced server is reached in time.
+        max_idle=settings.pool_idle_timeout_secs,
+        max_lifetime=settings.pool_max_lifetime_secs,
         num_workers=POOL_WORKERS,
     )
     holder.append(created)

@@ -28,7 +28,7 @@ from streamling.postgres.objects import table_object
 from streamling.postgres.progress import ProgressKey
 from streamling.postgres.types import Column, columns_of
 from streamling.postgres.writer import ORDER_COLUMN, WritePlan, write_partition, write_stream
-from streamling.topology.spec import ErrorHandlingSpec, SinkSpec
+from streamling.topology.spec import ErrorHandlingSpec, SinkSpec, flush_interval
 from streamling.types import GS_OP, exact_columns, map_in_arrow, select_exact
 
 log = logging.getLogger("streamling.postgres")
@@ -144,6 +144,13 @@ class PostgresWriterSink(Sink[Any]):
     @property
     def streams(self) -> int:
         return getattr(self.spec, "parallelism", 1)
+
+    @property
+    def flush_interval_sec(self) -> float | None:
+        """The node's ``batch_flush_interval``, else its connection's (``postgres_sink.batch_flush_interval``, as
+        the original's default for every Postgres sink)."""
+        interval = self.spec.batch_flush_interval
+        return flush_interval(interval if interval is not None else self.connection.batch_flush_interval)
 
     def applied_epoch(self, source: str) -> AppliedEpoch | None:
         assert self.plan is not None

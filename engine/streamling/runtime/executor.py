@@ -94,13 +94,22 @@ class PipelineRunner:
                 ops = self.summary.sink_ops.setdefault(sink, Written().as_dict())
                 for op, count in written.as_dict().items():
                     ops[op] += count
-            limit = self.settings.num_records_before_stop
+            limit = self._stop_limit(sink)
             if limit is None or total < limit or self._limit_reached:
                 return
             self._limit_reached = True
         log.info("Stopping after %d records (sink '%s' wrote %d)", limit, sink, total)
         self._stop.set()
         self._tick.set()
+
+    def _stop_limit(self, sink: str) -> int | None:
+        """``num_records_before_stop``, else for a print sink ``print_sink.num_records_before_stop`` (the
+        original's print-sink setting)."""
+        limit = self.settings.num_records_before_stop
+        spec = getattr(self.plan.operators.get(sink), "spec", None)
+        if limit is None and getattr(spec, "type", None) in ("print", "print_sink"):
+            limit = self.settings.print_sink.num_records_before_stop
+        return limit
 
     def check_lease(self) -> None:
         """Raise once this run may no longer hold its pipeline's lease (before a commit, and while supervising)."""

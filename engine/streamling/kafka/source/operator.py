@@ -334,6 +334,14 @@ class KafkaSource(Source[KafkaSourceSpec]):
         """The most reading tasks per epoch: `parallelism`, else Spark's default parallelism."""
         return self.spec.parallelism or spark.sparkContext.defaultParallelism
 
+    @property
+    def batch_rows(self) -> int:
+        """Records per Arrow batch a reading task yields: the node's `batch_size`, else its epoch size capped at
+        50,000 (a batch is decoded and held whole)."""
+        if self.spec.batch_size is not None:
+            return self.spec.batch_size
+        return min(self.spec.record_batch_size or self.settings.record_batch_size, 50_000)
+
     def reader_options(
         self, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None, parallelism: int
     ) -> dict[str, str]:
@@ -354,7 +362,9 @@ class KafkaSource(Source[KafkaSourceSpec]):
             **(self.dead_letter.to_options() if self.dead_letter is not None else {}),
             "spark_schema": self.schema().json(),
             "parallelism": str(parallelism),
-            "batch_rows": str(min(self.spec.record_batch_size or self.settings.record_batch_size, 50_000)),
+            "batch_rows": str(self.batch_rows),
+            "fetch_timeout_sec": str(self.settings.kafka_source.consumer_fetch_timeout_sec),
+            "stall_timeout_sec": str(self.settings.kafka_source.stall_watchdog_timeout_sec),
             **Pacer.options(
                 self.spec.record_batch_size or self.settings.record_batch_size,
                 self.settings.checkpoint_interval_sec,

@@ -72,6 +72,10 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.ending = {k: int(v) for k, v in json.loads(options.get("ending") or "{}").items()} or None
         self.parallelism = max(1, int(options.get("parallelism", "1")))
         self.batch_rows = int(options["batch_rows"])
+        self.fetch_timeout_sec = float(options.get("fetch_timeout_sec", "1.0"))
+        """``kafka_source.consumer_fetch_timeout_sec``: how long one ``consume`` waits for records."""
+        self.stall_timeout_sec = float(options.get("stall_timeout_sec", str(READ_STALL_TIMEOUT_SEC)))
+        """``kafka_source.stall_watchdog_timeout_sec``: no record this long fails the epoch (retriable); 0: off."""
         self.pacer = Pacer.from_options(self.options)
         self.schema = schema
         self._consumer = None
@@ -175,17 +179,21 @@ class KafkaStreamReader(DataSourceStreamReader):
             position, pending = partition.start, []
             last_progress = last_probe = time.monotonic()
             while position < partition.end:
-                messages = consumer.consume(min(self.batch_rows, partition.end - position, 10_000), timeout=1.0)
+                # At most what completes the pending batch: a batch holds exactly `batch_rows` records (the last
+                # of a range fewer), the original's Kafka `batch_size`.
+                messages = consumer.consume(
+                    min(self.batch_rows - len(pending), partition.end - position, 10_000),
+                    timeout=self.fetch_timeout_sec,
+                )
                 if not messages and time.monotonic() - max(last_progress, last_probe) > PROBE_AFTER_SEC:
                     last_probe = time.monotonic()
                     if self._probe(consumer, outage):
                         last_progress = time.monotonic()  # reachable again: the stall timeout starts anew
                 if not messages:
                     # While the broker is unreachable librdkafka reconnects, and the outage's patience applies.
-                    stall = (
-                        max(READ_STALL_TIMEOUT_SEC, outage.timeout_sec) if outage.ongoing else READ_STALL_TIMEOUT_SEC
-                    )
-                    if time.monotonic() - last_progress > stall:
+                    watchdog = self.stall_timeout_sec
+                    stall = max(watchdog, outage.timeout_sec) if outage.ongoing else watchdog
+                    if stall and time.monotonic() - last_progress > stall:
                         raise StreamlingError.retry(
                             f"topic '{self.topic}' partition {partition.partition}: no records after offset "
                             f"{position - 1} for {stall:.0f}s, expected up to {partition.end - 1}"

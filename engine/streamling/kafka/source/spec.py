@@ -37,6 +37,9 @@ class KafkaSourceSpec(SourceSpec, ErrorHandlingSpec):
     validate_writer_schema_ordering: bool = True
     schema_id_overrides: list[SchemaIdOverride] = Field(default_factory=list)
     record_batch_size: PositiveInt | None = None
+    batch_size: PositiveInt | None = None
+    """The original's records per batch the source hands on: the most records per Arrow batch a reading task
+    yields (default ``min(record_batch_size, 50000)``); an epoch's size stays ``record_batch_size``."""
     parallelism: PositiveInt | None = None
     """The most Spark input partitions (reading tasks) an epoch's offset ranges are split into; default Spark's
     default parallelism."""
