@@ -6,13 +6,15 @@ text). Results widen like SQL decimals — add/sub: scale max(s1, s2), one more 
 s1 + s2, precision p1 + p2 + 1; div: scale max(s1, 18), rounded half-even once; mod: scale max(s1, s2) —
 with the precision capped at 65535; `numeric_rewrite` computes the marker of each result and rewrites
 ``+ - * / %`` and comparisons on marked values into these functions. Values are Python integers scaled by
-10^s: nothing is ever rounded except a division's last digit and the narrowing casts to the original's
-Arrow decimals (``decimal_arb_to_decimal128``/``…256``, half to even), and a value that does not fit stops
-the epoch naming the function and the value.
+10^s: nothing is ever rounded except a division's last digit, the narrowing casts to the original's
+Arrow decimals (``decimal_arb_to_decimal128``/``…256``), ``decimal_arb_round``, ``decimal_arb_to_int64`` and
+the conversions from floats and declared Arrow decimals (all half to even, as the original), and a value that
+does not fit stops the epoch naming the function and the value.
 """
 
 from __future__ import annotations
 
+import logging
 import operator
 import re
 from collections.abc import Callable
@@ -22,10 +24,10 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from sqlglot import exp
 
-from streamling.core.markers import MAX_PRECISION
+from streamling.core.markers import I256, MAX_PRECISION, U256
 from streamling.errors import StreamlingError
 from streamling.sql.functions.base import ArrowFunction, SparkFunction
-from streamling.sql.functions.wide_integers import RANGES
+from streamling.sql.functions.wide_integers import INT64_MAX, INT64_MIN, RANGES
 
 FAMILY = "Arbitrary-precision decimals"
 DIVISION_SCALE = 18
@@ -285,6 +287,7 @@ class ToDecimalArb(_Conversion):
 
 class ToDecimalArbFromString(_Conversion):
     name = "to_decimal_arb_from_string"
+    aliases: ClassVar = ("to_decimal_arb_from_str",)
     arguments: ClassVar = ("string", "bigint", "bigint", "string")
     min_arguments: ClassVar = 3
     doc_arguments = "text, precision, scale[, native_int_kind ('u256' or 'i256': with scale 0, the result is one)]"
@@ -295,6 +298,7 @@ class ToDecimalArbFromString(_Conversion):
 
 class TryToDecimalArbFromString(ToDecimalArbFromString):
     name = "try_to_decimal_arb_from_string"
+    aliases: ClassVar = ()  # not ToDecimalArbFromString's
     lenient = True
     nulls = "NULL, malformed text or a value that does not fit → NULL; " + _DECLARATION + " (checked by --validate)"
     example = "try_to_decimal_arb_from_string('bad', 100, 2) → NULL"
@@ -369,6 +373,311 @@ class DecimalArbToDecimal256(_Narrowing):
         "value; " + _declared(DECIMAL256_PRECISION) + " (checked by --validate)"
     )
     example = "decimal_arb_to_string(decimal_arb_to_decimal256(to_decimal_arb('2.675', 100, 3), 76, 2)) → '2.68'"
+
+
+class _FromArrowDecimal(_Narrowing):
+    """The original's ``to_decimal_arb_from_decimal128``/``…256``: with the value alone, a decimal keeps its
+    precision and scale (`numeric_rewrite` reads them from the argument's type, so the call is a plain
+    ``to_decimal_arb``); with a declared precision and scale, dropped fractional digits are rounded half to even
+    and a value with too many digits stops the epoch naming it."""
+
+    arguments: ClassVar = ("any", "bigint", "bigint")
+    min_arguments: ClassVar = 1
+    source_precision: ClassVar[int]
+
+    @classmethod
+    def check(cls, args: list[exp.Expression]) -> str | None:
+        return None if len(args) == 1 else super().check(args)
+
+    def __call__(self, values: pa.Array, *declared: pa.Array) -> pa.Array:
+        if len(declared) != 2:  # `numeric_rewrite` replaces every one-argument call whose type it knows
+            raise _fail(self.name, f"takes a decimal of at most {self.source_precision} digits (of known type)")
+        return super().__call__(pa.array([None if v is None else str(v) for v in values.to_pylist()]), *declared)
+
+
+class ToDecimalArbFromDecimal128(_FromArrowDecimal):
+    name = "to_decimal_arb_from_decimal128"
+    source_precision = DECIMAL128_PRECISION
+    doc_arguments = "value (decimal(p,s), p ≤ 38)[, precision, scale (integer literals)]"
+    doc_returns = "decimal_arb: decimal(p,s) of the value's own type, or decimal(precision,scale) rounded half to even"
+    nulls = (
+        "NULL → NULL; a value that is not a decimal of known type is refused by --validate; too many digits after "
+        "rounding → the epoch fails naming the value"
+    )
+    example = "decimal_arb_to_string(to_decimal_arb_from_decimal128(CAST(1.25 AS DECIMAL(10,2)))) → '1.25'"
+
+
+class ToDecimalArbFromDecimal256(_FromArrowDecimal):
+    name = "to_decimal_arb_from_decimal256"
+    source_precision = DECIMAL256_PRECISION
+    doc_arguments = (
+        "value (decimal(p,s), p ≤ 76: a Spark decimal or a decimal_arb of at most 76 digits)[, precision, scale]"
+    )
+    doc_returns = ToDecimalArbFromDecimal128.doc_returns
+    nulls = ToDecimalArbFromDecimal128.nulls
+    example = (
+        "decimal_arb_to_string(to_decimal_arb_from_decimal256(decimal_arb_to_decimal256(to_decimal_arb('2.5', 80, 1),"
+        " 76, 1))) → '2.5'"
+    )
+
+
+_WARNED: set[str] = set()
+"""Call sites (the call as written) already warned about, so a query run every epoch warns once."""
+
+
+def warn_once(function: str, call: str, detail: str) -> None:
+    """Log the original's one warning per call site of a conversion through floating point."""
+    if call in _WARNED:
+        return
+    _WARNED.add(call)
+    logging.getLogger("streamling.sql").warning("%s: %s (%s)", function, detail, call)
+
+
+class ToDecimalArbFromFloat(_Conversion):
+    """A float's exact binary value is rarely the decimal its text shows (0.1 is 0.1000000000000000055…): the
+    value is read by its shortest text (what Spark and Python print) and rounded half to even to the scale,
+    never refused for its fractional digits; the call site is warned about once, as in the original."""
+
+    name = "to_decimal_arb_from_float"
+    arguments: ClassVar = ("double", "bigint", "bigint")
+    doc_arguments = "value (float or double), precision, scale (integer literals)"
+    doc_returns = "decimal(precision,scale): the float's shortest text, rounded half to even to scale"
+    nulls = (
+        "NULL → NULL; NaN, infinity or too many digits → the epoch fails naming the value; a warning is logged once "
+        "per call site (floating point is inexact); " + _DECLARATION + " (checked by --validate)"
+    )
+    example = "decimal_arb_to_string(to_decimal_arb_from_float(0.125, 10, 2)) → '0.12'"
+
+    @classmethod
+    def check(cls, args: list[exp.Expression]) -> str | None:
+        problem = super().check(args)
+        if problem is None:
+            call = exp.Anonymous(this=cls.name, expressions=[a.copy() for a in args]).sql(dialect="spark")
+            warn_once(cls.name, call, "converting a float to a decimal can carry IEEE 754 imprecision")
+        return problem
+
+    def __call__(self, values: pa.Array, precision: pa.Array, scale: pa.Array, *kind: pa.Array) -> pa.Array:
+        del kind
+        p, s = _declaration(precision, scale, self.name)
+        out: list[str | None] = []
+        for value in values.to_pylist():
+            if value is None:
+                out.append(None)
+                continue
+            if value != value or value in (float("inf"), float("-inf")):
+                raise _fail(self.name, f"{value!r} is not a finite number")
+            unscaled = round_half_even(parse(repr(float(value)), self.name), s)
+            if digit_count(unscaled) > p:
+                raise _fail(self.name, f"{value!r} does not fit decimal({p},{s}) (rounded to {s} fractional digits)")
+            out.append(render(unscaled, s))
+        return pa.array(out, pa.string())
+
+
+class DecimalArbRound(_Base):
+    """Rounding half to even to a literal scale: the result is ``decimal(p', target)`` where p' keeps every
+    integer digit (and the carry of 9.99 → 10.0) — `numeric_rewrite` computes it from the operand's type."""
+
+    name = "decimal_arb_round"
+    arguments: ClassVar = ("string", "bigint")
+    doc_arguments = "value (decimal_arb; integers and decimals are converted), target_scale (integer literal ≥ 0)"
+    doc_returns = "decimal(max(p, p - s + target_scale), target_scale): value rounded half to even"
+    nulls = "NULL → NULL; target_scale not an integer literal ≥ 0 → refused by --validate"
+    example = "decimal_arb_to_string(decimal_arb_round(to_decimal_arb('2.675', 10, 3), 2)) → '2.68'"
+
+    @classmethod
+    def check(cls, args: list[exp.Expression]) -> str | None:
+        scale = literal_int(args[1])
+        if scale is None or scale > MAX_PRECISION:
+            return f"target_scale must be an integer literal from 0 to {MAX_PRECISION}, got {args[1].sql('spark')}"
+        return None
+
+    def __call__(self, values: pa.Array, scale: pa.Array) -> pa.Array:
+        target = scale[0].as_py() if len(scale) else 0
+        if target is None or not 0 <= target <= MAX_PRECISION:
+            raise _fail(self.name, f"target_scale must be from 0 to {MAX_PRECISION}, got {target}")
+        out = []
+        for value in values.to_pylist():
+            out.append(
+                None if value is None else _checked(self.name, round_half_even(parse(value, self.name), target), target)
+            )
+        return pa.array(out, pa.string())
+
+
+class DecimalArbToInt64(ArrowFunction):
+    name = "decimal_arb_to_int64"
+    arguments: ClassVar = ("string",)
+    returns = "bigint"
+    family = FAMILY
+    doc_arguments = "value (decimal_arb; integers and decimals are converted)"
+    doc_returns = "bigint: value rounded half to even to an integer"
+    nulls = "NULL → NULL; a value outside the bigint range after rounding → the epoch fails naming it"
+    example = "decimal_arb_to_int64(to_decimal_arb('2.5', 10, 1)) → 2"
+
+    def __call__(self, values: pa.Array) -> pa.Array:
+        out: list[int | None] = []
+        for value in values.to_pylist():
+            if value is None:
+                out.append(None)
+                continue
+            number = round_half_even(parse(value, self.name), 0)
+            if not INT64_MIN <= number <= INT64_MAX:
+                raise _fail(self.name, f"{value} is out of range for bigint ({INT64_MIN} to {INT64_MAX})")
+            out.append(number)
+        return pa.array(out, pa.int64())
+
+
+class DecimalArbToFloat64(ArrowFunction):
+    """The nearest double (Python's correctly rounded decimal-to-float); the call site is warned about once."""
+
+    name = "decimal_arb_to_float64"
+    arguments: ClassVar = ("string",)
+    returns = "double"
+    family = FAMILY
+    doc_arguments = "value (decimal_arb; integers and decimals are converted)"
+    doc_returns = "double: the nearest double (inexact past 15 to 17 digits)"
+    nulls = (
+        "NULL → NULL; a value past the double range → the epoch fails naming it; a warning is logged once per call "
+        "site (floating point is inexact)"
+    )
+    example = "decimal_arb_to_float64(to_decimal_arb('1.5', 10, 1)) → 1.5"
+
+    @classmethod
+    def check(cls, args: list[exp.Expression]) -> str | None:
+        call = exp.Anonymous(this=cls.name, expressions=[a.copy() for a in args]).sql(dialect="spark")
+        warn_once(cls.name, call, "converting a decimal to a float can lose digits")
+        return None
+
+    def __call__(self, values: pa.Array) -> pa.Array:
+        out: list[float | None] = []
+        for value in values.to_pylist():
+            if value is None:
+                out.append(None)
+                continue
+            unscaled, scale = parse(value, self.name)
+            number = float(Decimal(unscaled).scaleb(-scale))
+            if number in (float("inf"), float("-inf")):
+                raise _fail(self.name, f"{value[:40]} is out of range for a double")
+            out.append(number)
+        return pa.array(out, pa.float64())
+
+
+class _ArrayExtreme(_Base):
+    arguments: ClassVar = (pa.list_(pa.string()),)
+    doc_arguments = "list (array of decimal_arb)"
+    nulls = "NULL, empty or all-NULL list → NULL; NULL elements are skipped"
+    largest: ClassVar[bool]
+
+    def __call__(self, lists: pa.Array) -> pa.Array:
+        out: list[str | None] = []
+        for items in lists.to_pylist():
+            present = [v for v in items or () if v is not None]
+            if not present:
+                out.append(None)
+                continue
+            pick = max if self.largest else min
+            out.append(pick(present, key=lambda v: Decimal(render(*parse(v, self.name)))))
+        return pa.array(out, pa.string())
+
+
+class DecimalArbArrayMin(_ArrayExtreme):
+    name, largest = "decimal_arb_array_min", False
+    doc_returns = "decimal_arb: the smallest element (the elements' precision and scale)"
+    example = "decimal_arb_array_min(array(to_decimal_arb('10', 5, 1), to_decimal_arb('9.5', 5, 1))) → 9.5"
+
+
+class DecimalArbArrayMax(_ArrayExtreme):
+    name, largest = "decimal_arb_array_max", True
+    doc_returns = "decimal_arb: the largest element (the elements' precision and scale)"
+    example = "decimal_arb_array_max(array(to_decimal_arb('10', 5, 1), to_decimal_arb('9.5', 5, 1))) → 10.0"
+
+
+_ORDERS, _NULLS = ("ASC", "DESC"), ("NULLS FIRST", "NULLS LAST")
+
+
+def _word(node: exp.Expression) -> str | None:
+    return " ".join(node.name.upper().split()) if isinstance(node, exp.Literal) and node.is_string else None
+
+
+class DecimalArbArraySort(ArrowFunction):
+    name = "decimal_arb_array_sort"
+    arguments: ClassVar = (pa.list_(pa.string()), "string", "string")
+    min_arguments: ClassVar = 1
+    returns = pa.list_(pa.string())
+    family = FAMILY
+    doc_arguments = "list (array of decimal_arb)[, order ('ASC' or 'DESC')[, nulls ('NULLS FIRST' or 'NULLS LAST')]]"
+    doc_returns = "array of decimal_arb: the elements in numeric order (ASC, NULLS FIRST by default), unchanged"
+    nulls = "NULL list → NULL; another order or nulls word → refused by --validate"
+    example = "decimal_arb_array_sort(array(to_decimal_arb('10', 5, 0), to_decimal_arb('9', 5, 0)), 'DESC') → [10, 9]"
+
+    @classmethod
+    def check(cls, args: list[exp.Expression]) -> str | None:
+        for node, words, what in zip(args[1:], (_ORDERS, _NULLS), ("order", "nulls"), strict=False):
+            if _word(node) not in words:
+                allowed = " or ".join(f"'{w}'" for w in words)
+                return f"{what} must be the literal {allowed}, got {node.sql(dialect='spark')}"
+        return None
+
+    def __call__(self, lists: pa.Array, *words: pa.Array) -> pa.Array:
+        said = [" ".join(str(w[0].as_py()).upper().split()) if len(w) else "" for w in words]
+        descending, nulls_last = said[:1] == ["DESC"], said[1:2] == ["NULLS LAST"]
+        rows = lists.to_pylist()
+        numbers = {v: Decimal(render(*parse(v, self.name))) for items in rows for v in items or () if v is not None}
+        out: list[list[str | None] | None] = []
+        for items in rows:
+            if items is None:
+                out.append(None)
+                continue
+            present = sorted((v for v in items if v is not None), key=numbers.__getitem__, reverse=descending)
+            missing = [None] * (len(items) - len(present))
+            out.append(present + missing if nulls_last else missing + present)
+        return pa.array(out, pa.list_(pa.string()))
+
+
+class DecimalArbRestamp(_Base):
+    """The original restores decimal_arb metadata from a template without touching the value's bytes (for
+    planner-generated SQL); here a value is its text and the metadata its marker, so `numeric_rewrite` replaces
+    the call by the value typed as the template. Running it (where that did not happen) gives the value's text."""
+
+    name = "decimal_arb_restamp"
+    arguments: ClassVar = ("string", "any")
+    doc_arguments = "value, template"
+    doc_returns = "value unchanged, typed as template (its decimal(p,s), u256 or i256 marker)"
+    nulls = "NULL value → NULL; nothing is rescaled or checked (as in the original)"
+    example = "decimal_arb_restamp(decimal_arb_to_string(amount), amount) → amount's text, marked as amount"
+
+    def __call__(self, values: pa.Array, template: pa.Array) -> pa.Array:
+        del template
+        return values
+
+
+class LegacyWideIntToDecimalArb(_Base):
+    """A u256/i256 (the original's retired FixedSizeBinary(32) integers; here exact text marked ``u256`` or
+    ``i256``) as a decimal_arb ``decimal(78,0)`` of the same digits."""
+
+    name = "legacy_wide_int_to_decimal_arb"
+    arguments: ClassVar = ("any",)
+    doc_arguments = "value (u256 or i256)"
+    doc_returns = "decimal(78,0): the same integer"
+    nulls = "NULL → NULL; bytes, or text that is not an integer in the u256 or i256 range → the epoch fails naming it"
+    example = "decimal_arb_to_string(legacy_wide_int_to_decimal_arb(to_u256('5'))) → '5'"
+
+    def __call__(self, values: pa.Array) -> pa.Array:
+        kinds = (pa.types.is_string, pa.types.is_large_string, pa.types.is_integer, pa.types.is_null)
+        if not any(kind(values.type) for kind in kinds):
+            raise _fail(self.name, f"takes a u256 or i256 value, got {values.type} (untagged bytes are rejected)")
+        out: list[str | None] = []
+        for value in values.to_pylist():
+            if value is None:
+                out.append(None)
+                continue
+            try:
+                number = int(str(value).strip())
+            except ValueError:
+                raise _fail(self.name, f"{value!r} is not a u256 or i256 integer") from None
+            if not RANGES[I256][0] <= number <= RANGES[U256][1]:
+                raise _fail(self.name, f"{value} is out of range for u256 and i256")
+            out.append(str(number))
+        return pa.array(out, pa.string())
 
 
 class DecimalArbToSortKey(ArrowFunction):
@@ -593,4 +902,15 @@ ARROW_FUNCTIONS: list[type[ArrowFunction]] = [
     DecimalArbToDecimal128,
     DecimalArbToDecimal256,
     DecimalArbToSortKey,
+    ToDecimalArbFromDecimal128,
+    ToDecimalArbFromDecimal256,
+    ToDecimalArbFromFloat,
+    DecimalArbRound,
+    DecimalArbToInt64,
+    DecimalArbToFloat64,
+    DecimalArbArrayMin,
+    DecimalArbArrayMax,
+    DecimalArbArraySort,
+    DecimalArbRestamp,
+    LegacyWideIntToDecimalArb,
 ]

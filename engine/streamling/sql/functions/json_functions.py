@@ -842,7 +842,63 @@ class JsonObjectAbsentOnNull(JsonObject):
     keep_nulls = False
 
 
-SPARK_FUNCTIONS: list[SparkFunction] = []
+_EMPTY_GROUP = "CASE WHEN count(1) = 0 THEN NULL ELSE {} END"
+"""The original's JSON aggregates give NULL for an empty group (Spark's collect_list gives an empty array)."""
+_PAIRS = "collect_list(named_struct('k', CAST({0} AS STRING), 'v', {1}))"
+_AGGREGATE_NOTE = (
+    "; values are written by Spark's to_json: strings are always quoted (json_array embeds a string holding JSON)"
+)
+
+
+def _json_aggregate(name: str, arguments: str, returns: str, nulls: str, template: str, example: str) -> SparkFunction:
+    """The original's JSON aggregates as Spark aggregates (collect_list and to_json, in the JVM): no Python."""
+    arity = arguments.count(",") + 1
+    return SparkFunction(
+        name=name,
+        family=FAMILY,
+        arguments=arguments,
+        returns=returns,
+        nulls=nulls + _AGGREGATE_NOTE,
+        templates={arity: _EMPTY_GROUP.format(template)},
+        example=example,
+    )
+
+
+SPARK_FUNCTIONS: list[SparkFunction] = [
+    _json_aggregate(
+        "json_arrayagg_null_on_null",
+        "value",
+        "string: aggregate, a JSON array of the group's values",
+        "NULL values → `null`; an empty group → NULL",
+        "to_json(transform(collect_list(named_struct('v', {0})), __s -> __s.v))",
+        "SELECT owner, json_arrayagg_null_on_null(token_id) FROM t GROUP BY owner -- '[1,null,3]'",
+    ),
+    _json_aggregate(
+        "json_arrayagg_absent_on_null",
+        "value",
+        "string: aggregate, as `json_arrayagg_null_on_null`",
+        "NULL values are left out; an empty group → NULL",
+        "to_json(collect_list({0}))",
+        "SELECT owner, json_arrayagg_absent_on_null(token_id) FROM t GROUP BY owner -- '[1,3]'",
+    ),
+    _json_aggregate(
+        "json_objectagg_null_on_null",
+        "key, value",
+        "string: aggregate, a JSON object of the group's key/value pairs",
+        "NULL values → `null`; a NULL or repeated key fails the epoch (Spark's NULL_MAP_KEY, DUPLICATED_MAP_KEY); an "
+        "empty group → NULL",
+        f"to_json(map_from_entries({_PAIRS}))",
+        'SELECT owner, json_objectagg_null_on_null(token_id, amount) FROM t GROUP BY owner -- \'{"a":1,"b":null}\'',
+    ),
+    _json_aggregate(
+        "json_objectagg_absent_on_null",
+        "key, value",
+        "string: aggregate, as `json_objectagg_null_on_null`",
+        "pairs with a NULL value are left out; a NULL or repeated key fails the epoch; an empty group → NULL",
+        f"to_json(map_from_entries(filter({_PAIRS}, __e -> __e.v IS NOT NULL)))",
+        "SELECT owner, json_objectagg_absent_on_null(token_id, amount) FROM t GROUP BY owner -- '{\"a\":1}'",
+    ),
+]
 ARROW_FUNCTIONS: list[type[ArrowFunction]] = [
     JsonString,
     JsonQuote,

@@ -39,11 +39,21 @@ _INTEGER_ARGUMENTS = {name: kind for name, kind in _INTEGER_RESULT.items() if no
 _INTEGER_ARGUMENTS |= {"u256_to_string": U256_TYPE, "i256_to_string": I256_TYPE}
 _DECLARED = ("to_decimal_arb", "to_decimal_arb_from_string", "try_to_decimal_arb_from_string")
 _DECLARED += ("to_decimal_arb_from_int", "decimal_arb_rescale", "decimal_arb_to_decimal256")
+_DECLARED += ("to_decimal_arb_from_str", "to_decimal_arb_from_float")
+_FROM_ARROW_DECIMAL = {"to_decimal_arb_from_decimal128": 38, "to_decimal_arb_from_decimal256": 76}
+"""Their value alone keeps its own precision and scale (read from its type here); a declaration rounds to it."""
+_DECLARED += tuple(_FROM_ARROW_DECIMAL)
+_ROUND = "decimal_arb_round"
+_TO_PLAIN = ("decimal_arb_to_int64", "decimal_arb_to_float64")
+"""Their result is a Spark bigint or double."""
+_LISTS = ("decimal_arb_array_min", "decimal_arb_array_max", "decimal_arb_array_sort")
+"""Their argument is an array of decimal_arb; the result has the elements' marker."""
+_RESTAMP, _LEGACY = "decimal_arb_restamp", "legacy_wide_int_to_decimal_arb"
 _TO_DECIMAL128 = "decimal_arb_to_decimal128"
 """Its result is a Spark decimal: the function gives the rounded text, which the rewriting casts to
 ``DECIMAL(p,s)`` (a Python UDF's result type is fixed when it is registered, the declaration is per call)."""
 _SORT_KEY = "decimal_arb_to_sort_key"
-_LITERAL_TAIL = (*_DECLARED, _TO_DECIMAL128)
+_LITERAL_TAIL = (*_DECLARED, _TO_DECIMAL128, _ROUND, "decimal_arb_array_sort")
 """Functions whose arguments after the first are literals they read once (precision, scale, kind)."""
 _DECIMAL_BINARY = {f"decimal_arb_{op}": op for op in ("add", "sub", "mul", "div", "mod")}
 _DECIMAL_UNARY = ("decimal_arb_neg", "decimal_arb_abs")
@@ -63,6 +73,7 @@ _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
 NAMES = frozenset(
     {*_INTEGER_RESULT, *_INTEGER_ARGUMENTS, *_DECLARED, *_DECIMAL_BINARY, *_DECIMAL_UNARY, *_EXTREMES}
     | {*_DECIMAL_COMPARISONS, *_TO_STRING, "to_int64", _TO_DECIMAL128, _SORT_KEY}
+    | {_ROUND, *_TO_PLAIN, *_LISTS, _RESTAMP, _LEGACY}
 )
 """Spark names of the functions on wide numbers: a query calling none of them and reading no marked column
 is left alone."""
@@ -329,9 +340,35 @@ class _Rewriter:
             return _widen(_DECIMAL_BINARY[name], left, right)
         if name in _DECIMAL_UNARY and len(args) == 1:
             return self._operand_type(args[0], scope)
+        if name == _ROUND and len(args) == 2:
+            have, target = self._operand_type(args[0], scope), decimals.literal_int(args[1])
+            if have is None or target is None:
+                return None
+            return decimal_type(max(have.precision, have.precision - have.scale + target), target)
+        if name in _FROM_ARROW_DECIMAL and len(args) == 1:
+            return self._arrow_decimal(node, scope)
+        if name in _LISTS and len(args) >= 1:
+            return self._type(args[0], scope)
+        if name == _RESTAMP and len(args) == 2:
+            return self._type(args[1], scope)
+        if name == _LEGACY:
+            return decimal_type(78, 0)
         if name in _EXTREMES and args:
             types = [self._operand_type(a, scope) for a in args if not _is_null(a)]
             return _common([t for t in types if t is not None]) if types and None not in types else None
+        return None
+
+    def _arrow_decimal(self, node: exp.Anonymous, scope: Scope | None) -> WideType | None:
+        """The type ``to_decimal_arb_from_decimal128(x)``/``…256(x)`` keeps: x's own decimal(p,s) (a Spark
+        decimal, or for ``…256`` a decimal_arb of at most 76 digits, Spark having no 256-bit decimal)."""
+        most = _FROM_ARROW_DECIMAL[node.name.lower()]
+        arg = _unguarded(node.expressions[0])
+        have = self._type(arg, scope)
+        if have is not None and have.kind == DECIMAL and have.precision <= most:
+            return have
+        spark = self._info(arg, scope).spark
+        if isinstance(spark, T.DecimalType) and spark.precision <= most:
+            return decimal_type(spark.precision, spark.scale)
         return None
 
     def _operand_type(self, node: exp.Expression, scope: Scope | None) -> WideType | None:
@@ -397,8 +434,23 @@ class _Rewriter:
     def _function(self, node: exp.Anonymous, scope: Scope | None) -> exp.Expression | None:
         name = node.name.lower()
         args = list(node.expressions)
+        if name in _FROM_ARROW_DECIMAL and len(args) == 1:
+            return self._from_arrow_decimal(node, scope)
+        if name == _RESTAMP and len(args) == 2:
+            kind = self._type(args[1], scope)
+            value = exp.Paren(this=args[0])
+            if kind is not None:
+                value.meta[WIDE] = kind.marker
+            return value
+        if name in (_ROUND, *_TO_PLAIN) and args:
+            converted, _ = self._to_decimal(args[0], scope, node, loose=True)
+            node.set("expressions", [converted, *args[1:]])
+            return None
         if name in _LITERAL_TAIL:  # its literal precision and scale were checked with the call (`decimals.check`)
-            if name in ("decimal_arb_rescale", "decimal_arb_to_decimal256", _TO_DECIMAL128) and args:
+            if (
+                name in ("decimal_arb_rescale", "decimal_arb_to_decimal256", _TO_DECIMAL128, *_FROM_ARROW_DECIMAL)
+                and args
+            ):
                 # rounding to the declared scale, the narrowing casts take a value of any scale
                 converted, _ = self._to_decimal(args[0], scope, node, loose=name != "decimal_arb_rescale")
                 node.set("expressions", [converted, *args[1:]])
@@ -413,6 +465,8 @@ class _Rewriter:
             node.set("expressions", [self._to_integer(kind, a, scope, name) for a in args])
             if name in _TO_STRING:
                 return _text(node.expressions[0]) if len(node.expressions) == 1 else None
+            return None
+        if name in _LISTS:
             return None
         if name in (
             *_DECIMAL_BINARY,
@@ -429,6 +483,26 @@ class _Rewriter:
             if name in _EXTREMES:
                 self._common_scale(node, scope)
         return None
+
+    def _from_arrow_decimal(self, node: exp.Anonymous, scope: Scope | None) -> exp.Expression:
+        """``to_decimal_arb_from_decimal128(x)`` of a decimal(p,s): x as a decimal_arb of that type (a Spark
+        decimal converted by ``to_decimal_arb``, a decimal_arb as it is); another value is refused here."""
+        kind = self._arrow_decimal(node, scope)
+        arg = node.expressions[0]
+        if _is_null(arg):
+            return arg
+        if kind is None:
+            most = _FROM_ARROW_DECIMAL[node.name.lower()]
+            raise self.fail(
+                f"function {node.name.lower()} takes a decimal(p,s) with p ≤ {most}, got {_sql(arg)}; give its "
+                f"precision and scale as {node.name.lower()}(value, precision, scale)"
+            )
+        if self._type(_unguarded(arg), scope) is not None:
+            value = exp.Paren(this=arg)
+            value.meta[WIDE] = kind.marker
+            return value
+        precision, scale = exp.Literal.number(kind.precision), exp.Literal.number(kind.scale)
+        return self._called("to_decimal_arb", arg, precision, scale)
 
     def _common_scale(self, node: exp.Anonymous, scope: Scope | None) -> None:
         """The arguments of greatest/least at one scale (that of the result), so the result's text has it."""
