@@ -72,19 +72,28 @@ def file_schema(fs: pafs.FileSystem, entry: FileEntry, fmt: str) -> pa.Schema:
     except StreamlingError:
         raise
     except Exception as exc:
-        raise StreamlingError.user(f"{entry.path}: cannot read its columns as {fmt}: {_line(exc)}") from None
+        where = _where(fs, entry.path, fmt, pa.schema([])) if isinstance(exc, pa.ArrowException) else None
+        raise StreamlingError.user(f"{entry.path}: cannot read its columns as {fmt}: {where or _line(exc)}") from None
 
 
 def infer_schema(fs: pafs.FileSystem, files: Sequence[FileEntry], fmt: str) -> pa.Schema:
-    """The data columns of `files`: the schemas of the first `SCHEMA_SAMPLE_FILES` by path, unified (an integer
-    column that is fractional in another file becomes a double)."""
+    """The data columns of `files`: the schemas of the first `SCHEMA_SAMPLE_FILES` by path, unified column by
+    column (an integer column that is fractional in another file becomes a double); a column whose types cannot
+    be unified is read as a string, as Spark's inference does for CSV and JSON."""
     sample = sorted(files, key=lambda e: e.path)[:SCHEMA_SAMPLE_FILES]
-    schemas = [file_schema(fs, entry, fmt) for entry in sample]
+    types: dict[str, list[pa.DataType]] = {}
+    for schema in (file_schema(fs, entry, fmt) for entry in sample):
+        for field in schema:
+            types.setdefault(field.name, []).append(field.type)
+    return pa.schema([pa.field(name, normalise(_unified(found))) for name, found in types.items()])
+
+
+def _unified(found: Sequence[pa.DataType]) -> pa.DataType:
     try:
-        unified = pa.unify_schemas(schemas, promote_options="permissive")
-    except pa.ArrowException as exc:
-        raise StreamlingError.user(f"the files' columns do not agree: {_line(exc)}") from None
-    return pa.schema([pa.field(f.name, normalise(f.type)) for f in unified])
+        schema = pa.unify_schemas([pa.schema([("c", t)]) for t in found], promote_options="permissive")
+    except (pa.ArrowException, TypeError):
+        return pa.string()
+    return schema.field("c").type
 
 
 def read_file(
@@ -97,7 +106,7 @@ def read_file(
 ) -> Iterator[pa.RecordBatch]:
     """The rows of one file conformed to `target` (the source's Arrow schema), in batches of at most `batch_rows`;
     `partition_columns` are the columns that come from Hive-style folders rather than from the files."""
-    data = pa.schema([f for f in target if f.name not in partition_columns])
+    data = pa.schema([f.with_nullable(True) for f in target if f.name not in partition_columns])
     try:
         table = _read(fs, entry.path, fmt, data)
     except StreamlingError:
