@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from streamling.config.units import Seconds
+from streamling.files.listing import SCHEMES, scheme_of
 from streamling.topology.spec import SourceSpec
 
 FORMATS = ("parquet", "csv", "json", "avro")
 ALIASES = {"ndjson": "json", "jsonl": "json", "parq": "parquet"}
 """Names the original accepted for a format; JSON is newline-delimited whatever it is called."""
 SUFFIXES = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".ndjson": "json", ".jsonl": "json", ".avro": "avro"}
-SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "file": "file"}
-"""URL schemes handed to pyarrow's filesystems (``s3a://`` is Hadoop's name for S3), by pyarrow's name."""
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 DEFAULT_POLL_SEC = 5.0
-
-
-def scheme_of(path: str) -> str | None:
-    """The URL scheme of `path` (lower case), None for a plain local path."""
-    match = _SCHEME.match(path)
-    return match.group(1).lower() if match else None
 
 
 class FileMode(BaseModel):
