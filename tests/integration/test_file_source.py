@@ -308,3 +308,58 @@ def check_failure(spark, settings, write_pipeline, data: Path, fmt: str, expecte
     message = str(failure.value)
     assert f"file source 'files': {expected}" in message, message
     assert "Traceback" not in message
+
+
+def test_bad_lines_go_to_the_dead_letter_table_and_the_rest_is_read(
+    spark, make_settings, write_pipeline, postgres_env, pg_connect, schema, tmp_path
+) -> None:
+    data = tmp_path / "mixed"
+    for name in "abcdefgh":  # the files the columns are inferred from
+        write(data / f"{name}.csv", "csv", [{"id": ord(name), "v": name}])
+    bad = data / "z.csv"
+    bad.write_text('id,v\n1,ok\nnope,x\n2,"two\nlines"\n3,a,b\n\n4,fine\n')
+    jsonl = tmp_path / "jsonl"
+    write(jsonl / "a.json", "json", [{"id": 1, "v": "a"}])
+    broken = jsonl / "b.json"  # in the files the columns are inferred from: from its readable lines
+    broken.write_text('{"id": 2, "v": "b"}\n[1]\n{"id": 3\n{"id": 4, "extra": true}\n')
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          mixed:
+            type: file
+            path: {data}
+            format: csv
+            mode: {{type: bounded}}
+            on_error: dead_letter
+            dead_letter: {{table: {schema}.dlq}}
+          lines:
+            type: file
+            path: {jsonl}
+            format: ndjson
+            mode: {{type: bounded}}
+            on_error: dead_letter
+            dead_letter: {{table: {schema}.dlq}}
+        sinks:
+          out: {{type: test.collect, from: mixed, options: {{key: {key}}}}}
+          out2: {{type: test.collect, from: lines, options: {{key: {key}-2}}}}
+        """)
+    run_pipeline(path, make_settings(environ=postgres_env, job_mode=True), spark)
+    assert sorted(r["id"] for r in collected(key)) == sorted([*(ord(c) for c in "abcdefgh"), 1, 2, 4])
+    assert [(r["id"], r["v"]) for r in collected(key) if r["id"] < 10] == [(1, "ok"), (2, "two\nlines"), (4, "fine")]
+    assert [r["id"] for r in collected(f"{key}-2")] == [1, 2, 4]
+    with pg_connect() as conn:
+        letters = conn.execute(
+            f'SELECT node, record_id, error, topic, "offset", value FROM "{schema}".dlq ORDER BY node, "offset"'
+        ).fetchall()
+    mtime, jtime = os.stat(bad).st_mtime_ns, os.stat(broken).st_mtime_ns
+    assert [(n, rid, t, o, bytes(v)) for n, rid, _, t, o, v in letters] == [
+        ("lines", f"{broken}@{jtime}:2", str(broken), 2, b"[1]"),
+        ("lines", f"{broken}@{jtime}:3", str(broken), 3, b'{"id": 3'),
+        ("mixed", f"{bad}@{mtime}:3", str(bad), 3, b"nope,x"),
+        ("mixed", f"{bad}@{mtime}:6", str(bad), 6, b"3,a,b"),
+    ]
+    errors = [e for _, _, e, _, _, _ in letters]
+    assert errors[0] == f"{broken}: line 2: not a JSON object"
+    assert errors[1].startswith(f"{broken}: line 3: not valid JSON: ")
+    assert errors[2].startswith(f"{bad}: line 3: In CSV column #0: CSV conversion error to int64")
+    assert errors[3] == f"{bad}: line 6: expected 2 columns, got 3"

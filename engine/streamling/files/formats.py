@@ -2,21 +2,20 @@
 
 A file is read whole with pyarrow's readers (Avro with fastavro) and conformed to the source's schema: columns
 by name, cast to the inferred type, NULL where a file lacks one, Hive partition values and the constant
-``_gs_op = 'i'`` added. A CSV or JSON file pyarrow cannot read is read again line by line to name the first bad
-line: pyarrow's messages count rows within a block, which is no place a user can find.
+``_gs_op = 'i'`` added. A CSV or JSON file pyarrow cannot read is read again line by line (`lines.py`) to name the first
+bad line, pyarrow's messages counting rows within a block, which is no place a user can find; or, with dead
+letters, to read the file without its bad lines.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from streamling.errors import StreamlingError
+from streamling.files.lines import BadLine, scan
 from streamling.types import GS_OP
 
 if TYPE_CHECKING:
@@ -52,37 +51,52 @@ def normalise(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def file_schema(fs: pafs.FileSystem, entry: FileEntry, fmt: str) -> pa.Schema:
-    """The columns of one file, as its format's reader infers them."""
+def file_schema(fs: pafs.FileSystem, entry: FileEntry, fmt: str, dead_letters: bool = False) -> pa.Schema:
+    """The columns of one file, as its format's reader infers them; with `dead_letters`, of a CSV or JSON file's
+    readable lines when its reader rejects some."""
     try:
         with fs.open_input_file(entry.path) as stream:
             if fmt == "parquet":
                 import pyarrow.parquet as pq
 
                 return pq.read_schema(stream)
-            if fmt == "csv":
-                import pyarrow.csv as pcsv
-
-                return pcsv.open_csv(stream).schema
-            if fmt == "json":
-                import pyarrow.json as pjson
-
-                return pjson.open_json(stream).schema
-            return _avro_schema(stream)
+            if fmt == "avro":
+                return _avro_schema(stream)
+            content = stream.read()
+        try:
+            return _text_schema(content, fmt)
+        except pa.ArrowException:
+            good, bad = scan(content, fmt, pa.schema([]), first_only=not dead_letters)
+            if bad and not dead_letters:
+                raise StreamlingError.user(
+                    f"{entry.path}: cannot read its columns as {fmt}: line {bad[0].line}: {bad[0].error}"
+                ) from None
+            if not bad:
+                raise
+            return _text_schema(good, fmt)
     except StreamlingError:
         raise
     except Exception as exc:
-        where = _where(fs, entry.path, fmt, pa.schema([])) if isinstance(exc, pa.ArrowException) else None
-        raise StreamlingError.user(f"{entry.path}: cannot read its columns as {fmt}: {where or _line(exc)}") from None
+        raise StreamlingError.user(f"{entry.path}: cannot read its columns as {fmt}: {_line(exc)}") from None
 
 
-def infer_schema(fs: pafs.FileSystem, files: Sequence[FileEntry], fmt: str) -> pa.Schema:
+def _text_schema(content: bytes, fmt: str) -> pa.Schema:
+    if fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        return pcsv.open_csv(pa.BufferReader(content)).schema
+    import pyarrow.json as pjson
+
+    return pjson.open_json(pa.BufferReader(content)).schema
+
+
+def infer_schema(fs: pafs.FileSystem, files: Sequence[FileEntry], fmt: str, dead_letters: bool = False) -> pa.Schema:
     """The data columns of `files`: the schemas of the first `SCHEMA_SAMPLE_FILES` by path, unified column by
     column (an integer column that is fractional in another file becomes a double); a column whose types cannot
     be unified is read as a string, as Spark's inference does for CSV and JSON."""
     sample = sorted(files, key=lambda e: e.path)[:SCHEMA_SAMPLE_FILES]
     types: dict[str, list[pa.DataType]] = {}
-    for schema in (file_schema(fs, entry, fmt) for entry in sample):
+    for schema in (file_schema(fs, entry, fmt, dead_letters) for entry in sample):
         for field in schema:
             types.setdefault(field.name, []).append(field.type)
     return pa.schema([pa.field(name, normalise(_unified(found))) for name, found in types.items()])
@@ -102,23 +116,33 @@ def read_file(
     fmt: str,
     target: pa.Schema,
     partition_columns: Sequence[str],
-    batch_rows: int,
-) -> Iterator[pa.RecordBatch]:
-    """The rows of one file conformed to `target` (the source's Arrow schema), in batches of at most `batch_rows`;
-    `partition_columns` are the columns that come from Hive-style folders rather than from the files."""
+    dead_letters: bool,
+) -> tuple[pa.Table, list[BadLine]]:
+    """The rows of one file conformed to `target` (the source's Arrow schema); `partition_columns` are the columns
+    that come from Hive-style folders rather than from the files. A CSV or JSON file the reader rejects fails
+    naming its first bad line, or with `dead_letters` is read without its bad lines, which are returned."""
     data = pa.schema([f.with_nullable(True) for f in target if f.name not in partition_columns])
+    bad: list[BadLine] = []
     try:
         table = _read(fs, entry.path, fmt, data)
     except StreamlingError:
         raise
     except (pa.ArrowException, ValueError) as exc:
-        raise StreamlingError.user(f"{entry.path}: {_where(fs, entry.path, fmt, data) or _line(exc)}") from None
+        if fmt not in ("csv", "json"):
+            raise StreamlingError.user(f"{entry.path}: {_line(exc)}") from None
+        with fs.open_input_file(entry.path) as stream:
+            content = stream.read()
+        good, bad = scan(content, fmt, data, first_only=not dead_letters)
+        if not bad:
+            raise StreamlingError.user(f"{entry.path}: {_line(exc)}") from None
+        if not dead_letters:
+            raise StreamlingError.user(f"{entry.path}: line {bad[0].line}: {bad[0].error}") from None
+        table = _read_bytes(good, fmt, data)
     try:
         values = dict(entry.partition)
-        conformed = conform(table, target, {k: values.get(k) for k in partition_columns})
+        return conform(table, target, {k: values.get(k) for k in partition_columns}), bad
     except (pa.ArrowException, ValueError) as exc:
         raise StreamlingError.user(f"{entry.path}: its columns do not fit the source's schema: {_line(exc)}") from None
-    yield from conformed.to_batches(max_chunksize=batch_rows)
 
 
 def _read(fs: pafs.FileSystem, path: str, fmt: str, data: pa.Schema) -> pa.Table:
@@ -127,19 +151,27 @@ def _read(fs: pafs.FileSystem, path: str, fmt: str, data: pa.Schema) -> pa.Table
             import pyarrow.parquet as pq
 
             return pq.read_table(stream)
-        if fmt == "csv":
-            import pyarrow.csv as pcsv
+        if fmt == "avro":
+            return _read_avro(stream, data)
+        return _read_bytes(stream.read(), fmt, data)
 
-            header = pcsv.open_csv(stream).schema.names
-            stream.seek(0)
-            types = {f.name: f.type for f in data if f.name in header}
-            return pcsv.read_csv(stream, convert_options=pcsv.ConvertOptions(column_types=types))
-        if fmt == "json":
-            import pyarrow.json as pjson
 
-            options = pjson.ParseOptions(explicit_schema=data, unexpected_field_behavior="ignore")
-            return pjson.read_json(stream, parse_options=options)
-        return _read_avro(stream, data)
+def _read_bytes(content: bytes, fmt: str, data: pa.Schema) -> pa.Table:
+    """A CSV or JSON file's content read against the source's data columns."""
+    if fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        if not content.strip():
+            return pa.table({f.name: pa.array([], f.type) for f in data})
+        header = pcsv.open_csv(pa.BufferReader(content)).schema.names
+        types = {f.name: f.type for f in data if f.name in header}
+        return pcsv.read_csv(pa.BufferReader(content), convert_options=pcsv.ConvertOptions(column_types=types))
+    import pyarrow.json as pjson
+
+    if not content.strip():
+        return pa.table({f.name: pa.array([], f.type) for f in data})
+    options = pjson.ParseOptions(explicit_schema=data, unexpected_field_behavior="ignore")
+    return pjson.read_json(pa.BufferReader(content), parse_options=options)
 
 
 def conform(table: pa.Table, target: pa.Schema, partition: dict[str, str | None]) -> pa.Table:
@@ -162,57 +194,6 @@ def conform(table: pa.Table, target: pa.Schema, partition: dict[str, str | None]
         else:
             columns.append(pa.nulls(n, field.type))
     return pa.Table.from_arrays(columns, schema=target)
-
-
-def _where(fs: pafs.FileSystem, path: str, fmt: str, data: pa.Schema) -> str | None:
-    """The first line of a CSV or JSON file its reader rejects, and why; None when no single line is at fault."""
-    if fmt not in ("csv", "json"):
-        return None
-    with fs.open_input_file(path) as stream:
-        text = io.TextIOWrapper(io.BytesIO(stream.read()), encoding="utf-8", errors="replace", newline="")
-    return _csv_line(text, data) if fmt == "csv" else _json_line(text, data)
-
-
-def _json_line(text: io.TextIOWrapper, data: pa.Schema) -> str | None:
-    import pyarrow.json as pjson
-
-    options = pjson.ParseOptions(explicit_schema=data, unexpected_field_behavior="ignore")
-    for number, line in enumerate(text, start=1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            return f"line {number}: not valid JSON: {exc.msg} (column {exc.colno})"
-        if not isinstance(value, dict):
-            return f"line {number}: not a JSON object"
-        try:
-            pjson.read_json(io.BytesIO(line.encode()), parse_options=options)
-        except pa.ArrowException as exc:
-            return f"line {number}: {_line(exc)}"
-    return None
-
-
-def _csv_line(text: io.TextIOWrapper, data: pa.Schema) -> str | None:
-    import pyarrow.csv as pcsv
-
-    rows = csv.reader(text)
-    header = next(rows, None)
-    if header is None:
-        return None
-    types = {f.name: f.type for f in data if f.name in header}
-    options = pcsv.ConvertOptions(column_types=types)
-    for record in rows:
-        number = rows.line_num
-        if len(record) != len(header):
-            return f"line {number}: expected {len(header)} columns, got {len(record)}"
-        out = io.StringIO()
-        csv.writer(out).writerows([header, record])
-        try:
-            pcsv.read_csv(io.BytesIO(out.getvalue().encode()), convert_options=options)
-        except pa.ArrowException as exc:
-            return f"line {number}: {_line(exc)}"
-    return None
 
 
 def _avro_schema(stream: Any) -> pa.Schema:

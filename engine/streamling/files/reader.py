@@ -18,9 +18,12 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from streamling.errors import StreamlingError
 from streamling.files import positions
 from streamling.files.listing import FileEntry, filesystem, list_files
+from streamling.telemetry.tasks import OFF, NodeRecorder
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from streamling.files.lines import BadLine
 
 EPOCH_BYTES = 256 * 1024 * 1024
 """An epoch takes files until this many bytes (at least one file), so a large backlog commits as it goes."""
@@ -38,11 +41,15 @@ class FileStreamReader(DataSourceStreamReader):
         config: Mapping[str, Any],
         snapshot: Sequence[FileEntry] | None,
         replay_end: Mapping[str, Any] | None,
+        recorder: NodeRecorder = OFF,
     ) -> None:
         self.config = dict(config)
         """source (its name), path, format, arrow_schema (IPC bytes, hex), partition_columns, poll_sec, parallelism,
-        batch_rows."""
+        batch_rows, and the dead-letter target's options (`DeadLetterTarget.to_options`) with ``on_error:
+        dead_letter``."""
         self.replay_end = dict(replay_end) if replay_end is not None else None
+        self.recorder = recorder
+        """Where the tasks count dead-lettered lines."""
         self._listing: list[FileEntry] | None = list(snapshot) if snapshot is not None else None
         self._bounded = snapshot is not None
         self._listed_at = -float("inf")
@@ -86,20 +93,40 @@ class FileStreamReader(DataSourceStreamReader):
 
         target = pa.ipc.read_schema(pa.py_buffer(bytes.fromhex(self.config["arrow_schema"])))
         fs, _ = filesystem(self.config["path"])
+        dead_letters = bool(self.config.get("dead_letter"))
         for entry in partition.entries:
             try:
-                yield from read_file(
-                    fs,
-                    entry,
-                    self.config["format"],
-                    target,
-                    self.config["partition_columns"],
-                    int(self.config["batch_rows"]),
+                table, bad = read_file(
+                    fs, entry, self.config["format"], target, self.config["partition_columns"], dead_letters
                 )
             except StreamlingError as exc:
                 raise exc.context(f"file source '{self.config['source']}'") from None
             except FileNotFoundError:
                 continue  # deleted since it was listed: a deletion changes nothing
+            if bad:
+                self._deliver(entry, bad)
+            yield from table.to_batches(max_chunksize=int(self.config["batch_rows"]))
+
+    def _deliver(self, entry: FileEntry, bad: Sequence[BadLine]) -> None:
+        """A file's bad lines go to the dead-letter target before its rows are handed over: the epoch commits only
+        after every task returned, so a dead letter is written before the position passes its file."""
+        from streamling.dead_letters import DeadLetter, DeadLetterTarget
+
+        target = DeadLetterTarget.from_options(self.config)
+        assert target is not None
+        target.deliver(
+            [
+                DeadLetter(
+                    error=f"{entry.path}: line {b.line}: {b.error}",
+                    topic=entry.path,
+                    offset=b.line,
+                    value=b.raw,
+                    version=str(entry.mtime_ns),
+                )
+                for b in bad
+            ]
+        )
+        self.recorder.count("dead_lettered", len(bad))
 
     def commit(self, end: dict) -> None:
         """Positions are committed by the runtime to the state backend, not here."""

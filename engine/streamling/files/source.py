@@ -8,13 +8,15 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from streamling.dead_letters import DeadLetterTarget
 from streamling.errors import StreamlingError
 from streamling.files import positions
 from streamling.files.listing import FileEntry, filesystem, list_files
 from streamling.files.reader import FileStreamReader, schema_hex
 from streamling.files.spec import FileSourceSpec
-from streamling.plugin import ExternalObject, Source
+from streamling.plugin import ExternalObject, RunContext, Source
 from streamling.state import StateBackend
+from streamling.telemetry.tasks import OFF, NodeRecorder
 from streamling.types import GS_OP
 
 if TYPE_CHECKING:
@@ -34,6 +36,20 @@ class FileSource(Source[FileSourceSpec]):
         """Columns from Hive-style ``key=value`` folders (a column the files have wins over a folder's)."""
         self._snapshot: list[FileEntry] | None = None
         """A bounded source's files, listed once when the run loads its position."""
+        self.dead_letter = (
+            DeadLetterTarget.of(self.spec.dead_letter, self.settings, self.name, self.label, None)
+            if self.spec.dead_letter is not None
+            else None
+        )
+        self._recorder: NodeRecorder = OFF
+        """Where its reading tasks count dead-lettered lines (set when telemetry is on)."""
+
+    def initialize(self, ctx: RunContext) -> None:
+        recorder = ctx.recorder(self.name)
+        if recorder.active:
+            self._recorder = recorder
+        if self.dead_letter is not None:
+            self.dead_letter.prepare()
 
     @property
     def state_key(self) -> str:
@@ -64,7 +80,8 @@ class FileSource(Source[FileSourceSpec]):
         if not files:
             raise StreamlingError.user(f"{self.label}: no files matching {self.spec.path}")
         try:
-            data = infer_schema(filesystem(self.spec.path)[0], files, self.spec.format or "")
+            fs = filesystem(self.spec.path)[0]
+            data = infer_schema(fs, files, self.spec.format or "", dead_letters=self.dead_letter is not None)
         except StreamlingError as exc:
             raise exc.context(self.label) from None
         fields = list(data)
@@ -132,11 +149,12 @@ class FileSource(Source[FileSourceSpec]):
             "poll_sec": self.spec.mode.poll_sec,
             "parallelism": self.spec.parallelism or spark.sparkContext.defaultParallelism,
             "batch_rows": min(self.settings.record_batch_size, 65_536),
+            **(self.dead_letter.to_options() if self.dead_letter is not None else {}),
         }
         snapshot = self._snapshot if self.spec.bounded else None
         if self.spec.bounded and snapshot is None:
             snapshot = self._snapshot = self._list()[1]
-        return FileStreamReader(config, snapshot, replay_end)
+        return FileStreamReader(config, snapshot, replay_end, self._recorder)
 
     def _spark_arrow_schema(self) -> pa.Schema:
         """The Arrow schema Spark expects of the tasks' batches (timestamps in UTC microseconds, as Spark's)."""

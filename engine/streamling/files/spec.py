@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from streamling.config.units import Seconds
 from streamling.files.listing import SCHEMES, scheme_of
-from streamling.topology.spec import SourceSpec
+from streamling.topology.spec import ErrorHandlingSpec, SourceSpec
 
 FORMATS = ("parquet", "csv", "json", "avro")
 ALIASES = {"ndjson": "json", "jsonl": "json", "parq": "parquet"}
@@ -38,7 +38,7 @@ class FileMode(BaseModel):
         return self.poll_interval if self.poll_interval is not None else DEFAULT_POLL_SEC
 
 
-class FileSourceSpec(SourceSpec):
+class FileSourceSpec(SourceSpec, ErrorHandlingSpec):
     type: Literal["file"]
     identity_labels: ClassVar[tuple[str, ...]] = ("path",)
     path: str = Field(min_length=1)
