@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from streamling import run_pipeline
 from streamling.api import validate_pipeline
 from streamling.errors import StreamlingError
 from streamling.state.sqlite import SqliteStateBackend
+from tests.e2e.cli import sqlite_state, start_cli, wait_for
 from tests.integration.collect_sink import COLLECTED
 from tests.integration.streaming import Background
 
@@ -363,3 +365,53 @@ def test_bad_lines_go_to_the_dead_letter_table_and_the_rest_is_read(
     assert errors[1].startswith(f"{broken}: line 3: not valid JSON: ")
     assert errors[2].startswith(f"{bad}: line 3: In CSV column #0: CSV conversion error to int64")
     assert errors[3] == f"{bad}: line 6: expected 2 columns, got 3"
+
+
+def test_killed_after_an_epoch_was_written_the_restart_reads_no_file_twice_and_skips_none(
+    tmp_path, postgres_env, pg_connect, schema
+) -> None:
+    """SIGKILL after the sinks wrote epoch 2 (one file) but before its position was committed: the restart
+    replays exactly that file (the Postgres sinks recognise the epoch and skip it) and goes on with the next."""
+    data = tmp_path / "in"
+    write(data / "a.csv", "csv", [{"id": 1}, {"id": 2}])
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(f"""
+sources:
+  files: {{type: file, path: {data}, format: csv, primary_key: id, mode: {{type: continuous, poll_interval: 200ms}}}}
+sinks:
+  rows: {{type: postgres, from: files, schema: {schema}, table: rows}}
+  counts:
+    type: postgres_aggregate
+    from: files
+    schema: {schema}
+    landing_table: landing
+    agg_table: counts
+    aggregate: {{n: {{fn: count}}}}
+""")
+    env = {**postgres_env, "STREAMLING__CHECKPOINT_INTERVAL_SEC": "300ms"}
+
+    def ids() -> list[int]:
+        with pg_connect() as conn:
+            try:
+                return [r[0] for r in conn.execute(f'SELECT id FROM "{schema}".rows ORDER BY id').fetchall()]
+            except Exception:
+                return []
+
+    proc = start_cli(tmp_path, str(pipeline), env={**env, "STREAMLING_CRASH_AT": "after_write:2"})
+    wait_for(lambda: ids() == [1, 2], proc)
+    write(data / "b.csv", "csv", [{"id": 3}, {"id": 4}])
+    assert proc.wait(120) == -9, proc.stderr.read()
+    first = data / "a.csv"
+    saved = sqlite_state(tmp_path / "state.db")["files:file"]
+    assert (saved["last_modified"], saved["files"]) == (os.stat(first).st_mtime_ns, [str(first)])
+    write(data / "c.csv", "csv", [{"id": 5}])
+    proc = start_cli(tmp_path, str(pipeline), env=env)
+    wait_for(lambda: ids() == [1, 2, 3, 4, 5], proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, proc.stderr.read()
+    with pg_connect() as conn:
+        (applied,) = conn.execute(f'SELECT n FROM "{schema}".counts').fetchone()
+    assert applied == 5  # nothing counted twice
+    last = data / "c.csv"
+    saved = sqlite_state(tmp_path / "state.db")["files:file"]
+    assert (saved["last_modified"], saved["files"]) == (os.stat(last).st_mtime_ns, [str(last)])
