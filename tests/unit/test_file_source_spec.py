@@ -155,3 +155,16 @@ def test_hive_folders_and_globs(tmp_path: Path) -> None:
     _, single = list_files(fs, f"{tmp_path}/k=1/b.csv")
     assert [os.path.relpath(e.path, tmp_path) for e in single] == ["k=1/b.csv"]
     assert list_files(fs, f"{tmp_path}/absent")[1] == []
+
+
+def test_the_control_plane_sees_the_files_as_an_object_of_their_store_and_folders(make_settings) -> None:
+    from streamling.files.source import FileSource
+
+    def key(path: str) -> tuple[str, ...]:
+        source = FileSource("files", spec(path=path, format="parquet"), make_settings())
+        (read,) = source.reads()
+        return read.key
+
+    assert key("/data/events/") == ("file", "data", "events")
+    assert key("s3a://lake/events/*.parquet") == ("s3", "lake", "events", "*.parquet")
+    assert key("gs://lake/x") == ("gs", "lake", "x")

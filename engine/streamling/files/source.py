@@ -4,6 +4,7 @@ under ``<source>:file``, and the stream reader (`reader.py`) whose tasks read th
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from streamling.dead_letters import DeadLetterTarget
 from streamling.errors import StreamlingError
 from streamling.files import positions
-from streamling.files.listing import FileEntry, filesystem, list_files
+from streamling.files.listing import SCHEMES, FileEntry, filesystem, list_files, scheme_of
 from streamling.files.reader import FileStreamReader, schema_hex
 from streamling.files.spec import FileSourceSpec
 from streamling.plugin import ExternalObject, RunContext, Source
@@ -56,7 +57,13 @@ class FileSource(Source[FileSourceSpec]):
         return f"{self.name}:file"
 
     def reads(self) -> list[ExternalObject]:
-        return [ExternalObject("file", (self.spec.path,), description=f"{self.spec.format} files at {self.spec.path}")]
+        """The files as the control plane's asset: keyed by the store (``file``, ``s3``, ``gs``) and the path's
+        folders, so two pipelines reading one folder share it."""
+        scheme = scheme_of(self.spec.path)
+        store = SCHEMES.get(scheme, "file") if scheme is not None else "file"
+        rest = self.spec.path.split("://", 1)[1] if scheme is not None else os.path.abspath(self.spec.path)
+        parts = tuple(p for p in rest.split("/") if p)
+        return [ExternalObject(store, parts or ("/",), description=f"{self.spec.format} files at {self.spec.path}")]
 
     def _list(self) -> tuple[str, list[FileEntry]]:
         fs, path = filesystem(self.spec.path)
