@@ -415,3 +415,30 @@ sinks:
     last = data / "c.csv"
     saved = sqlite_state(tmp_path / "state.db")["files:file"]
     assert (saved["last_modified"], saved["files"]) == (os.stat(last).st_mtime_ns, [str(last)])
+
+
+def test_a_time_backfill_range_reads_the_files_modified_within_it(spark, make_settings, write_pipeline, tmp_path):
+    """What a Dagster time-window partition of a bounded file source runs: the files modified in [start, end)."""
+    from datetime import UTC, datetime
+
+    data = tmp_path / "daily"
+    for day in (1, 2, 3):
+        moment = datetime(2026, 5, day, 12, tzinfo=UTC).timestamp()
+        write(data / f"day{day}.csv", "csv", [{"id": day}], mtime=moment)
+    write(data / "midnight.csv", "csv", [{"id": 20}], mtime=datetime(2026, 5, 2, tzinfo=UTC).timestamp())
+    write(data / "next-midnight.csv", "csv", [{"id": 30}], mtime=datetime(2026, 5, 3, tzinfo=UTC).timestamp())
+    key = uuid.uuid4().hex
+    path = write_pipeline(f"""
+        sources:
+          files: {{type: file, path: {data}, format: csv, mode: {{type: bounded}}}}
+        sinks:
+          out: {{type: test.collect, from: files, options: {{key: {key}}}}}
+        """)
+    window = {"backfill_range.start": "2026-05-02", "backfill_range.end": "2026-05-03"}
+    run_pipeline(path, make_settings(job_mode=True, **window), spark)
+    assert sorted(r["id"] for r in collected(key)) == [2, 20]
+    integers = make_settings(job_mode=True, **{"backfill_range.start": 1, "backfill_range.end": 5})
+    assert validate_pipeline(path, integers, spark).errors == [
+        "file source 'files': backfill_range [1, 5) is of integers; a file source's ranges are of the files' "
+        "modification times (dates or date-times)"
+    ]

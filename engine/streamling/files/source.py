@@ -79,9 +79,16 @@ class FileSource(Source[FileSourceSpec]):
 
         from streamling.files.formats import infer_schema
 
-        if self.settings.backfill_range is not None:
+        wanted = self.settings.backfill_range
+        if wanted is not None and not wanted.by_time:
             raise StreamlingError.user(
-                f"{self.label}: backfill_range {self.settings.backfill_range} does not apply to a file source"
+                f"{self.label}: backfill_range {wanted} is of integers; a file source's ranges are of the files' "
+                "modification times (dates or date-times)"
+            )
+        if wanted is not None and wanted.column not in (None, "last_modified"):
+            raise StreamlingError.user(
+                f"{self.label}: backfill_range column '{wanted.column}': a file source's ranges are of the files' "
+                "modification times (column 'last_modified', or none)"
             )
         _, files = self._list()
         if not files:
@@ -114,10 +121,21 @@ class FileSource(Source[FileSourceSpec]):
         except Exception as exc:
             raise StreamlingError.user(f"{self.label}: a column type Spark cannot hold: {exc}") from None
 
+    def _in_range(self) -> list[FileEntry]:
+        """The files a bounded run reads: all listed, or with a `backfill_range` (a Dagster time partition) those
+        modified within it, [start, end)."""
+        files = self._list()[1]
+        wanted = self.settings.backfill_range
+        if wanted is None:
+            return files
+        start, end = (int(t.timestamp()) * 1_000_000_000 + t.microsecond * 1000 for t in (wanted.start, wanted.end))
+        log.info("%s reads the files modified in %s", self.label, wanted)
+        return [e for e in files if start <= e.mtime_ns < end]
+
     def load_position(self, state: StateBackend) -> dict[str, Any]:
         position = self.committed_position(state) or dict(positions.INITIAL)
         if self.spec.bounded:
-            self._snapshot = self._list()[1]
+            self._snapshot = self._in_range()
             left = positions.pending(position, self._snapshot)
             log.info("%s reads %d of the %d files at %s", self.label, len(left), len(self._snapshot), self.spec.path)
         return position
@@ -160,7 +178,7 @@ class FileSource(Source[FileSourceSpec]):
         }
         snapshot = self._snapshot if self.spec.bounded else None
         if self.spec.bounded and snapshot is None:
-            snapshot = self._snapshot = self._list()[1]
+            snapshot = self._snapshot = self._in_range()
         return FileStreamReader(config, snapshot, replay_end, self._recorder)
 
     def _spark_arrow_schema(self) -> pa.Schema:
