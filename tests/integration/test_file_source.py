@@ -442,3 +442,53 @@ def test_a_time_backfill_range_reads_the_files_modified_within_it(spark, make_se
         "file source 'files': backfill_range [1, 5) is of integers; a file source's ranges are of the files' "
         "modification times (dates or date-times)"
     ]
+
+
+def test_a_dagster_daily_partition_backfills_the_files_modified_that_day(
+    tmp_path, spark, monkeypatch, postgres_env, pg_connect, schema
+) -> None:
+    """`orchestration.backfill_partitions` with `every: day` over a bounded file source: materializing one day
+    writes the rows of the files modified that day, in a state namespace of the partition's own."""
+    from datetime import UTC, datetime
+
+    import dagster as dg
+
+    from streamling_dagster import build_definitions
+    from streamling_dagster.resources import StreamlingResource
+    from tests.integration.test_dagster import SessionSpark
+
+    for key, value in postgres_env.items():
+        monkeypatch.setenv(key, value)
+    data = tmp_path / "drops"
+    for day in (1, 2, 3):
+        moment = datetime(2026, 5, day, 12, tzinfo=UTC).timestamp()
+        write(data / f"day{day}.csv", "csv", [{"id": day * 10 + i} for i in range(3)], mtime=moment)
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    (pipelines / "drops.yaml").write_text(f"""
+sources:
+  files: {{type: file, path: {data}, format: csv, mode: {{type: bounded}}, primary_key: id}}
+sinks:
+  out: {{type: postgres, from: files, schema: {schema}, table: drops}}
+orchestration:
+  backfill_partitions: {{every: day, start: 2026-05-01, end: 2026-05-04}}
+""")
+    defs = build_definitions(pipelines)
+    (assets,) = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)]
+    assert assets.partitions_def.get_partition_keys() == ["2026-05-01", "2026-05-02", "2026-05-03"]
+    resources = {
+        "streamling": StreamlingResource(
+            overrides={
+                "state_backend.sqlite.database_path": str(tmp_path / "state.db"),
+                "spark.checkpoint_root": str(tmp_path / "checkpoints"),
+                "checkpoint_interval_sec": "200ms",
+            }
+        ),
+        "spark": SessionSpark(spark_config={"spark.master": "local[2]"}),
+    }
+    with dg.instance_for_test() as instance:
+        result = dg.materialize([assets], partition_key="2026-05-02", instance=instance, resources=resources)
+        assert result.success
+    with pg_connect() as conn:
+        ids = [r[0] for r in conn.execute(f'SELECT id FROM "{schema}".drops ORDER BY id').fetchall()]
+    assert ids == [20, 21, 22]
