@@ -2,9 +2,9 @@
 
 A file is read whole with pyarrow's readers (Avro with fastavro) and conformed to the source's schema: columns
 by name, cast to the inferred type, NULL where a file lacks one, Hive partition values and the constant
-``_gs_op = 'i'`` added. A CSV or JSON file pyarrow cannot read is read again line by line (`lines.py`) to name the first
-bad line, pyarrow's messages counting rows within a block, which is no place a user can find; or, with dead
-letters, to read the file without its bad lines.
+``_gs_op = 'i'`` added. A CSV or JSON file pyarrow cannot read is read again line by line (`lines.py`) to name
+the first bad line, pyarrow's messages counting rows within a block, which is no place a user can find; or, with
+dead letters, to read the file without its bad lines.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from streamling.errors import StreamlingError
 from streamling.files.lines import BadLine, scan
+from streamling.files.lines import first_line as _line
 from streamling.types import GS_OP
 
 if TYPE_CHECKING:
@@ -212,8 +213,3 @@ def _read_avro(stream: Any, data: pa.Schema) -> pa.Table:
     records = list(fastavro.reader(stream))
     names = [f.name for f in data]
     return pa.Table.from_pylist([{k: r.get(k) for k in names} for r in records], schema=data)
-
-
-def _line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__

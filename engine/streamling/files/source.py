@@ -165,11 +165,12 @@ class FileSource(Source[FileSourceSpec]):
     def stream_reader(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
     ) -> FileStreamReader:
+        arrow_schema = self._spark_arrow_schema()  # infers the schema, and with it the partition columns
         config = {
             "source": self.name,
             "path": self.spec.path,
             "format": self.spec.format,
-            "arrow_schema": schema_hex(self._spark_arrow_schema()),
+            "arrow_schema": schema_hex(arrow_schema),
             "partition_columns": list(self._partition_columns),
             "poll_sec": self.spec.mode.poll_sec,
             "parallelism": self.spec.parallelism or spark.sparkContext.defaultParallelism,
