@@ -40,7 +40,8 @@ HEADER_PREFIX = "streamling."
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """One bad record: a source message (topic … headers) or a sink row (row, primary_key as JSON text)."""
+    """One bad record: a source message (topic … headers), a file's line (path as topic, line as offset, version)
+    or a sink row (row, primary_key as JSON text)."""
 
     error: str
     topic: str | None = None
@@ -51,11 +52,16 @@ class DeadLetter:
     headers: Sequence[tuple[str, bytes | None]] = ()
     row: str | None = None
     primary_key: str | None = None
+    version: str | None = None
+    """A file's line (`topic` the file's path, `offset` the line, no partition): the file's modification time, so
+    a bad line of a rewritten file is a record of its own."""
 
     @property
     def record_id(self) -> str:
         """What makes a repeat recognisable: the position of a source record, the content of a sink row (a
         replay of the same events rejects the same rows)."""
+        if self.topic is not None and self.partition is None:
+            return f"{self.topic}@{self.version}:{self.offset}"
         if self.topic is not None:
             return f"{self.topic}:{self.partition}:{self.offset}"
         return "row:" + hashlib.sha256((self.row or "").encode()).hexdigest()[:32]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine" / "streamling"
-SYSTEMS = ("kafka", "postgres", "clickhouse", "http", "script", "dynamic_tables", "sql", "builtins")
+SYSTEMS = ("kafka", "postgres", "clickhouse", "http", "script", "dynamic_tables", "sql", "builtins", "files")
 
 
 def loaded_by(module: str, candidates: tuple[str, ...]) -> list[str]:
@@ -50,6 +50,13 @@ def test_the_kafka_reader_imports_no_settings_models_no_topology_no_driver_and_n
     assert loaded_by("streamling.kafka.source.reader", heavy) == []
 
 
+def test_the_file_reader_imports_no_settings_models_no_topology_and_no_driver() -> None:
+    """The reading tasks unpickle the file source's reader in every Python worker; pyarrow's readers are imported
+    by a read."""
+    heavy = ("pydantic", "streamling.topology", "streamling.config", "psycopg", "streamling.runtime.executor")
+    assert loaded_by("streamling.files.reader", (*heavy, "pyarrow.parquet", "pyarrow.csv", "pyarrow.json")) == []
+
+
 def test_loading_the_built_in_operators_imports_no_http_client() -> None:
     """Every driver loads the built-ins; `import httpx` also loads its command line and rich (~90 ms), which only
     a pipeline with an HTTP node uses, on the executors."""
@@ -77,6 +84,7 @@ def test_every_built_in_type_is_registered_through_the_entry_point_group() -> No
         "blackhole",
         "clickhouse",
         "dynamic_table",
+        "file",
         "generator",
         "handler",
         "hybrid",

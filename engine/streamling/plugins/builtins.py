@@ -8,6 +8,7 @@ from streamling.builtins.print_sink import OriginalPrintSink, PrintSink
 from streamling.clickhouse.sink import ClickHouseSink
 from streamling.clickhouse.source import ClickHouseSource
 from streamling.dynamic_tables.transform import DynamicTable
+from streamling.files.source import FileSource
 from streamling.http.handler import HandlerTransform
 from streamling.http.webhook import WebhookSink
 from streamling.kafka.sink import KafkaSink
@@ -26,6 +27,7 @@ PLUGIN = Plugin(
         "kafka": [KafkaSource, KafkaSink],
         "clickhouse": [ClickHouseSource, ClickHouseSink],
         "hybrid": HybridSource,
+        "file": FileSource,
         "sql": SqlTransform,
         "script": ScriptTransform,
         "handler": HandlerTransform,
