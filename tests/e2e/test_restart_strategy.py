@@ -92,9 +92,13 @@ def python_workers(under: int) -> list[psutil.Process]:
 
 
 class Killer:
-    """Kills the run's Python workers every `every` seconds until `output` shows a restart (or `limit` kills)."""
+    """Kills the run's Python workers every `every` seconds until `output` shows a restart (or `limit` kills).
 
-    def __init__(self, root: int, output: list[str], every: float = 1.5, limit: int = 40) -> None:
+    Often: a kill only fails a task when it meets a worker running one (an idle worker is forked again by the
+    daemon), and a warm engine can end the run within a few seconds; at 1.5 s a loaded machine once saw the engine's
+    run end with no restart."""
+
+    def __init__(self, root: int, output: list[str], every: float = 0.4, limit: int = 120) -> None:
         self.kills = 0
         self.stop = threading.Event()
 
@@ -176,7 +180,7 @@ def test_the_engine_restarts_a_run_after_killed_python_workers_on_a_starved_mach
         finally:
             killer.stop.set()
         (view,) = engine.get("/runs")["runs"]
-        assert view["state"] == "succeeded" and view["restarts"] >= 1, view
+        assert view["state"] == "succeeded" and view["restarts"] >= 1, (killer.kills, view)
         assert view["last_error"]  # what the last restart was for
         assert any(RESTARTED in line for line in output)
         assert engine.get("/health")["status"] == "ok"
