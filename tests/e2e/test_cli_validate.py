@@ -13,7 +13,7 @@ from tests.e2e.cli import run_cli, write
 def unknown_sink(type_name: str) -> str:
     """The message for an unknown sink type, listing the sink types the CLI loads: the built-ins' entry point (this
     process's registry also holds types the tests register, which the CLI never sees)."""
-    loaded = "blackhole, clickhouse, kafka, postgres, postgres_aggregate, print, print_sink, webhook"
+    loaded = "blackhole, clickhouse, kafka, memory, postgres, postgres_aggregate, print, print_sink, webhook"
     return f"operator type '{type_name}' is not available; loaded sink types: {loaded}"
 
 

@@ -342,10 +342,6 @@ def test_value_too_long_for_an_existing_column_fails_without_retrying(
             "{type: postgres, from: src, table: t, primary_key: id, on_conflict: nothing, update_where: {id: '>'}}",
             "postgres sink 'out': update_where applies only with on_conflict: update",
         ),
-        (
-            "{type: postgres, from: src, table: t, primary_key: id, on_conflict: replace}",
-            "sink 'out' (type 'postgres'): field 'on_conflict': Input should be 'update' or 'nothing' (got 'replace')",
-        ),
         ("{type: postgres, from: src, table: t}", "postgres sink 'out' requires a primary key"),
         (
             "{type: postgres_aggregate, from: src, primary_key: id, landing_table: l, agg_table: a, "

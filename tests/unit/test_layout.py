@@ -89,6 +89,7 @@ def test_every_built_in_type_is_registered_through_the_entry_point_group() -> No
         "handler",
         "hybrid",
         "kafka",
+        "memory",
         "postgres",
         "postgres_aggregate",
         "print",

@@ -6,9 +6,14 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from streamling.config import load_settings
+from streamling.plugin import ArrowSink, ArrowTransform, Epoch, Options, Plugin
+from streamling.plugins import loader
+from streamling.plugins.registry import REGISTRY
+from streamling.runtime.executor import PipelineRunner
 from streamling.runtime.plan import Plan
 from streamling.topology.pipeline import load_pipeline
 
@@ -30,8 +35,17 @@ def plan(text: str, tmp_path: Path, **env: str) -> Plan:
     return Plan(pipeline, settings)
 
 
+EVENT_TIME = "telemetry: {labels: {team: a}, event_time: {column: ts, unit: seconds}}"
 SOURCES = [
     "{type: kafka, topic: t, parallelism: 4}",
+    "{type: kafka, topic: t, batch_flush_interval: 500ms, skip_schema_resolution: true,"
+    " skip_schema_resolution_for_reader_schema_ids: [3, 4]}",
+    f"{{type: kafka, topic: t, {EVENT_TIME}}}",
+    f"{{type: clickhouse, table_name: t, {EVENT_TIME}}}",
+    "{type: file, path: /tmp/x, format: jsonl, mode: {type: continuous}, telemetry: {event_time: {column: ts}}}",
+    "{type: hybrid, bounded_sources: [{source_type: clickhouse, table_name: t}],"
+    " unbounded_source: {source_type: kafka, topic: t, skip_schema_resolution: false,"
+    " skip_schema_resolution_for_reader_schema_ids: [1]}}",
     "{type: generator, rows: 10, parallelism: 3}",
     "{type: clickhouse, table_name: t, parallelism: 2}",
     "{type: hybrid, parallelism: 2, bounded_sources: [{source_type: clickhouse, table_name: t}],"
@@ -48,6 +62,8 @@ TRANSFORMS = [
     "{type: dynamic_table, backend_type: Postgres, backend_entity_name: w, column: addr, time_column: updated_at,"
     " cache: true, cache_refresh_debounce_ms: 5000}",
     "{type: dynamic_table, backend_type: Postgres, backend_entity_name: w2, from: src, column: name}",
+    f"{{type: sql, primary_key: id, sql: SELECT * FROM src, {EVENT_TIME}}}",
+    f"{{type: dynamic_table, backend_type: in-memory, backend_entity_name: w3, {EVENT_TIME}}}",
 ]
 SINKS = [
     "{type: print, from: src, parallelism: 2, batch_size: 100, batch_flush_interval: 1s}",
@@ -59,6 +75,13 @@ SINKS = [
     " parallelism: 2, batch_size: 100, batch_flush_interval: 1s}",
     "{type: clickhouse, from: src, table: t, parallelism: 2, batch_size: 1000, batch_flush_interval: 1s,"
     " version_column_name: amount, deduplicate: false, schema_overrides: {name: LowCardinality(String)}}",
+    "{type: print, from: src, sample_every: 2, num_records_before_stop: 5}",
+    "{type: memory, from: src, exclude_gs_op: true, parallelism: 2, primary_key: id, batch_size: 10,"
+    " batch_flush_interval: 1s}",
+    "{type: postgres_aggregate, from: src, landing_table: l, agg_table: a, aggregate: {n: {fn: count}},"
+    " deduplicate: false}",
+    "{type: postgres, from: src, table: t, schema: public, on_conflict: upsert}",
+    f"{{type: webhook, from: src, url: '{URL}', {EVENT_TIME}}}",
 ]
 
 
@@ -239,4 +262,219 @@ def test_missing_primary_keys_are_warnings_unless_enforced(tmp_path: Path) -> No
     assert plan(KEYLESS, tmp_path, ENFORCE_PRIMARY_KEYS="true").key_problems() == [
         "source 'bare' has no primary key, which enforce_primary_keys requires; set primary_key",
         "sink 'b' has no primary key of its own or upstream, which enforce_primary_keys requires; set primary_key",
+    ]
+
+
+def test_event_time_is_checked_and_warns_naming_the_node(tmp_path: Path) -> None:
+    assert loaded("""
+        sources:
+          s: {type: generator, rows: 1, telemetry: {event_time: {column: ts, unit: nanoseconds}}}
+        sinks:
+          out: {type: blackhole, from: s}
+        """)[1] == [
+        "source 's' (type 'generator'): field 'telemetry.event_time.unit': Input should be 'seconds', "
+        "'milliseconds' or 'microseconds' (got 'nanoseconds')"
+    ]
+    warnings = plan(
+        f"""
+        sources:
+          {SRC}
+        sinks:
+          out: {{type: blackhole, from: src, {EVENT_TIME}}}
+        """,
+        tmp_path,
+    ).warnings
+    assert warnings == [
+        "blackhole sink 'out': telemetry.event_time = {'column': 'ts', 'unit': 'seconds'} has no effect here: the "
+        "original's event-time watermark and lag metrics are not exported; a source's commit_lag is the age of its "
+        "newest committed record (a Kafka record's own timestamp with include_metadata: true)"
+    ]
+
+
+SKIP = (
+    "has no effect here: a record is decoded with its writer schema and resolved to the reader schema by Avro's "
+    "resolution rules, which ignore documentation and other metadata (what the original's skip worked around); "
+    "the writer schema is used as is when it equals the reader schema"
+)
+
+
+def test_skip_schema_resolution_warns_on_kafka_and_hybrid_sources(tmp_path: Path) -> None:
+    warnings = plan(
+        """
+        sources:
+          k: {type: kafka, topic: t, primary_key: id, skip_schema_resolution: true,
+              skip_schema_resolution_for_reader_schema_ids: [3, 4]}
+          plain: {type: kafka, topic: u, primary_key: id, skip_schema_resolution: false}
+          h: {type: hybrid, primary_key: id, bounded_sources: [{source_type: clickhouse, table_name: t}],
+              unbounded_source: {source_type: kafka, topic: t, skip_schema_resolution_for_reader_schema_ids: [7]}}
+        sinks:
+          a: {type: blackhole, from: k}
+          b: {type: blackhole, from: plain}
+          c: {type: blackhole, from: h}
+        """,
+        tmp_path,
+    ).warnings
+    assert warnings == [
+        f"kafka source 'k': skip_schema_resolution = True {SKIP}",
+        f"kafka source 'k': skip_schema_resolution_for_reader_schema_ids = [3, 4] {SKIP}",
+        f"hybrid source 'h': unbounded_source.skip_schema_resolution_for_reader_schema_ids = [7] {SKIP}",
+    ]
+
+
+def test_kafka_source_batch_flush_interval_makes_it_close_epochs_that_often(tmp_path: Path) -> None:
+    p = plan(
+        """
+        sources:
+          k: {type: kafka, topic: t, primary_key: id, batch_flush_interval: 800ms}
+          slow: {type: kafka, topic: u, primary_key: id, batch_flush_interval: 1h}
+        sinks:
+          a: {type: blackhole, from: k}
+          b: {type: blackhole, from: slow}
+        """,
+        tmp_path,
+    )
+    assert p.source("k").settings.checkpoint_interval_sec == 0.8
+    assert p.source("slow").settings.checkpoint_interval_sec == p.settings.checkpoint_interval_sec
+
+
+def test_print_sink_num_records_before_stop_is_its_own_stop_limit(tmp_path: Path) -> None:
+    text = f"""
+        sources:
+          {SRC}
+        sinks:
+          own: {{type: print, from: src, num_records_before_stop: 5}}
+          other: {{type: print, from: src}}
+        """
+
+    def limits(**env: str) -> tuple[int | None, int | None]:
+        p = plan(text, tmp_path, **env)
+        runner = type("R", (), {"settings": p.settings, "plan": p})()
+        return PipelineRunner._stop_limit(runner, "own"), PipelineRunner._stop_limit(runner, "other")  # type: ignore[arg-type]
+
+    assert limits() == (5, None)
+    assert limits(NUM_RECORDS_BEFORE_STOP="9") == (5, 9)
+    assert limits(PRINT_SINK__NUM_RECORDS_BEFORE_STOP="7") == (5, 7)
+
+
+def test_sinks_accepted_with_a_warning(tmp_path: Path) -> None:
+    warnings = plan(
+        f"""
+        sources:
+          {SRC}
+        sinks:
+          m: {{type: memory, from: src, exclude_gs_op: true, batch_size: 10}}
+          agg: {{type: postgres_aggregate, from: src, landing_table: l, agg_table: a, aggregate: {{n: {{fn: count}}}},
+                deduplicate: false}}
+          agg2: {{type: postgres_aggregate, from: src, landing_table: l2, agg_table: a2, aggregate: {{n: {{fn: count}}}},
+                 deduplicate: true}}
+          pg: {{type: postgres, from: src, table: t, on_conflict: Upsert}}
+          pg2: {{type: postgres, from: src, table: t2, on_conflict: NOTHING}}
+        """,
+        tmp_path,
+    ).warnings
+    assert warnings == [
+        "memory sink 'm': type = 'memory' has no effect here: the original kept the rows in a store only its own "
+        "tests could read; here they are evaluated and discarded, as by a blackhole sink",
+        "memory sink 'm': batch_size = 10 has no effect here: nothing is buffered; each epoch is evaluated and "
+        "dropped whole",
+        "memory sink 'm': exclude_gs_op = True has no effect here: the rows are not kept",
+        "postgres_aggregate sink 'agg': deduplicate = False has no effect here: the landing table holds one row per "
+        "primary key and operation per epoch (a later row of the same key and operation replaces the earlier one), "
+        "so each is counted once either way",
+        "postgres sink 'pg': on_conflict = 'Upsert' has no effect here: it is read as 'update' (as in the original, "
+        "only 'nothing' means ON CONFLICT DO NOTHING)",
+    ]
+    p = plan(
+        f"""
+        sources:
+          {SRC}
+        sinks:
+          pg: {{type: postgres, from: src, table: t, on_conflict: Upsert}}
+          pg2: {{type: postgres, from: src, table: t2, on_conflict: NOTHING}}
+        """,
+        tmp_path,
+    )
+    assert [p.operators[n].spec.on_conflict for n in ("pg", "pg2")] == ["update", "nothing"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("extra", "warning"),
+    [
+        ("name: orders", "top-level key 'name' = 'orders'"),
+        ("version: 3", "top-level key 'version' = 3"),
+        ("description: {text: d}", "top-level key 'description' = {'text': 'd'}"),
+        ("apiVersion: 3", "top-level key 'apiVersion' = 3"),
+    ],
+)
+def test_other_top_level_keys_are_ignored_with_a_warning(extra: str, warning: str) -> None:
+    pipeline, report = load_pipeline(f"{extra}\nsources:\n  {SRC}\nsinks:\n  out: {{type: blackhole, from: src}}\n")
+    assert pipeline is not None and report.errors == []
+    assert report.warnings == [
+        f"{warning} has no effect here: as in the original, a pipeline is its sources, transforms and sinks, and "
+        "other top-level keys are ignored"
+    ]
+
+
+def test_a_misspelt_section_stays_an_error() -> None:
+    _, report = load_pipeline(f"sources:\n  {SRC}\ntransfroms: {{}}\nsinks:\n  out: {{type: blackhole, from: src}}\n")
+    assert report.errors == ["unknown top-level key 'transfroms'; expected sources, transforms, sinks"]
+
+
+class _KeepOptions(Options):
+    pass
+
+
+class _Keep(ArrowTransform[_KeepOptions]):
+    options_model = _KeepOptions
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        return input_schema
+
+    def transform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return batch
+
+
+class _Drop(ArrowSink[_KeepOptions]):
+    options_model = _KeepOptions
+
+    def write(self, batch: pa.RecordBatch, epoch: Epoch) -> None:
+        pass
+
+
+class _OwnBatchOptions(Options):
+    batch_size: int = 1
+
+
+class _OwnBatch(_Keep):
+    options_model = _OwnBatchOptions  # type: ignore[assignment]
+
+
+loader.register(
+    REGISTRY,
+    Plugin(namespace="fieldaudit", operators={"keep": _Keep, "drop": _Drop, "own_batch": _OwnBatch}),
+    "tests/unit/test_original_fields.py",
+)
+
+
+def test_plugin_transforms_and_sinks_take_the_original_s_batch_fields(tmp_path: Path) -> None:
+    p = plan(
+        f"""
+        sources:
+          {SRC}
+        transforms:
+          t: {{type: fieldaudit.keep, from: src, batch_size: 10, batch_flush_interval: 800ms}}
+          own: {{type: fieldaudit.own_batch, from: src, batch_size: 3}}
+        sinks:
+          a: {{type: fieldaudit.drop, from: t, batch_size: 20, batch_flush_interval: 2s}}
+          b: {{type: blackhole, from: own}}
+        """,
+        tmp_path,
+    )
+    assert p.source("src").settings.checkpoint_interval_sec == 0.8
+    assert p.operators["own"].spec.options.batch_size == 3  # type: ignore[attr-defined]
+    assert p.warnings == [
+        "plugin 'fieldaudit.keep' (node 't'): batch_size = 10 has no effect here: a plugin is handed each epoch's "
+        "rows as the Arrow batches of the Spark tasks that compute them (an epoch holds up to record_batch_size rows)",
+        "plugin 'fieldaudit.drop' (node 'a'): batch_size = 20 has no effect here: a plugin is handed each epoch's "
+        "rows as the Arrow batches of the Spark tasks that compute them (an epoch holds up to record_batch_size rows)",
     ]

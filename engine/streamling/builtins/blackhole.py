@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from streamling.config.units import Milliseconds
 from streamling.plugin import Epoch, Sink, Written, rows_of
-from streamling.topology.spec import SinkSpec, ignored_fields
+from streamling.topology.spec import SinkSpec, ignored_field, ignored_fields
 from streamling.types import GS_OP
 
 
@@ -56,3 +56,33 @@ class BlackholeSink(Sink[BlackholeSinkSpec]):
         updates, deletes = int(result.get("updates", 0)), int(result.get("deletes", 0))
         written = Written(rows - updates - deletes, updates, deletes)
         return lambda: written
+
+
+class MemorySinkSpec(BlackholeSinkSpec):
+    """``memory``: the original's sink that kept the rows in a store of its own process, which only its own
+    tests read."""
+
+    type: Literal["memory"]  # type: ignore[assignment]
+    exclude_gs_op: bool | None = None
+    """Whether the stored rows kept ``_gs_op`` (accepted for the original's pipelines; a warning at start)."""
+
+
+class MemorySink(BlackholeSink):
+    """The original's ``memory`` sink: nothing outside a process can read a store inside it, so here the rows
+    are discarded as by a blackhole sink (after the same full evaluation), with a warning at start."""
+
+    spec_model: ClassVar[type[BlackholeSinkSpec]] = MemorySinkSpec
+    spec: MemorySinkSpec
+
+    def warnings(self) -> list[str]:
+        return [
+            ignored_field(
+                self.label,
+                "type",
+                "memory",
+                "the original kept the rows in a store only its own tests could read; here they are evaluated "
+                "and discarded, as by a blackhole sink",
+            ),
+            *super().warnings(),
+            *ignored_fields(self.label, self.spec, {"exclude_gs_op": "the rows are not kept"}),
+        ]

@@ -30,7 +30,7 @@ from streamling.clickhouse.objects import split_table_name
 from streamling.clickhouse.source import ClickHouseSource, ClickHouseSourceSpec
 from streamling.errors import StreamlingError, first_line
 from streamling.kafka.source.operator import KafkaSource
-from streamling.kafka.source.spec import KafkaSourceSpec
+from streamling.kafka.source.spec import KafkaSourceSpec, resolution_warnings
 from streamling.plugin import Epoch, ExternalObject, Operator, RunContext, Source
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec
@@ -198,6 +198,13 @@ class HybridSource(Source[HybridSourceSpec]):
     @property
     def label(self) -> str:
         return f"hybrid source '{self.name}'"
+
+    def warnings(self) -> list[str]:
+        """The stream's (see `resolution_warnings`), named as written under ``unbounded_source``."""
+        stream = self.children[-1].spec
+        if self.spec.unbounded_source is None or not isinstance(stream, KafkaSourceSpec):
+            return []
+        return resolution_warnings(self.label, stream, prefix="unbounded_source.")
 
     def prefetch(self) -> None:
         """The stream's lookups only: its schema is the hybrid's, and a finished backfill's tables may be gone."""

@@ -27,6 +27,9 @@ _stdout_lock = threading.Lock()
 class PrintSinkSpec(SinkSpec):
     type: Literal["print"]
     sample_every: PositiveInt | None = None
+    num_records_before_stop: PositiveInt | None = None
+    """Once this sink has written this many rows, it requests the graceful stop the setting of that name requests
+    for any sink (the node's field wins over the settings)."""
     parallelism: PositiveInt | None = None
     """Accepted for the original's pipelines; the driver prints every epoch in order (a warning at start)."""
     batch_size: PositiveInt | None = None

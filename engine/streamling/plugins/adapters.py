@@ -45,6 +45,7 @@ from streamling.runtime.held import HELD
 from streamling.state import StateBackend
 from streamling.telemetry.logs import configure_worker_logging
 from streamling.topology.labels import label_errors
+from streamling.topology.spec import ignored_fields
 from streamling.types import GS_OP, with_gs_op
 
 log = logging.getLogger("streamling.plugins")
@@ -240,11 +241,20 @@ class PluginNode(Operator[Any]):
         """One warning per YAML label the plugin overrides with another value. A plugin that cannot be built or
         whose labels break the rules has no warnings: analysis reports it as an error for its node."""
         yaml_labels = self.spec.labels()
-        out = []
+        out = ignored_fields(
+            self.label,
+            self.spec,
+            {
+                "batch_size": "a plugin is handed each epoch's rows as the Arrow batches of the Spark tasks that "
+                "compute them (an epoch holds up to record_batch_size rows)"
+            }
+            if "batch_size" in type(self.spec).model_fields
+            else {},
+        )
         try:
             plugin_labels = self._plugin_labels()
         except StreamlingError:
-            return []
+            return out
         for key, value in plugin_labels.items():
             if key in yaml_labels and str(yaml_labels[key]) != str(value):
                 out.append(

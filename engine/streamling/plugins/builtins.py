@@ -1,7 +1,7 @@
 """The built-in operators, as a plugin without a namespace: the entry point ``builtins`` of the group
 ``streamling.plugins`` (pyproject.toml), loaded like any installed plugin."""
 
-from streamling.builtins.blackhole import BlackholeSink
+from streamling.builtins.blackhole import BlackholeSink, MemorySink
 from streamling.builtins.generator import GeneratorSource
 from streamling.builtins.hybrid import HybridSource
 from streamling.builtins.print_sink import OriginalPrintSink, PrintSink
@@ -35,6 +35,7 @@ PLUGIN = Plugin(
         "print": PrintSink,
         "print_sink": OriginalPrintSink,
         "blackhole": BlackholeSink,
+        "memory": MemorySink,
         "postgres": PostgresSink,
         "postgres_aggregate": PostgresAggregateSink,
         "webhook": WebhookSink,

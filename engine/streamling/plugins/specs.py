@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, create_model, model_validator
+from pydantic import BaseModel, PositiveInt, create_model, model_validator
 
+from streamling.config.units import Milliseconds
 from streamling.topology.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec
 
 BASES: dict[str, type[NodeSpec]] = {
@@ -62,10 +63,23 @@ class PluginNodeSpec(BaseModel):
         return bool(getattr(self.plugin_class, "bounded", False))
 
 
+BATCH_FIELDS: dict[str, Any] = {
+    "batch_size": (PositiveInt | None, None),
+    "batch_flush_interval": (Milliseconds | None, None),
+}
+"""Node fields of the original's plugin transforms and sinks (typed there, never handed to the plugin):
+`batch_flush_interval` paces the sources feeding the node; `batch_size` is accepted with a warning
+(`PluginNode.warnings`). A plugin whose own options name one of them keeps it as its option."""
+
+
 def node_spec(plugin_id: str, kind: str, cls: type) -> type[NodeSpec]:
     """The spec model of plugin node `cls` registered as `plugin_id`."""
     base = BASES[kind]
     options_model = cls.options_model  # type: ignore[attr-defined]
+    option_names = {n for n, f in options_model.model_fields.items()} | {
+        f.alias for f in options_model.model_fields.values() if f.alias
+    }
+    batch = {k: v for k, v in BATCH_FIELDS.items() if k not in option_names} if kind in ("transform", "sink") else {}
     spec = create_model(  # type: ignore[call-overload]
         f"PluginSpec_{plugin_id.replace('.', '_')}",
         __base__=(PluginNodeSpec, base),
@@ -73,6 +87,7 @@ def node_spec(plugin_id: str, kind: str, cls: type) -> type[NodeSpec]:
         # required, not defaulted: `_gather_options` always supplies it, and a default factory would be called
         # (and fail on required options) whenever the spec is dumped with exclude_defaults, as the control plane does
         options=(options_model, ...),
+        **batch,
     )
     spec.plugin_id = plugin_id
     spec.plugin_class = cls

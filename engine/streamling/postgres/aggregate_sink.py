@@ -29,7 +29,7 @@ from streamling.plugin import Epoch, RunContext
 from streamling.postgres import catalog, progress
 from streamling.postgres.sink import PostgresWriterSink
 from streamling.postgres.writer import EPOCH_COLUMN
-from streamling.topology.spec import SinkSpec
+from streamling.topology.spec import SinkSpec, ignored_field
 from streamling.types import GS_OP
 
 log = logging.getLogger("streamling.postgres")
@@ -89,6 +89,9 @@ class PostgresAggregateSinkSpec(SinkSpec):
     batch_size: PositiveInt | None = None
     batch_flush_interval: Milliseconds | None = None
     parallelism: PositiveInt = 1
+    deduplicate: bool = True
+    """Accepted for the original's pipelines; ``false`` gives a warning at start (see
+    `PostgresAggregateSink.warnings`). The landing table's key is the primary key and the operation either way."""
     """Key-hashed write streams into the landing table, as the postgres sink's."""
 
     @field_validator("schema_", "landing_table")
@@ -117,6 +120,19 @@ class PostgresAggregateSink(PostgresWriterSink):
     def target_table(self) -> str:
         """The aggregate table (the landing table is the sink's staging, not what it offers)."""
         return self.spec.agg_table
+
+    def warnings(self) -> list[str]:
+        if self.spec.deduplicate:
+            return []
+        return [
+            ignored_field(
+                self.label,
+                "deduplicate",
+                False,
+                "the landing table holds one row per primary key and operation per epoch (a later row of the same key "
+                "and operation replaces the earlier one), so each is counted once either way",
+            )
+        ]
 
     def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
         errors = super().check(schema, primary_key)

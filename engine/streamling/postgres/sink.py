@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import psycopg
-from pydantic import Field, PositiveInt, field_validator
+from pydantic import Field, ModelWrapValidatorHandler, PositiveInt, PrivateAttr, field_validator, model_validator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -28,7 +28,7 @@ from streamling.postgres.objects import table_object
 from streamling.postgres.progress import ProgressKey
 from streamling.postgres.types import Column, columns_of
 from streamling.postgres.writer import ORDER_COLUMN, WritePlan, write_partition, write_stream
-from streamling.topology.spec import ErrorHandlingSpec, SinkSpec, flush_interval
+from streamling.topology.spec import ErrorHandlingSpec, SinkSpec, flush_interval, ignored_field
 from streamling.types import GS_OP, exact_columns, map_in_arrow, select_exact
 
 log = logging.getLogger("streamling.postgres")
@@ -52,10 +52,25 @@ class PostgresSinkSpec(SinkSpec, ErrorHandlingSpec):
     def _fits_postgres(cls, value: str) -> str:
         return identifiers.check_identifier(value)
 
+    _on_conflict_as_written: str | None = PrivateAttr(default=None)
+    """An ``on_conflict`` other than update or nothing, as written (it is read as update: `_other_is_update`)."""
+
     @field_validator("on_conflict", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
-        return value.lower() if isinstance(value, str) else value
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _other_is_update(cls, data: Any, handler: ModelWrapValidatorHandler[PostgresSinkSpec]) -> PostgresSinkSpec:
+        """The original compares ``on_conflict`` with ``nothing`` only, so any other string (``upsert``,
+        ``replace``…) updates there; it does here too, with a warning at start (`PostgresSink.warnings`)."""
+        given = data.get("on_conflict") if isinstance(data, dict) else None
+        other = isinstance(given, str) and given.strip().lower() not in ("update", "nothing")
+        spec = handler({**data, "on_conflict": "update"} if other else data)
+        if other:
+            spec._on_conflict_as_written = given
+        return spec
 
     @field_validator("update_where")
     @classmethod
@@ -133,8 +148,11 @@ class PostgresWriterSink(Sink[Any]):
             mode=self.mode,
             on_conflict=getattr(spec, "on_conflict", "update"),
             update_where=tuple((getattr(spec, "update_where", None) or {}).items()),
-            # With DO NOTHING the first row per key must win, so rows are applied in order, never deduplicated.
-            deduplicate=getattr(spec, "deduplicate", True) and getattr(spec, "on_conflict", "update") == "update",
+            # With DO NOTHING the first row per key must win, so rows are applied in order, never deduplicated. A
+            # landing table (the aggregate sink's) always is: its trigger counts the rows a statement inserts, and
+            # a row rewritten by a later one of its key and operation is not inserted again.
+            deduplicate=(self.mode == "landing" or getattr(spec, "deduplicate", True))
+            and getattr(spec, "on_conflict", "update") == "update",
             batch_size=spec.batch_size or self.connection.batch_size,
             progress=ProgressKey(spec.schema_, ctx.settings.application_id, self.name),
             dead_letter=self.dead_letter,
@@ -192,6 +210,19 @@ class PostgresWriterSink(Sink[Any]):
 class PostgresSink(PostgresWriterSink):
     spec_model: ClassVar[type[PostgresSinkSpec]] = PostgresSinkSpec
     spec: PostgresSinkSpec
+
+    def warnings(self) -> list[str]:
+        written = self.spec._on_conflict_as_written
+        if written is None:
+            return []
+        return [
+            ignored_field(
+                self.label,
+                "on_conflict",
+                written,
+                "it is read as 'update' (as in the original, only 'nothing' means ON CONFLICT DO NOTHING)",
+            )
+        ]
 
     def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
         errors = super().check(schema, primary_key)

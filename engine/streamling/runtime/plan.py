@@ -18,6 +18,7 @@ from streamling.config import Settings
 from streamling.errors import InvalidPipelineError, StreamlingError
 from streamling.operators import Epoch, Operator, Sink, Source, Transform
 from streamling.topology.pipeline import Node, Pipeline
+from streamling.topology.spec import event_time_warning
 
 if TYPE_CHECKING:
     from streamling.telemetry.observe import EpochTap
@@ -41,10 +42,10 @@ class Plan:
 
     def _pace_for_sinks(self, node: Node) -> None:
         """A sink's (or a batching transform's) `batch_flush_interval` shortens the epoch interval of the sources
-        feeding it."""
+        feeding it; so does a source's own (the Kafka source's: how long its records may wait to be handed on)."""
         wanted = [
             interval
-            for name in self.downstream[node.name]
+            for name in [node.name, *self.downstream[node.name]]
             if (interval := getattr(self.operators[name], "flush_interval_sec", None)) is not None
         ]
         if wanted and min(wanted) < self.settings.checkpoint_interval_sec:
@@ -147,7 +148,8 @@ class Plan:
         """The settings' and the operators' warnings (see `Operator.warnings`), once the plan is analysed."""
         out = self.settings.startup_warnings()
         for name in self.pipeline.topological_order():
-            out += self.operators[name].warnings()
+            op = self.operators[name]
+            out += event_time_warning(op.label, op.spec) + op.warnings()
         return out
 
     def _schema_of(self, spark: SparkSession, node: Node, parents: list[str]) -> StructType | None:

@@ -7,6 +7,7 @@ keys) run afterwards in `streamling.runtime.plan`.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,16 @@ if TYPE_CHECKING:
 SECTIONS = {"sources": "source", "transforms": "transform", "sinks": "sink"}
 CONTROL_PLANE_KEYS = ("orchestration",)
 """Top-level blocks for the control plane (schedules); the engine accepts and ignores them."""
+
+
+def ignored_top_level_key(key: str, value: Any) -> str:
+    """The warning for a top-level key other than the sections (``name``, ``version``, ``description``…): the
+    original read only the three sections and ignored the rest, so its pipelines may carry such keys. A key that
+    looks like a misspelt section stays an error (`_parse`): ignoring it would drop the nodes under it."""
+    return (
+        f"top-level key {quoted(key)} = {shown(value)} has no effect here: as in the original, a pipeline is its "
+        "sources, transforms and sinks, and other top-level keys are ignored"
+    )
 
 
 @dataclass
@@ -198,8 +209,12 @@ def _parse(text: str, report: ValidationReport, preprocessors: list[tuple[str, A
         report.errors.append("pipeline must be a mapping with 'sources', 'transforms' and 'sinks'")
         return None
     for key in raw:
-        if key not in SECTIONS and key not in CONTROL_PLANE_KEYS:
+        if key in SECTIONS or key in CONTROL_PLANE_KEYS:
+            continue
+        if difflib.get_close_matches(str(key).lower(), SECTIONS, n=1, cutoff=0.75):
             report.errors.append(f"unknown top-level key '{key}'; expected sources, transforms, sinks")
+        else:
+            report.warnings.append(ignored_top_level_key(str(key), raw[key]))
     for section in SECTIONS:
         value = raw.get(section)
         if value is None:

@@ -15,9 +15,34 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from streamling.core.identifiers import check_identifier
 
 
+class EventTimeSpec(BaseModel):
+    """The original's ``telemetry.event_time``: the column its event-time freshness metrics read (accepted for
+    its pipelines, with a warning at start: see `event_time_warning`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    column: str = Field(min_length=1)
+    unit: Literal["seconds", "milliseconds", "microseconds"] | None = None
+    """The unit of an integer column (a timestamp column carries its own)."""
+
+
 class TelemetrySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     labels: dict[str, Any] = Field(default_factory=dict)
+    event_time: EventTimeSpec | None = None
+
+
+EVENT_TIME_MEANING = (
+    "the original's event-time watermark and lag metrics are not exported; a source's commit_lag is the age of "
+    "its newest committed record (a Kafka record's own timestamp with include_metadata: true)"
+)
+
+
+def event_time_warning(label: str, spec: NodeSpec) -> list[str]:
+    """The start-up warning for a node's ``telemetry.event_time`` (any node type, built-in or plugin)."""
+    event_time = spec.telemetry.event_time if spec.telemetry else None
+    if event_time is None:
+        return []
+    return [ignored_field(label, "telemetry.event_time", event_time.model_dump(exclude_none=True), EVENT_TIME_MEANING)]
 
 
 class NodeSpec(BaseModel):

@@ -36,7 +36,7 @@ from streamling.kafka.source.offsets import (
     range_offsets,
 )
 from streamling.kafka.source.reader import KafkaStreamReader
-from streamling.kafka.source.spec import KafkaSourceSpec
+from streamling.kafka.source.spec import KafkaSourceSpec, resolution_warnings
 from streamling.plugin import ExternalObject, RunContext, Source
 from streamling.runtime.pacing import FIRST_EPOCH_ROWS, Pacer
 from streamling.state import StateBackend
@@ -130,12 +130,12 @@ class KafkaSource(Source[KafkaSourceSpec]):
         return doc_primary_keys(json.loads(self.reader_schema()[0]), subject_of(self.topic))
 
     def warnings(self) -> list[str]:
-        out = []
+        out = resolution_warnings(self.label, self.spec)
         if self.spec.data_format == "avro" and not super().primary_key() and self._reader_schema is not None:
             try:
                 keys = self.primary_key()
             except StreamlingError:
-                return []  # validation reports the bad doc as an error
+                return out  # validation reports the bad doc as an error
             if keys:
                 out.append(
                     f"{self.label}: no primary_key given; using {json.dumps(keys)} declared in the doc of the Avro "

@@ -7,7 +7,8 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
-from streamling.topology.spec import ErrorHandlingSpec, SourceSpec
+from streamling.config.units import Milliseconds
+from streamling.topology.spec import ErrorHandlingSpec, SourceSpec, ignored_field
 from streamling.types import check_column_types
 
 log = logging.getLogger("streamling.kafka")
@@ -43,6 +44,13 @@ class KafkaSourceSpec(SourceSpec, ErrorHandlingSpec):
     parallelism: PositiveInt | None = None
     """The most Spark input partitions (reading tasks) an epoch's offset ranges are split into; default Spark's
     default parallelism."""
+    batch_flush_interval: Milliseconds | None = None
+    """The original's longest wait before the source hands its records on: the source closes epochs at least
+    this often (as a sink's ``batch_flush_interval`` makes the sources feeding it do)."""
+    skip_schema_resolution: bool | None = None
+    """Accepted for the original's pipelines (a warning at start when true): see `resolution_warnings`."""
+    skip_schema_resolution_for_reader_schema_ids: list[PositiveInt] | None = None
+    """Accepted for the original's pipelines (a warning at start): see `resolution_warnings`."""
 
     @field_validator("starting_offsets", mode="before")
     @classmethod
@@ -79,3 +87,26 @@ class KafkaSourceSpec(SourceSpec, ErrorHandlingSpec):
 
     def overrides(self) -> dict[int, int]:
         return {o.from_: o.to for o in self.schema_id_overrides}
+
+
+SKIP_RESOLUTION_MEANING = (
+    "a record is decoded with its writer schema and resolved to the reader schema by Avro's resolution rules, "
+    "which ignore documentation and other metadata (what the original's skip worked around); the writer schema "
+    "is used as is when it equals the reader schema"
+)
+
+
+def resolution_warnings(label: str, spec: KafkaSourceSpec, prefix: str = "") -> list[str]:
+    """The start-up warnings for the original's ``skip_schema_resolution`` fields (`prefix`: where they sit, such
+    as a hybrid source's ``unbounded_source.``). The original decoded with its own Avro reader, whose resolution
+    rejected writer schemas that differ from the reader only in metadata; fastavro's does not, so there is nothing
+    to skip."""
+    out = []
+    if spec.skip_schema_resolution:
+        out.append(ignored_field(label, f"{prefix}skip_schema_resolution", True, SKIP_RESOLUTION_MEANING))
+    if spec.skip_schema_resolution_for_reader_schema_ids:
+        ids = spec.skip_schema_resolution_for_reader_schema_ids
+        out.append(
+            ignored_field(label, f"{prefix}skip_schema_resolution_for_reader_schema_ids", ids, SKIP_RESOLUTION_MEANING)
+        )
+    return out
