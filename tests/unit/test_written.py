@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -48,7 +49,8 @@ def test_adds_up_and_reads_as_rows() -> None:
 
 
 def test_run_summary_counts_rows_always_and_operations_for_written(make_settings) -> None:
-    runner = PipelineRunner(plan=None, settings=make_settings(), spark=None, state=InMemoryStateBackend("app"))  # type: ignore[arg-type]
+    plan = SimpleNamespace(operators={})  # the runner asks the plan for a sink's own stop limit: none here
+    runner = PipelineRunner(plan=plan, settings=make_settings(), spark=None, state=InMemoryStateBackend("app"))  # type: ignore[arg-type]
     runner.count_sink_rows("pg", Written(5, 0, 0))
     runner.count_sink_rows("pg", Written(1, 3, 2))
     runner.count_sink_rows("pg", Written())
