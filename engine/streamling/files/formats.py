@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from streamling.errors import StreamlingError
+from streamling.errors import StreamlingError, first_line
 from streamling.files.lines import BadLine, scan
-from streamling.files.lines import first_line as _line
 from streamling.types import GS_OP
 
 if TYPE_CHECKING:
@@ -78,7 +77,7 @@ def file_schema(fs: pafs.FileSystem, entry: FileEntry, fmt: str, dead_letters: b
     except StreamlingError:
         raise
     except Exception as exc:
-        raise StreamlingError.user(f"{entry.path}: cannot read its columns as {fmt}: {_line(exc)}") from None
+        raise StreamlingError.user(f"{entry.path}: cannot read its columns as {fmt}: {first_line(exc)}") from None
 
 
 def _text_schema(content: bytes, fmt: str) -> pa.Schema:
@@ -130,12 +129,12 @@ def read_file(
         raise
     except (pa.ArrowException, ValueError) as exc:
         if fmt not in ("csv", "json"):
-            raise StreamlingError.user(f"{entry.path}: {_line(exc)}") from None
+            raise StreamlingError.user(f"{entry.path}: {first_line(exc)}") from None
         with fs.open_input_file(entry.path) as stream:
             content = stream.read()
         good, bad = scan(content, fmt, data, first_only=not dead_letters)
         if not bad:
-            raise StreamlingError.user(f"{entry.path}: {_line(exc)}") from None
+            raise StreamlingError.user(f"{entry.path}: {first_line(exc)}") from None
         if not dead_letters:
             raise StreamlingError.user(f"{entry.path}: line {bad[0].line}: {bad[0].error}") from None
         table = _read_bytes(good, fmt, data)
@@ -143,7 +142,8 @@ def read_file(
         values = dict(entry.partition)
         return conform(table, target, {k: values.get(k) for k in partition_columns}), bad
     except (pa.ArrowException, ValueError) as exc:
-        raise StreamlingError.user(f"{entry.path}: its columns do not fit the source's schema: {_line(exc)}") from None
+        problem = first_line(exc)
+        raise StreamlingError.user(f"{entry.path}: its columns do not fit the source's schema: {problem}") from None
 
 
 def _read(fs: pafs.FileSystem, path: str, fmt: str, data: pa.Schema) -> pa.Table:

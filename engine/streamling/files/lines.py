@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from streamling.errors import first_line
+
 
 @dataclass(frozen=True)
 class BadLine:
@@ -107,8 +109,3 @@ def _scan_csv(text: str, data: pa.Schema, first_only: bool) -> tuple[bytes, list
                 break
         number = rows.line_num + 1
     return out.getvalue().encode(), bad
-
-
-def first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
