@@ -155,7 +155,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 def log_summary(summary: RunSummary) -> None:
     """The lines that end a run's output, from the CLI or from the engine server (`streamling serve`)."""
     for name, progress in summary.sources.items():
-        log.info("source '%s': %d epochs, position %s", name, progress.epochs, progress.position)
+        log.info(
+            "source '%s': %d epochs, %d rows read, position %s",
+            name,
+            progress.epochs,
+            progress.rows_in,
+            progress.position,
+        )
     for name, rows in summary.sink_rows.items():
         ops = summary.sink_ops.get(name)
         if ops is None:

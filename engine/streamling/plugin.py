@@ -229,7 +229,8 @@ class ArrowSource(_Node[OptionsT]):
 
     def rows_between(self, start: Position, end: Position) -> int | None:
         """How many rows the range [start, end) holds, when positions tell (run summaries, progress, live
-        sampling); None when unknown. Asked once per epoch, when it begins."""
+        sampling); None when unknown (the runtime then counts the rows as Spark reads them, for the run summary).
+        Asked once per epoch, when it begins."""
         return None
 
     def reads(self) -> list[ExternalObject]:

@@ -8,6 +8,7 @@ import pytest
 
 from tests.e2e.browser import open_page
 from tests.e2e.dagster_dev import DagsterDev, running_dagster_dev
+from tests.e2e.starvation import busy_cores
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +26,10 @@ def page() -> Iterator[object]:
     """A page of a real headless Chromium (tests/e2e/browser.py)."""
     with open_page() as opened:
         yield opened
+
+
+@pytest.fixture
+def starved() -> Iterator[None]:
+    """One busy process per core for the test's duration (tests/e2e/starvation.py)."""
+    with busy_cores():
+        yield

@@ -127,7 +127,7 @@ def test_a_clickhouse_source_resumes_whatever_start_at_says_until_its_positions_
     assert counted() == 100
     dropped = run_cli(tmp_path, str(write(tmp_path, pipeline.replace("START", ""))), env=env)
     assert dropped.returncode == 0, dropped.stderr
-    assert "source 'recent': 0 epochs, position {'from': 301}" in dropped.stderr  # nothing read again
+    assert "source 'recent': 0 epochs, 0 rows read, position {'from': 301}" in dropped.stderr  # nothing read again
     assert "start_at None differs from the '201' its saved cursor started from; it resumes the cursor" in dropped.stderr
     changed = write(tmp_path, pipeline.replace("START", ', start_at: "251"'))
     reset = run_cli(tmp_path, str(changed), "--reset-positions", env=env)

@@ -58,7 +58,7 @@ def assert_prints_the_inserts(done: subprocess.CompletedProcess) -> None:
     assert rows == expected_inserts(50)
     assert len(rows) == 34
     assert "sink 'print.updated_plugin_data': 34 rows written (34 inserts, 0 updates, 0 deletes)" in done.stderr
-    assert "source 'plugin_data': 1 epochs, position {'position': 50}" in done.stderr
+    assert "source 'plugin_data': 1 epochs, 50 rows read, position {'position': 50}" in done.stderr
 
 
 def test_the_originals_plugin_example_runs_unchanged_with_the_plugin_loaded_by_path(tmp_path: Path) -> None:

@@ -231,6 +231,12 @@ class SourceQuery:
         log.debug("Epoch %d of %s: %s -> %s", epoch.id, self.source.label, epoch.start, epoch.end)
         rows_in = self.source.rows_between(epoch.start, epoch.end)  # once: a source may forget it once asked
         tap = self.runner.telemetry.tap(self.source.name, rows_in)
+        counter = None
+        if rows_in is None and tap is None:  # the positions do not tell (a file source): Spark counts the rows
+            from streamling.telemetry.observe import EpochTap
+
+            counter = EpochTap({}, 0, {})
+            batch = counter.observe(self.source.name, batch)
         # Persist when the batch is read more than once: by several sinks, or also by side outputs.
         side_outputs = sum(1 for op in self.downstream if op.spec.side_output)
         shared = len(self.sinks) + side_outputs > 1
@@ -248,6 +254,9 @@ class SourceQuery:
                 with error_context(sink.label):
                     staged.append(Staged(name, sink.label, sink.stage(outputs[name], epoch), time.monotonic() - began))
             figures = tap.figures() if tap is not None else None
+            if rows_in is None:  # what the observation of the source's rows counted, once every sink staged
+                counted = figures if figures is not None else counter.figures() if counter is not None else None
+                rows_in = counted.rows.get(self.source.name) if counted is not None else None
         finally:
             if shared:
                 batch.unpersist()
