@@ -18,6 +18,9 @@ Scenarios:
    (N = 1, 10, 50), as N CLI processes (N = 1, 10), as N hand loops and N Quix apps (N = 1, 10, 50): cores and
    PSS over a window, the N-th pipeline's first row, every sink exact, an idle engine pipeline's cost
    (bench/density.py).
+7. The seed's workload at a steady rate: Kafka Avro at 20k rec/s → SQL enrichment (a dynamic-table check, a few
+   expressions) → embedded ClickHouse, 60 s warm-up + 300 s measured: cores, PSS, p99 visibility latency; ours as
+   the CLI and on an engine (bench/steady_clickhouse.py).
 
 Runs alternate between contenders (A B C A B C …), warm-ups first; every run reads with a fresh consumer group /
 application id into a fresh table, and every run's output is checked against the exact expected row count (and id
@@ -47,13 +50,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 import density
 import kafka_data
+import steady_clickhouse
 from harness import RESULTS, Measurement, measure, record, streamling_cmd, summarize
 
 BENCH = Path(__file__).resolve().parent
 
 REPO = BENCH.parent
 QUIX_VENV = BENCH / ".venv-quix"
-QUIX_PACKAGES = ["quixstreams==3.28.1", "fastavro", "psycopg[binary]"]
+QUIX_PACKAGES = ["quixstreams==3.28.1", "fastavro", "psycopg[binary]", "clickhouse-connect==1.12.0", "chdb==4.4.0"]
 CONTENDERS = ("streamling", "hand_loop", "hand_loop_block", "quix")
 OURS = ("streamling", "streamling_warm")
 """The CLI from cold, and `streamling submit` to a warm engine (`streamling serve`; scenario 3 only)."""
@@ -83,6 +87,9 @@ class Sizes:
     scale_records: int = 2_000_000
     scale_partitions: tuple[int, ...] = (1, 2, 4)
     blackhole_sqls: tuple[str, ...] = ("projection", "filter")
+    steady_rate: int = 20_000
+    steady_warmup_sec: float = 60.0
+    steady_sec: float = 300.0
 
     def scaled(self, factor: float) -> Sizes:
         def r(n: int) -> int:
@@ -98,10 +105,13 @@ class Sizes:
             r(self.scale_records),
             self.scale_partitions,
             self.blackhole_sqls,
+            self.steady_rate,
+            self.steady_warmup_sec,
+            self.steady_sec,
         )
 
 
-SMOKE = Sizes(5000, 5000, 2000, 2000, 2.0, 3.0, 5000, (2,), ("filter",))
+SMOKE = Sizes(5000, 5000, 2000, 2000, 2.0, 3.0, 5000, (2,), ("filter",), 2000, 5.0, 5.0)
 
 
 # --- expected output ------------------------------------------------------------------------------------------
@@ -638,6 +648,7 @@ SCENARIOS: dict[int, tuple[str, Callable[[Suite], dict]]] = {
     4: ("latency_steady_rate", scenario_latency),
     5: ("scale_curve", scenario_scale),
     6: ("density", lambda s: density.scenario(s.env, s.work, s.density_cells, s.density_sec, s.density_idle_sec)),
+    7: ("seed_steady_rate_clickhouse", steady_clickhouse.scenario),
 }
 
 
@@ -741,6 +752,28 @@ def markdown(payload: dict) -> str:
         lines.append("")
     if "density" in sc:
         lines += density.markdown(sc["density"])
+    if "seed_steady_rate_clickhouse" in sc:
+        b = sc["seed_steady_rate_clickhouse"]
+        lines += [
+            f"## 7. The seed's workload at a steady {b['rate']:,} rec/s (Kafka Avro → SQL enrichment → ClickHouse)",
+            "",
+            f"{b['warmup_sec']:.0f} s warm-up, {b['measured_sec']:.0f} s measured; target: ≤ {b['target_cores']} cores "
+            "and ≤ the plain hand loop's. `" + b["sql"] + "`",
+            "",
+            "| contender | cores | p50 ms | p99 ms | peak PSS MB | peak RSS MB | achieved rec/s "
+            "| ours / peer (cores, p99, PSS) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, c in b["contenders"].items():
+            r = b["ratios"].get(name, {})
+            ratio = f"{r.get('cores', '-')}x / {r.get('p99_ms', '-')}x / {r.get('peak_pss_mb', '-')}x" if r else ""
+            lines.append(
+                f"| {name} | {_cell(c.get('cores'), '{:,.3f}')} | {_cell(c.get('p50_ms'))} | "
+                f"{_cell(c.get('p99_ms'))} | "
+                f"{_cell(c.get('peak_pss_mb'))} | {_cell(c.get('peak_rss_mb'))} | {_cell(c.get('achieved_rate'))} | "
+                f"{ratio} |"
+            )
+        lines.append("")
     if "scale_curve" in sc:
         b = sc["scale_curve"]
         lines += [
@@ -761,7 +794,7 @@ def markdown(payload: dict) -> str:
 def ensure_quix_venv() -> None:
     """bench/.venv-quix with quixstreams 3.28.1: it pins confluent-kafka 2.12.x, so not in the product's venv."""
     python = QUIX_VENV / "bin" / "python"
-    check = [str(python), "-c", "import quixstreams, fastavro, psycopg"]
+    check = [str(python), "-c", "import quixstreams, fastavro, psycopg, clickhouse_connect, chdb"]
     if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
         return
     print(f"creating {QUIX_VENV} ({', '.join(QUIX_PACKAGES)}) ...", flush=True)
@@ -834,11 +867,14 @@ def main() -> None:
         "--density-master",
         help="scenario 6: ours' spark.master (default local[*]; the engine: cores * engine.task_slots_per_core)",
     )
+    args.add_argument("--steady-sec", type=float, help="scenario 7: measured seconds (default 300)")
+    args.add_argument("--steady-warmup-sec", type=float, help="scenario 7: seconds produced before measuring (60)")
+    args.add_argument("--steady-rate", type=int, help="scenario 7: records/s produced (default 20,000)")
     args.add_argument("--results", type=Path, default=RESULTS)
     opts = args.parse_args()
 
     sizes = SMOKE if opts.smoke else Sizes().scaled(opts.scale)
-    for name in ("latency_sec", "latency_warmup_sec", "latency_rate"):
+    for name in ("latency_sec", "latency_warmup_sec", "latency_rate", "steady_sec", "steady_warmup_sec", "steady_rate"):
         if getattr(opts, name) is not None:
             setattr(sizes, name, getattr(opts, name))
     runs = opts.runs if opts.runs is not None else (1 if opts.smoke else 5)

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from job import JOBS, Upserter, connect_from_env, high_watermarks
+from job import BIG_AMOUNT, BIG_SPENDERS, JOBS, ClickHouseWriter, Upserter, connect_from_env, high_watermarks
 
 from streamling.kafka.avro_block import varint  # Avro's long encoding, for the container header: not the decoding
 
@@ -35,6 +35,8 @@ def main() -> None:
     args.add_argument("--job", choices=sorted(JOBS), required=True)
     args.add_argument("--schema")
     args.add_argument("--table")
+    args.add_argument("--clickhouse-path", help="write into this embedded ClickHouse data path (chdb) instead")
+    args.add_argument("--clickhouse-table", help="with --clickhouse-path: the table, database.table")
     args.add_argument("--batch", type=int, default=100_000, help="records per write (and offset commit)")
     args.add_argument("--follow", action="store_true", help="run until SIGTERM, writing every poll's records")
     args.add_argument(
@@ -59,7 +61,11 @@ def main() -> None:
     brokers = env["STREAMLING__KAFKA_SOURCE__BROKERS"]
     registry = SchemaRegistryClient({"url": env["STREAMLING__KAFKA_SOURCE__SCHEMA_REGISTRY_URL"]})
     job = JOBS[opts.job]
-    upserter = Upserter(connect_from_env(env), opts.schema, opts.table) if opts.job == "upsert" else None
+    upserter: Upserter | ClickHouseWriter | None = None
+    if opts.clickhouse_path:
+        upserter = ClickHouseWriter(opts.clickhouse_path, opts.clickhouse_table, job.columns)
+    elif opts.job == "upsert":
+        upserter = Upserter(connect_from_env(env), opts.schema, opts.table)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
 
@@ -212,6 +218,24 @@ class ColumnarJob:
                     "amount_with_fee": pc.multiply(t["amount"], 1.1),
                     "price": t["price"],
                     "ts": t["ts"],
+                }
+            )
+        if self.job == "enrich":
+            big = pc.greater(t["amount"], BIG_AMOUNT)
+            BIG_SPENDERS.update(pc.filter(t["user_id"], big).to_pylist())
+            return pa.table(
+                {
+                    "id": t["id"],
+                    "user_id": t["user_id"],
+                    "email": pc.utf8_lower(t["email"]),
+                    "country": pc.utf8_upper(t["country"]),
+                    "device": t["device"],
+                    "amount": t["amount"],
+                    "amount_with_fee": pc.multiply(t["amount"], 1.1),
+                    "price": t["price"],
+                    "ts": t["ts"],
+                    "segment": pc.binary_join_element_wise(t["device"], t["country"], pa.scalar(":", t["device"].type)),
+                    "big_spender": pc.is_in(t["user_id"], value_set=pa.array(sorted(BIG_SPENDERS), t["user_id"].type)),
                 }
             )
         if self.job == "filter":

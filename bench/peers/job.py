@@ -1,7 +1,9 @@
-"""The peers' side of each scenario: the same projection / filter as the pipeline's SQL, and the Postgres upsert.
+"""The peers' side of each scenario: the same projection / filter / enrichment as the pipeline's SQL, the Postgres
+upsert and the ClickHouse insert.
 
 Imported by the hand-written loop (the project's venv) and by the Quix Streams app (its own venv), so it needs
-only psycopg and confluent-kafka. The SQL each job mirrors lives in bench/suite.py next to its name.
+only psycopg and confluent-kafka (and clickhouse-connect with chdb for the ClickHouse writer). The SQL each job mirrors
+lives in bench/suite.py next to its name (the enrichment's in bench/steady_clickhouse.py).
 """
 
 from __future__ import annotations
@@ -51,6 +53,49 @@ JOBS = {
         ("id", "user_id", "email", "country", "amount", "price", "ts"),
     ),
 }
+BIG_SPENDERS: set[str] = set()
+"""The enrich job's dynamic table: users seen once with an amount above `BIG_AMOUNT` (the pipeline's
+``dynamic_table`` node, InMemory backend, filled from the same stream)."""
+BIG_AMOUNT = 3600.0
+
+
+def enrich(r: dict) -> tuple:
+    """SELECT id, user_id, lower(email), upper(country), device, amount, amount * 1.1 AS amount_with_fee, price, ts,
+    concat(device, ':', country) AS segment, dynamic_table_check('big_spenders', user_id) AS big_spender."""
+    if r["amount"] > BIG_AMOUNT:
+        BIG_SPENDERS.add(r["user_id"])
+    return (
+        r["id"],
+        r["user_id"],
+        r["email"].lower(),
+        r["country"].upper(),
+        r["device"],
+        r["amount"],
+        r["amount"] * 1.1,
+        r["price"],
+        r["ts"],
+        f"{r['device']}:{r['country']}",
+        r["user_id"] in BIG_SPENDERS,
+    )
+
+
+JOBS["enrich"] = Job(
+    None,
+    enrich,
+    (
+        "id",
+        "user_id",
+        "email",
+        "country",
+        "device",
+        "amount",
+        "amount_with_fee",
+        "price",
+        "ts",
+        "segment",
+        "big_spender",
+    ),
+)
 UPSERT_TYPES = ("bigint", "text", "text", "text", "double precision", "numeric(20,4)", "bigint")
 """The column types the pipeline's Postgres sink creates for the upsert job's SQL (id is the primary key)."""
 
@@ -134,3 +179,26 @@ def high_watermarks(brokers: str, topic: str) -> dict[int, int]:
         return ends
     finally:
         consumer.close()
+
+
+class ClickHouseWriter:
+    """Inserts into a table of the embedded ClickHouse engine (chdb) through clickhouse-connect, as a Python service
+    writing ClickHouse would: ``insert`` for rows of tuples, ``insert_arrow`` for an Arrow table. The table exists
+    (bench/peers/clickhouse_table.py created it)."""
+
+    def __init__(self, path: str, table: str, columns: tuple[str, ...]) -> None:
+        import clickhouse_connect
+
+        self.client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
+        self.table = table
+        self.columns = list(columns)
+
+    def write(self, rows: list[tuple]) -> int:
+        if rows:
+            self.client.insert(self.table, rows, column_names=self.columns)
+        return len(rows)
+
+    def write_arrow(self, table) -> int:  # type: ignore[no-untyped-def]
+        if table.num_rows:
+            self.client.insert_arrow(self.table, table)
+        return table.num_rows

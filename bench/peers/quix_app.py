@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from job import JOBS, Upserter, connect_from_env, high_watermarks
+from job import JOBS, ClickHouseWriter, Upserter, connect_from_env, high_watermarks
 
 
 def main() -> None:
@@ -37,6 +37,8 @@ def main() -> None:
     args.add_argument("--job", choices=sorted(JOBS), required=True)
     args.add_argument("--schema")
     args.add_argument("--table")
+    args.add_argument("--clickhouse-path", help="write into this embedded ClickHouse data path (chdb) instead")
+    args.add_argument("--clickhouse-table", help="with --clickhouse-path: the table, database.table")
     args.add_argument("--commit-interval", type=float, default=5.0, help="Quix checkpoint interval, seconds")
     args.add_argument("--follow", action="store_true", help="run until SIGTERM")
     opts = args.parse_args()
@@ -58,6 +60,13 @@ def main() -> None:
 
         def write(self, batch: SinkBatch) -> None:
             counts["written"] += self.upserter.write([item.value for item in batch])
+
+    class ClickHouseInsertSink(BatchingSink):
+        def setup(self) -> None:
+            self.writer = ClickHouseWriter(opts.clickhouse_path, opts.clickhouse_table, job.columns)
+
+        def write(self, batch: SinkBatch) -> None:
+            counts["written"] += self.writer.write([item.value for item in batch])
 
     app = Application(
         broker_address=brokers,
@@ -95,7 +104,9 @@ def main() -> None:
     if job.keep is not None:
         sdf = sdf.filter(job.keep)
     sdf = sdf.apply(job.project)
-    if opts.job == "upsert":
+    if opts.clickhouse_path:
+        sdf.sink(ClickHouseInsertSink())
+    elif opts.job == "upsert":
         sdf.sink(CopyMergeSink())
     elif not opts.follow:
         sdf = sdf.update(lambda _row: counts.__setitem__("written", counts["written"] + 1))
