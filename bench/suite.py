@@ -870,6 +870,9 @@ def main() -> None:
     args.add_argument("--steady-sec", type=float, help="scenario 7: measured seconds (default 300)")
     args.add_argument("--steady-warmup-sec", type=float, help="scenario 7: seconds produced before measuring (60)")
     args.add_argument("--steady-rate", type=int, help="scenario 7: records/s produced (default 20,000)")
+    args.add_argument(
+        "--steady-epoch-sec", type=float, help="scenario 7: ours' checkpoint_interval_sec (default: the product's)"
+    )
     args.add_argument("--results", type=Path, default=RESULTS)
     opts = args.parse_args()
 
@@ -896,6 +899,8 @@ def main() -> None:
         suite.density_sec = opts.density_sec
     if opts.density_idle_sec is not None:
         suite.density_idle_sec = opts.density_idle_sec
+    if opts.steady_epoch_sec is not None:
+        steady_clickhouse.OURS["checkpoint_interval_sec"] = opts.steady_epoch_sec
     if opts.density_master:
         density.MASTER = opts.density_master
     started = time.time()
