@@ -34,6 +34,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import density
 import httpx
 import kafka_data
 from harness import Measurement, measure, streamling_cmd
@@ -176,10 +177,21 @@ def run_steady(s: Suite, label: str, contender: str) -> Measurement:
     while not procs:
         time.sleep(0.01)
     client = run.submit(s.work)
+    tree = density.Tree([procs[0].pid])
+    marks: list[tuple] = []
+
+    def mark() -> None:  # where the window's CPU goes: by process role, and by thread of the JVM and of the command
+        (cpu, _, jvm), command = tree.split(), density._thread_cpu(procs[0].pid)
+        marks.append((time.time(), cpu, jvm, command))
+
     try:
         started = time.time()
+        window_timer = threading.Timer(z.steady_warmup_sec, mark)
+        window_timer.start()
         sent, rate = kafka_data.paced(s.env, topic, schema_id, z.steady_rate, z.steady_warmup_sec + z.steady_sec)
         ended = time.time()
+        window_timer.join()
+        mark()
         time.sleep(DRAIN_SEC)
         if procs[0].poll() is not None:
             runner.join()
@@ -202,8 +214,12 @@ def run_steady(s: Suite, label: str, contender: str) -> Measurement:
     if int(stats["distinct_ids"]) != sent:
         sys.exit(f"[7] {contender}: {int(stats['distinct_ids']):,} distinct ids in ClickHouse, {sent:,} produced")
     cpu = m.cpu_between(window_from, ended)
+    (t0, cpu0, jvm0, cmd0), (t1, cpu1, jvm1, cmd1) = marks
     m.extra = {
         "cores": round(cpu / (ended - window_from), 3) if cpu is not None else None,
+        "cores_by_role": density._cores(cpu1, cpu0, t1 - t0),
+        "command_cores_by_thread": density._cores(cmd1, cmd0, t1 - t0),
+        "jvm_cores_by_thread": density._cores(jvm1, jvm0, t1 - t0),
         "p50_ms": stats["p50_ms"],
         "p99_ms": stats["p99_ms"],
         "max_ms": stats["max_ms"],
@@ -239,7 +255,8 @@ def scenario(s: Suite) -> dict:
             print(
                 f"  {label:>8} {contender:>17}: {e['cores']} cores, p50 {e['p50_ms']:,.0f} ms, p99 {e['p99_ms']:,.0f} "
                 f"ms at {e['achieved_rate']:,} rec/s, peak PSS {m.peak_pss_mb or 0:,.0f} MB, RSS {m.peak_rss_mb:,.0f} "
-                f"MB; CPU-s by role {m.cpu_sec_by_role}",
+                f"MB\n      window cores by role {e['cores_by_role']}\n      command's threads "
+                f"{e['command_cores_by_thread']}\n      JVM's threads {e['jvm_cores_by_thread']}",
                 flush=True,
             )
             if i >= s.warmup:
