@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 BENCH = Path(__file__).resolve().parent
 TABLE_SCRIPT = BENCH / "peers" / "clickhouse_table.py"
-CONTENDERS = ("streamling", "streamling_engine", "hand_loop", "hand_loop_block", "quix")
+CONTENDERS = ["streamling", "streamling_engine", "hand_loop", "hand_loop_block", "quix"]
+"""Who runs, in this order (``--steady-contenders`` picks some)."""
 DRAIN_SEC = 15.0
 """After the last record is produced: time to write what is in flight before SIGTERM (every contender here keeps
 up, so its last rows are at most an epoch, 5 s by default, behind)."""
@@ -276,7 +277,7 @@ def scenario(s: Suite) -> dict:
                 }
         out["runs"] = [r.recorded() for r in measured]
         contenders[c] = out
-    ours = contenders["streamling"]
+    ours = contenders.get("streamling") or contenders[CONTENDERS[0]]
     return {
         "rate": z.steady_rate,
         "warmup_sec": z.steady_warmup_sec,
@@ -293,6 +294,6 @@ def scenario(s: Suite) -> dict:
                 if k in ours and k in contenders[peer] and contenders[peer][k]["median"]
             }
             for peer in contenders
-            if peer != "streamling"
+            if contenders[peer] is not ours
         },
     }

@@ -870,6 +870,7 @@ def main() -> None:
     args.add_argument("--steady-sec", type=float, help="scenario 7: measured seconds (default 300)")
     args.add_argument("--steady-warmup-sec", type=float, help="scenario 7: seconds produced before measuring (60)")
     args.add_argument("--steady-rate", type=int, help="scenario 7: records/s produced (default 20,000)")
+    args.add_argument("--steady-contenders", help="scenario 7: comma-separated contenders (default all)")
     args.add_argument(
         "--steady-epoch-sec", type=float, help="scenario 7: ours' checkpoint_interval_sec (default: the product's)"
     )
@@ -899,6 +900,8 @@ def main() -> None:
         suite.density_sec = opts.density_sec
     if opts.density_idle_sec is not None:
         suite.density_idle_sec = opts.density_idle_sec
+    if opts.steady_contenders:
+        steady_clickhouse.CONTENDERS[:] = opts.steady_contenders.split(",")
     if opts.steady_epoch_sec is not None:
         steady_clickhouse.OURS["checkpoint_interval_sec"] = opts.steady_epoch_sec
     if opts.density_master:
