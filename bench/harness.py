@@ -213,11 +213,37 @@ def machine() -> dict:
     }
 
 
-def summarize(values: list[float]) -> dict:
+def summarize(values: list[float], digits: int = 1) -> dict:
     return {
-        "median": round(statistics.median(values), 1),
-        "min": round(min(values), 1),
-        "max": round(max(values), 1),
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+    }
+
+
+def summary(runs: list[Measurement], keys: tuple[str, ...], digits: int = 1) -> dict:
+    """Median, min and max of each figure (`extra`'s, else the measurement's own) over the runs, and the runs."""
+    out: dict = {}
+    for key in keys:
+        values = [r.extra[key] if key in r.extra else getattr(r, key) for r in runs]
+        values = [v for v in values if v is not None]
+        if values:
+            out[key] = summarize(values, digits)
+    out["runs"] = [r.recorded() for r in runs]
+    return out
+
+
+def ratios(contenders: dict, keys: tuple[str, ...], ours: str = "streamling") -> dict:
+    """ours / peer, on medians: above 1 means more of that figure for us (good for rec/s, bad for the rest)."""
+    mine = contenders[ours]
+    return {
+        peer: {
+            k: round(mine[k]["median"] / contenders[peer][k]["median"], 2)
+            for k in keys
+            if k in mine and k in contenders[peer] and contenders[peer][k]["median"]
+        }
+        for peer in contenders
+        if peer != ours
     }
 
 

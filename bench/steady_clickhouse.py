@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING
 import density
 import httpx
 import kafka_data
-from harness import Measurement, measure, streamling_cmd
+from harness import Measurement, measure, ratios, streamling_cmd, summary
 
 if TYPE_CHECKING:
     from suite import Suite
@@ -263,21 +262,8 @@ def scenario(s: Suite) -> dict:
             if i >= s.warmup:
                 runs[contender].append(m)
     keys = ("cores", "p50_ms", "p99_ms", "max_ms", "achieved_rate", "peak_pss_mb", "peak_rss_mb")
-    contenders = {}
-    for c, measured in runs.items():
-        out: dict = {}
-        for key in keys:
-            values = [r.extra.get(key) if key in r.extra else getattr(r, key) for r in measured]
-            values = [v for v in values if v is not None]
-            if values:  # cores to the thousandth: the target is 0.3
-                out[key] = {
-                    "median": round(statistics.median(values), 3),
-                    "min": round(min(values), 3),
-                    "max": round(max(values), 3),
-                }
-        out["runs"] = [r.recorded() for r in measured]
-        contenders[c] = out
-    ours = contenders.get("streamling") or contenders[CONTENDERS[0]]
+    contenders = {c: summary(r, keys, digits=3) for c, r in runs.items()}  # cores to the thousandth: target 0.3
+    ours = "streamling" if "streamling" in contenders else CONTENDERS[0]
     return {
         "rate": z.steady_rate,
         "warmup_sec": z.steady_warmup_sec,
@@ -287,13 +273,5 @@ def scenario(s: Suite) -> dict:
         "settings": {"streamling": {**OURS, "master": s.master}, "quix": {"commit_interval_sec": QUIX_COMMIT_SEC}},
         "target_cores": 0.3,
         "contenders": contenders,
-        "ratios": {
-            peer: {
-                k: round(ours[k]["median"] / contenders[peer][k]["median"], 2)
-                for k in ("cores", "p99_ms", "peak_pss_mb")
-                if k in ours and k in contenders[peer] and contenders[peer][k]["median"]
-            }
-            for peer in contenders
-            if contenders[peer] is not ours
-        },
+        "ratios": ratios(contenders, ("cores", "p99_ms", "peak_pss_mb"), ours),
     }

@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 import density
 import kafka_data
 import steady_clickhouse
-from harness import RESULTS, Measurement, measure, record, streamling_cmd, summarize
+from harness import RESULTS, Measurement, measure, ratios, record, streamling_cmd, summary
 
 BENCH = Path(__file__).resolve().parent
 
@@ -308,31 +308,6 @@ def progress(label: str, contender: str, m: Measurement, extra: str = "") -> Non
         at_peak = ", ".join(f"{k} {v:,.0f}" for k, v in m.rss_at_peak_mb.items())
         cpu = ", ".join(f"{k} {v:,.1f}" for k, v in m.cpu_sec_by_role.items())
         print(f"  {'':>8} {'':>10}  RSS at peak MB: {at_peak}; CPU-s: {cpu}", flush=True)
-
-
-def summary(runs: list[Measurement], keys: tuple[str, ...]) -> dict:
-    out: dict = {}
-    for key in keys:
-        values = [r.extra[key] if key in r.extra else getattr(r, key) for r in runs]
-        values = [v for v in values if v is not None]
-        if values:
-            out[key] = summarize(values)
-    out["runs"] = [r.recorded() for r in runs]
-    return out
-
-
-def ratios(contenders: dict, keys: tuple[str, ...]) -> dict:
-    """ours / peer, on medians: above 1 means more of that figure for us (good for rec/s, bad for the rest)."""
-    ours = contenders["streamling"]
-    return {
-        peer: {
-            k: round(ours[k]["median"] / contenders[peer][k]["median"], 2)
-            for k in keys
-            if k in ours and k in contenders[peer] and contenders[peer][k]["median"]
-        }
-        for peer in contenders
-        if peer != "streamling"
-    }
 
 
 THROUGHPUT = ("rec_per_sec", "cpu_sec_per_million", "peak_rss_mb", "peak_pss_mb", "wall_sec")

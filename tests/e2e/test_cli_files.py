@@ -20,6 +20,7 @@ import pytest
 from tests.e2e.cli import run_cli, sqlite_state, start_cli, wait_for, write
 from tests.e2e.engine import Engine, settings_document, submit_all
 from tests.e2e.starvation import RESTARTED, RESTARTING, Killer, follow
+from tests.e2e.test_cli_postgres import _one, create_audited_events
 from tests.integration.test_file_source import write as write_file
 from tests.integration.test_kafka import TX_SCHEMA, tx
 from tests.waiting import wait_for as wait_until
@@ -43,11 +44,6 @@ def _ids(pg_connect, schema: str, table: str) -> list[int]:
             return [r[0] for r in conn.execute(f'SELECT id FROM "{schema}"."{table}" ORDER BY id').fetchall()]
         except Exception:  # not created yet
             return []
-
-
-def _one(pg_connect, query: str) -> tuple:
-    with pg_connect() as conn:
-        return conn.execute(query).fetchone()
 
 
 def _rows(first: int, n: int) -> list[dict]:
@@ -253,18 +249,7 @@ def test_on_a_starved_machine_killed_python_workers_restart_the_run_and_every_fi
     for i in range(files):
         write_file(data / f"f{i:02d}.parquet", "parquet", _rows(i * per_file + 1, per_file))
     with pg_connect() as conn:
-        conn.execute(
-            f'CREATE TABLE "{schema}".events (id bigint PRIMARY KEY, name text, amount double precision, tier text)'
-        )
-        conn.execute(f'CREATE TABLE "{schema}".audit (id bigint, op text)')
-        conn.execute(
-            f'CREATE FUNCTION "{schema}".audit() RETURNS trigger LANGUAGE plpgsql AS $$ '
-            f'BEGIN INSERT INTO "{schema}".audit VALUES (NEW.id, TG_OP); RETURN NULL; END $$'
-        )
-        conn.execute(
-            f'CREATE TRIGGER audit AFTER INSERT OR UPDATE ON "{schema}".events '
-            f'FOR EACH ROW EXECUTE FUNCTION "{schema}".audit()'
-        )
+        create_audited_events(conn, schema, columns="name text, amount double precision, tier text")
     pipeline = write(tmp_path, SCRIPTED.format(data=data, schema=schema))
 
     validated = run_cli(tmp_path, "--validate", str(pipeline), env=postgres_env)

@@ -40,14 +40,14 @@ def schema(pg_connect):
         conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
-def create_audited_events(conn, name: str, check: str = "true") -> None:
-    """Schema `name` with an `events` table (the generator's columns) whose every insert and update is logged in
-    `audit`: an epoch applied twice shows up there."""
-    conn.execute(f'CREATE SCHEMA "{name}"')
-    conn.execute(
-        f'CREATE TABLE "{name}".events (id bigint PRIMARY KEY CHECK ({check}), amount double precision, name text, '
-        "created_at timestamptz)"
-    )
+GENERATOR_COLUMNS = "amount double precision, name text, created_at timestamptz"
+
+
+def create_audited_events(conn, name: str, check: str = "true", columns: str = GENERATOR_COLUMNS) -> None:
+    """Schema `name` (created unless it exists) with an `events` table (`id` and `columns`, by default the
+    generator's) whose every insert and update is logged in `audit`: an epoch applied twice shows up there."""
+    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{name}"')
+    conn.execute(f'CREATE TABLE "{name}".events (id bigint PRIMARY KEY CHECK ({check}), {columns})')
     conn.execute(f'CREATE TABLE "{name}".audit (id bigint, op text)')
     conn.execute(
         f'CREATE FUNCTION "{name}".audit() RETURNS trigger LANGUAGE plpgsql AS $$ '
