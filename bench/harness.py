@@ -6,6 +6,7 @@ user would experience it. Children (the JVM, Spark's Python workers) are sampled
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -110,13 +111,22 @@ def measure(
     *,
     first_row: Callable[[], bool] | None = None,
     started: Callable[[subprocess.Popen], None] | None = None,
+    beside: int | None = None,
 ) -> Measurement:
     """Run ``cmd`` to its end, sampling its process tree every ``interval`` seconds.
 
     ``first_row`` is polled from a thread (every 20 ms, its own connection's cost is not the tree's) until it
     answers true: the time from launch to then is ``first_row_sec``. ``started`` gets the process right after
     launch, so another thread can stop it (the latency scenario runs a streaming process until SIGTERM).
+    ``beside``: a process already running (`streamling serve`) whose tree does the command's work; its CPU from
+    the launch on and its memory are counted with the command's, its processes' roles as if it were the command.
     """
+    engine = psutil.Process(beside) if beside is not None else None
+    cpu_before: dict[int, float] = {}
+    for p in [engine, *engine.children(recursive=True)] if engine is not None else []:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            cpu_before[p.pid] = t.user + t.system
     started_at = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if started is not None:
@@ -152,18 +162,21 @@ def measure(
         split: dict[str, int] = {}
         try:
             tree = [root, *root.children(recursive=True)]
+            if engine is not None:
+                tree += [engine, *engine.children(recursive=True)]
         except psutil.NoSuchProcess:
             break
         for p in tree:
             try:
                 with p.oneshot():
                     if role_of.get(p.pid) not in SETTLED:  # launch scripts exec into the JVM under one pid
-                        role_of[p.pid] = role(p, root.pid) or role_of.get(p.pid, "other")
+                        top = beside if p.pid == beside else root.pid
+                        role_of[p.pid] = role(p, top) or role_of.get(p.pid, "other")
                     used = p.memory_info().rss
                     rss += used
                     split[role_of[p.pid]] = split.get(role_of[p.pid], 0) + used
                     t = p.cpu_times()
-                    cpu_by_pid[p.pid] = t.user + t.system
+                    cpu_by_pid[p.pid] = t.user + t.system - cpu_before.get(p.pid, 0.0)
             except psutil.NoSuchProcess:
                 continue
         now = time.monotonic()

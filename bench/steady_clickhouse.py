@@ -248,7 +248,7 @@ def scenario(s: Suite) -> dict:
         flush=True,
     )
     runs: dict[str, list[Measurement]] = {c: [] for c in CONTENDERS}
-    for i, label in s.rounds():
+    for i, label in s.rounds(s.steady_runs):
         for contender in CONTENDERS:
             m = run_steady(s, label, contender)
             e = m.extra
@@ -268,6 +268,7 @@ def scenario(s: Suite) -> dict:
         "rate": z.steady_rate,
         "warmup_sec": z.steady_warmup_sec,
         "measured_sec": z.steady_sec,
+        "runs": s.runs if s.steady_runs is None else s.steady_runs,
         "partitions": 1,
         "sql": SQL,
         "settings": {"streamling": {**OURS, "master": s.master}, "quix": {"commit_interval_sec": QUIX_COMMIT_SEC}},

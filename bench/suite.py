@@ -8,7 +8,8 @@ poll read as one Avro block by polars, the job in pyarrow.compute, a CSV COPY) a
 (bench/peers/quix_app.py, Quix Streams 3.28.1 in its own venv, bench/.venv-quix, created here on first use).
 Scenarios:
 
-1. Kafka Avro → SQL projection / filter → blackhole (5M records, 4 partitions).
+1. Kafka Avro → SQL projection / filter → blackhole (5M records, 4 partitions); ours also on a warm engine
+   (**streamling_engine**: ``streamling submit`` to ``streamling serve``, the engine's tree measured with the client).
 2. Kafka Avro → SQL filter → Postgres upsert (2M records, 4 partitions, every id 4 times).
 3. Cold start: launch → first row visible in Postgres, the topic already holding data (50k records); ours also
    warm (**streamling_warm**: ``streamling submit`` to a ``streamling serve`` engine started before the runs).
@@ -61,6 +62,8 @@ QUIX_PACKAGES = ["quixstreams==3.28.1", "fastavro", "psycopg[binary]", "clickhou
 CONTENDERS = ("streamling", "hand_loop", "hand_loop_block", "quix")
 OURS = ("streamling", "streamling_warm")
 """The CLI from cold, and `streamling submit` to a warm engine (`streamling serve`; scenario 3 only)."""
+ENGINE = "streamling_engine"
+"""Scenario 1's run submitted to a warm engine, measured as the client and the engine's whole tree together."""
 PEERS = CONTENDERS[1:]
 SQL = {
     "projection": "SELECT id, user_id, email, lower(country) AS country, device, amount, "
@@ -194,6 +197,8 @@ class Suite:
     density_cells: list[tuple[str, int]] = field(default_factory=lambda: [*density.CELLS, *density.PEER_CELLS])
     density_sec: float = 300.0
     density_idle_sec: float = 60.0
+    steady_runs: int | None = None
+    """Scenario 7's counted runs (each contender's is minutes long), when not the suite's `runs`."""
 
     def base_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
@@ -221,7 +226,7 @@ class Suite:
     ) -> tuple[list[str], dict[str, str]]:
         env = self.base_env()
         group = f"bench_{uuid.uuid4().hex[:10]}"
-        if contender in OURS:
+        if contender in (*OURS, ENGINE):
             target = (
                 f"{{type: postgres, from: shaped, schema: {sink.schema}, table: {sink.table}}}"
                 if sink
@@ -252,7 +257,7 @@ class Suite:
             )
             if follow:
                 env.update({f"STREAMLING__{k.upper()}": str(v) for k, v in LATENCY_OURS.items()})
-            if contender == "streamling_warm":
+            if contender in ("streamling_warm", ENGINE):
                 assert self.engine_url, "no warm engine started"
                 return [*streamling_cmd(), "submit", "--engine", self.engine_url, str(pipeline)], env
             return [*streamling_cmd(), str(pipeline)], env
@@ -270,9 +275,11 @@ class Suite:
                 cmd += ["--commit-interval", str(LATENCY_QUIX_COMMIT_SEC)]
         return cmd, env
 
-    def rounds(self) -> list[tuple[int, str]]:
+    def rounds(self, runs: int | None = None) -> list[tuple[int, str]]:
+        """(index, label) of the warm-ups and counted runs; `runs` counted ones instead of the suite's."""
+        counted = self.runs if runs is None else runs
         return [
-            (i, "warm-up" if i < self.warmup else f"run {i - self.warmup + 1}") for i in range(self.warmup + self.runs)
+            (i, "warm-up" if i < self.warmup else f"run {i - self.warmup + 1}") for i in range(self.warmup + counted)
         ]
 
     def check(self, what: str, contender: str, m: Measurement, got: object, expected: object) -> None:
@@ -283,7 +290,7 @@ class Suite:
 
 
 def written_by(contender: str, m: Measurement) -> int:
-    found = (WRITTEN if contender == "streamling" else PEER_WRITTEN).search(m.stderr)
+    found = (WRITTEN if contender.startswith("streamling") else PEER_WRITTEN).search(m.stderr)
     if not found:
         sys.exit(f"{contender}: no row count in its output (exit {m.returncode}):\n{m.stderr_tail}")
     return int(found.group(found.lastindex))
@@ -320,23 +327,45 @@ def scenario_blackhole(s: Suite) -> dict:
     records = s.sizes.blackhole_records
     topic = s.topic("blackhole", records, 4)
     out: dict = {"records": records, "partitions": 4, "master": s.master, "record_batch_size": 500_000, "sqls": {}}
-    for job in s.sizes.blackhole_sqls:
-        expected = expected_blackhole(job, records)
-        print(f"[1] blackhole / {job}: {SQL[job]}  (expects {expected:,} rows)", flush=True)
-        runs: dict[str, list[Measurement]] = {c: [] for c in CONTENDERS}
-        for i, label in s.rounds():
-            for contender in CONTENDERS:
-                cmd, env = s.command(contender, topic, job, None, batch=500_000)
-                m = measure(cmd, env, s.work)
-                written = written_by(contender, m) if m.returncode == 0 else None
-                s.check(f"[1] {job}", contender, m, written, expected)
-                m.extra = {**throughput(m, records), "rows_out": written, "expected_rows": expected}
-                progress(label, contender, m)
-                if i >= s.warmup:
-                    runs[contender].append(m)
-        contenders = {c: summary(r, THROUGHPUT) for c, r in runs.items()}
-        out["sqls"][job] = {"sql": SQL[job], "contenders": contenders, "ratios": ratios(contenders, THROUGHPUT)}
+    here = (CONTENDERS[0], ENGINE, *CONTENDERS[1:])
+    # The engine runs pipelines all day: its runs pay no JVM start, and its JIT has compiled the hot paths.
+    engine = WarmEngine(s)
+    s.engine_url = engine.url
+    try:
+        for job in s.sizes.blackhole_sqls:
+            expected = expected_blackhole(job, records)
+            print(f"[1] blackhole / {job}: {SQL[job]}  (expects {expected:,} rows)", flush=True)
+            runs: dict[str, list[Measurement]] = {c: [] for c in here}
+            blackhole_run(s, "engine warm-up", ENGINE, topic, job, records, expected, engine.proc.pid)
+            for i, label in s.rounds():
+                for contender in here:
+                    m = blackhole_run(s, label, contender, topic, job, records, expected, engine.proc.pid)
+                    if i >= s.warmup:
+                        runs[contender].append(m)
+            contenders = {c: summary(r, THROUGHPUT) for c, r in runs.items()}
+            out["sqls"][job] = {
+                "sql": SQL[job],
+                "contenders": contenders,
+                "ratios": ratios(contenders, THROUGHPUT),
+                "ratios_engine": ratios(contenders, THROUGHPUT, ours=ENGINE),
+            }
+    finally:
+        engine.stop()
+        s.engine_url = None
     return out
+
+
+def blackhole_run(
+    s: Suite, label: str, contender: str, topic: str, job: str, records: int, expected: int, engine: int
+) -> Measurement:
+    """One scenario-1 run; the engine's contender is measured with the engine's tree beside its client."""
+    cmd, env = s.command(contender, topic, job, None, batch=500_000)
+    m = measure(cmd, env, s.work, beside=engine if contender == ENGINE else None)
+    written = written_by(contender, m) if m.returncode == 0 else None
+    s.check(f"[1] {job}", contender, m, written, expected)
+    m.extra = {**throughput(m, records), "rows_out": written, "expected_rows": expected}
+    progress(label, contender, m)
+    return m
 
 
 def run_upsert(
@@ -678,6 +707,19 @@ def markdown(payload: dict) -> str:
                 "",
             ]
             lines += [*throughput_rows(block), ""]
+            if block.get("ratios_engine"):
+                vs = "; ".join(
+                    f"{peer} {r.get('rec_per_sec', '-')}x / {r.get('cpu_sec_per_million', '-')}x / "
+                    f"{r.get('peak_rss_mb', '-')}x"
+                    for peer, r in block["ratios_engine"].items()
+                    if peer != "streamling"
+                )
+                lines += [
+                    f"{ENGINE}: `streamling submit` to a warm `streamling serve` (one uncounted run first), "
+                    f"measured as the client and the engine's whole tree; {ENGINE} / peer (rec/s, CPU-s/M, RSS): "
+                    f"{vs}.",
+                    "",
+                ]
     if "kafka_avro_sql_postgres_upsert" in sc:
         b = sc["kafka_avro_sql_postgres_upsert"]
         lines += [
@@ -732,7 +774,8 @@ def markdown(payload: dict) -> str:
         lines += [
             f"## 7. The seed's workload at a steady {b['rate']:,} rec/s (Kafka Avro → SQL enrichment → ClickHouse)",
             "",
-            f"{b['warmup_sec']:.0f} s warm-up, {b['measured_sec']:.0f} s measured; target: ≤ {b['target_cores']} cores "
+            f"{b.get('runs', payload['runs'])} counted run(s), each {b['warmup_sec']:.0f} s warm-up and "
+            f"{b['measured_sec']:.0f} s measured; target: ≤ {b['target_cores']} cores "
             "and ≤ the plain hand loop's. `" + b["sql"] + "`",
             "",
             "| contender | cores | p50 ms | p99 ms | peak PSS MB | peak RSS MB | achieved rec/s "
@@ -845,6 +888,7 @@ def main() -> None:
     args.add_argument("--steady-sec", type=float, help="scenario 7: measured seconds (default 300)")
     args.add_argument("--steady-warmup-sec", type=float, help="scenario 7: seconds produced before measuring (60)")
     args.add_argument("--steady-rate", type=int, help="scenario 7: records/s produced (default 20,000)")
+    args.add_argument("--steady-runs", type=int, help="scenario 7: counted runs per contender (default: --runs)")
     args.add_argument("--steady-contenders", help="scenario 7: comma-separated contenders (default all)")
     args.add_argument(
         "--steady-epoch-sec", type=float, help="scenario 7: ours' checkpoint_interval_sec (default: the product's)"
@@ -875,6 +919,7 @@ def main() -> None:
         suite.density_sec = opts.density_sec
     if opts.density_idle_sec is not None:
         suite.density_idle_sec = opts.density_idle_sec
+    suite.steady_runs = opts.steady_runs
     if opts.steady_contenders:
         steady_clickhouse.CONTENDERS[:] = opts.steady_contenders.split(",")
     if opts.steady_epoch_sec is not None:

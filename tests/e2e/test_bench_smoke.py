@@ -56,6 +56,7 @@ def test_smoke_suite_records_every_scenario_and_peer(tmp_path: Path, postgres_en
         "latency_steady_rate",
         "scale_curve",
         "density",
+        "seed_steady_rate_clickhouse",
     }
     cells = scenarios["density"]["cells"]
     assert [(c["contender"], c["n"]) for c in cells] == [("engine", 2), ("hand_loop", 1)]
@@ -73,13 +74,19 @@ def test_smoke_suite_records_every_scenario_and_peer(tmp_path: Path, postgres_en
 
     blackhole = scenarios["kafka_avro_sql_blackhole"]["sqls"]["filter"]
     upsert = scenarios["kafka_avro_sql_postgres_upsert"]
-    for block, count_key in ((blackhole, "rows_out"), (upsert, "rows_in_sink")):
-        assert set(block["contenders"]) == CONTENDERS
+    for block, count_key, ours in (
+        (blackhole, "rows_out", {"streamling", "streamling_engine"}),  # also on a warm engine, measured whole
+        (upsert, "rows_in_sink", {"streamling"}),
+    ):
+        assert set(block["contenders"]) == CONTENDERS | ours
         for stats in block["contenders"].values():
             _numbers(stats, "rec_per_sec", "cpu_sec_per_million", "peak_rss_mb")
             _exact(stats["runs"], count_key)
-        assert set(block["ratios"]) == CONTENDERS - {"streamling"}
+        assert set(block["ratios"]) == (CONTENDERS | ours) - {"streamling"}
         assert all(r["rec_per_sec"] > 0 for r in block["ratios"].values())
+    assert set(blackhole["ratios_engine"]) == CONTENDERS
+    for run in blackhole["contenders"]["streamling_engine"]["runs"]:  # the engine's tree is in its figures
+        assert {"command", "jvm", "python_workers"} <= set(run["cpu_sec_by_role"]), run
     for run in blackhole["contenders"]["streamling"]["runs"]:  # where the memory and the CPU are, per process role
         assert {"command", "jvm", "python_workers"} <= set(run["rss_at_peak_mb"]) <= set(run["cpu_sec_by_role"])
         assert abs(sum(run["rss_at_peak_mb"].values()) - run["peak_rss_mb"]) < 1
@@ -108,7 +115,15 @@ def test_smoke_suite_records_every_scenario_and_peer(tmp_path: Path, postgres_en
         _numbers(cell, "rec_per_sec", "cpu_sec_per_million")
         _exact(cell["runs"], "rows_out")
 
-    for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5."):
+    steady = scenarios["seed_steady_rate_clickhouse"]  # Kafka → SQL enrichment → the embedded ClickHouse
+    assert set(steady["contenders"]) == CONTENDERS | {"streamling_engine"} and steady["runs"] == 1
+    for name, stats in steady["contenders"].items():
+        _numbers(stats, "cores", "p99_ms", "achieved_rate")
+        for run in stats["runs"]:  # the table held every produced id (the suite stops otherwise), each row once
+            assert run["extra"]["rows_in_table"] == run["extra"]["produced"] > 0, (name, run["extra"])
+            assert run["extra"]["cores_by_role"], (name, run["extra"])
+
+    for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7."):
         assert heading in table
     for contender in CONTENDERS:
         assert f"| {contender} |" in table
