@@ -1,6 +1,7 @@
 """``streamling PIPELINE_FILE [--validate | --dry-run] [--config NAME_OR_PATH]``; ``streamling inspect [--node N]
 [URL]`` follows a running pipeline's live rows (`streamling.telemetry.follow`); ``streamling serve`` keeps an
-engine warm and ``streamling submit PIPELINE_FILE`` runs a pipeline on it (`streamling.serve`).
+engine warm and ``streamling submit PIPELINE_FILE`` runs a pipeline on it (`streamling.serve`); ``streamling
+package`` packs the executors' Python environment for a cluster (`streamling.runtime.packed_env`).
 
 Exit codes: 0 success (and, with --validate, a valid pipeline); 1 a failure while running; 2 an
 invalid pipeline or configuration. User errors print one message without a traceback.
@@ -32,7 +33,8 @@ def parser() -> argparse.ArgumentParser:
         description="Run a Streamling pipeline (sources → transforms → sinks) on Apache Spark.",
         epilog="Settings: embedded defaults < config file < STREAMLING__<KEY>[__<NESTED>] variables. "
         "`streamling inspect [--node N] [URL]` follows a running pipeline's live rows; `streamling serve` keeps an "
-        "engine warm and `streamling submit PIPELINE` runs a pipeline on it.",
+        "engine warm and `streamling submit PIPELINE` runs a pipeline on it; `streamling package` packs the Python "
+        "environment a cluster's executors run.",
     )
     p.add_argument("pipeline", nargs="?", help="pipeline YAML/JSON (default: STREAMLING__PIPELINE_DEFINITION_LOCATION)")
     mode = p.add_mutually_exclusive_group()
@@ -64,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         from streamling.serve.server import main as serve
 
         return serve(argv[1:])
+    if argv[:1] == ["package"]:
+        from streamling.runtime.packed_env import main as package
+
+        return package(argv[1:])
     if argv[:1] == ["submit"]:
         from streamling.serve.client import main as submit
 

@@ -473,6 +473,11 @@ class SparkSettings(_Section):
     shuffle_partitions: PositiveInt = 4
     class_archive: bool = True
     """Start the driver's JVM from a class-data archive of Spark's classes (built once, see `class_archive`)."""
+    environment_archive: str | None = None
+    """On a cluster master, the Python environment the executors run: a path to the archive `streamling package`
+    built, or ``auto`` to build it into the engine's cache when what goes in it changed (`runtime.packed_env`).
+    Shipped with ``spark.archives``; ``PYSPARK_PYTHON`` points into it. Unset, the workers need the packages
+    installed. Ignored by a local master, whose workers run this interpreter."""
     conf: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("conf", mode="before")

@@ -105,11 +105,13 @@ def load_path(registry: OperatorRegistry, location: str) -> None:
         path = Path(part.strip()).expanduser()
         if not path.exists():
             raise PluginError(f"plugin path '{path}' does not exist (STREAMLING__PLUGIN__PATH)")
-        for name, root in _plugin_roots(path):
+        for name, root in plugin_roots(path):
             _load_root(registry, name, root.resolve())
 
 
-def _plugin_roots(path: Path) -> list[tuple[str, Path]]:
+def plugin_roots(path: Path) -> list[tuple[str, Path]]:
+    """The plugins one entry of the path names, as (import name, `.py` file or package folder); also what a
+    packed environment copies (`runtime.packed_env`)."""
     if path.is_file():
         if path.suffix != ".py":
             raise PluginError(f"plugin path '{path}' is neither a .py file nor a directory")

@@ -5,7 +5,8 @@ plugin loaded from ``STREAMLING__PLUGIN__PATH`` goes to them as an archive added
 mode as on a cluster (where `runtime.session` ships the ``streamling`` package the same way). On a cluster,
 plugins installed as distributions (entry points) are shipped too, as their top-level package, when it is pure
 Python (zip imports cannot load compiled extensions: such a plugin must be installed where the workers run); in
-local mode the workers share the driver's environment and import them as installed.
+local mode the workers share the driver's environment and import them as installed, and executors that run the
+packed environment (`runtime.packed_env`) have them in it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from streamling.plugins.loader import PathPlugin, installed_plugins, path_plugins
+from streamling.runtime import packed_env
 
 log = logging.getLogger("streamling.plugins")
 COMPILED = (".so", ".pyd", ".dylib")
@@ -42,7 +44,7 @@ def ship_plugins(spark: SparkSession) -> None:
     with _lock:
         sent = _shipped.setdefault(key, set())
         wanted = path_plugins()
-        if not context.master.startswith("local"):
+        if not context.master.startswith("local") and not packed_env.shipped(context.getConf()):
             wanted += [p for p in installed_plugins() if _pure_python(p)]
         fresh = [p for p in wanted if (p.name, p.root) not in sent]
         if not fresh:

@@ -25,7 +25,7 @@ from pyspark.sql import types as spark_types
 import streamling
 from streamling.config.model import SparkSettings
 from streamling.errors import first_line
-from streamling.runtime import class_archive, jvm_stderr, worker_daemon
+from streamling.runtime import class_archive, jvm_stderr, packed_env, worker_daemon
 from streamling.runtime.spark_home import launch_home
 from streamling.runtime.warm_up import warm_up
 
@@ -139,6 +139,20 @@ def session_conf(settings: SparkSettings, long_lived: bool = False) -> dict[str,
         **(LONG_LIVED_CONF if long_lived else {}),
         **settings.conf,
         "spark.driver.extraJavaOptions": driver_java_options(settings, long_lived),
+        **_packed_environment(settings),
+    }
+
+
+def _packed_environment(settings: SparkSettings) -> dict[str, str]:
+    """On a cluster with `environment_archive` set: ship the archive (after the user's own ``spark.archives``) and
+    run the executors' Python from it (``spark.pyspark.python``, unless the user set that too)."""
+    if settings.master.startswith("local") or not settings.environment_archive:
+        return {}
+    archive = packed_env.resolve(settings.environment_archive)
+    archives = [a for a in settings.conf.get("spark.archives", "").split(",") if a.strip()]
+    return {
+        "spark.archives": ",".join([*archives, f"{archive}#{packed_env.ALIAS}"]),
+        "spark.pyspark.python": settings.conf.get("spark.pyspark.python", packed_env.EXECUTOR_PYTHON),
     }
 
 
@@ -187,6 +201,12 @@ def start_jvm(conf: Mapping[str, str]) -> None:
     (`_stop_abandoned`); if this process exits first, the folder stays, and the JVM ends on its closed input."""
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         return
+    popen: dict[str, Any] = {"start_new_session": True, "stderr": subprocess.PIPE}
+    if python := conf.get("spark.pyspark.python"):
+        # Spark's setting, honoured as spark-submit does: PySpark itself reads only the variable.
+        os.environ["PYSPARK_PYTHON"] = python
+        if python == packed_env.EXECUTOR_PYTHON:
+            popen["cwd"] = packed_env.driver_directory()
     spark_conf = SparkConf()
     for key, value in conf.items():
         spark_conf.set(key, value)
@@ -194,9 +214,7 @@ def start_jvm(conf: Mapping[str, str]) -> None:
 
     def launch() -> None:
         try:
-            launched.set_result(
-                launch_gateway(spark_conf, popen_kwargs={"start_new_session": True, "stderr": subprocess.PIPE})
-            )
+            launched.set_result(launch_gateway(spark_conf, popen_kwargs=popen))
         except BaseException as exc:  # handed to the caller
             launched.set_exception(exc)
 
@@ -233,7 +251,7 @@ def finish_session(spark: SparkSession, settings: SparkSettings, long_lived: boo
     _quiet_accumulator_server(spark.sparkContext)
     # PySpark logs every analysis error with its JVM stack; the engine reports them itself.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    if not settings.master.startswith("local"):
+    if not settings.master.startswith("local") and not packed_env.shipped(spark.sparkContext.getConf()):
         _ship_package(spark)
     skip_data_source_lookup(spark)
     warming = warm_up(spark)
