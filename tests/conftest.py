@@ -141,6 +141,13 @@ def spark_cluster_env() -> Iterator[dict[str, str]]:
     yield from _service_env("spark")
 
 
+@pytest.fixture(scope="session")
+def shared_nothing_cluster_env() -> Iterator[dict[str, str]]:
+    """A standalone Spark cluster of two workers that share nothing with this checkout (`infra/services up
+    spark-cluster`); its variables set `spark.environment_archive: auto`."""
+    yield from _service_env("spark-cluster")
+
+
 @pytest.fixture
 def pg_connect(postgres_env: dict[str, str]):
     import psycopg
