@@ -6,6 +6,7 @@ Kafka → SQL → an HTTP handler (a loopback server in this process) → a path
 script → Postgres, with the raw topic into a second Postgres table. When the first request of the second wave of
 records reaches the handler, the worker whose executor sent it is killed with SIGKILL (its JVM, its executor and
 their Python workers): the epoch's tasks run again on the other worker, the run goes on, and both tables end exact.
+Until then, each Kafka partition's rows came from one executor, epoch after epoch (`runtime.locality`).
 """
 
 from __future__ import annotations
@@ -30,39 +31,40 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 
 class KillingHandler:
-    """The handler's service: labels upper-cased. The first request carrying an id of the second wave kills the
-    worker whose executor sent it (found from the request's source port), before it is answered."""
+    """The handler's service: labels upper-cased. It notes which worker sent each request (found from the request's
+    source port) for which Kafka partitions; the first request carrying an id of the second wave kills that worker
+    before it is answered."""
 
     def __init__(self, port: int, first_of_wave_two: int) -> None:
         self.port = port
         self.first_of_wave_two = first_of_wave_two
-        self.killed: str | None = None
+        self.killed: int | None = None
         self.requested: dict[int, int] = {}
+        self.readers: dict[int, set[int]] = {}
+        """Before the kill: per Kafka partition, the worker JVMs (by pid) whose executors sent its rows."""
         self.lock = threading.Lock()
 
     def __call__(self, request: Request) -> Response:
         doc = json.loads(request.get_data())
         items = doc if isinstance(doc, list) else [doc]
         with self.lock:
+            worker = self.sender(int(request.environ["REMOTE_PORT"]))
             for item in items:
                 self.requested[item["id"]] = self.requested.get(item["id"], 0) + 1
+                if self.killed is None and item["id"] < self.first_of_wave_two:
+                    self.readers.setdefault((item["id"] - 1) % 4, set()).add(worker.pid)
             if self.killed is None and any(item["id"] >= self.first_of_wave_two for item in items):
-                self.killed = self.kill_sender(int(request.environ["REMOTE_PORT"]))
+                for process in [worker, *worker.children(recursive=True)]:
+                    os.kill(process.pid, signal.SIGKILL)
+                self.killed = worker.pid
         out = [{**item, "label": item["label"].upper()} for item in items]
         return Response(json.dumps(out if isinstance(doc, list) else out[0]), content_type="application/json")
 
-    def kill_sender(self, remote_port: int) -> str:
-        """SIGKILL the worker JVM above the process that holds the connection, and everything under it."""
-        (sender,) = [
-            c.pid
-            for c in psutil.net_connections(kind="tcp")
-            if c.laddr and c.laddr.port == remote_port and c.raddr and c.raddr.port == self.port and c.pid
-        ]
-        worker = next(p for p in psutil.Process(sender).parents() if WORKER_CLASS in " ".join(p.cmdline()))
-        doomed = [worker, *worker.children(recursive=True)]
-        for process in doomed:
-            os.kill(process.pid, signal.SIGKILL)
-        return " ".join(worker.cmdline()).split("--webui-port ")[1].split()[0]
+    def sender(self, remote_port: int) -> psutil.Process:
+        """The worker JVM above the process that holds the connection."""
+        found = [c for c in psutil.net_connections(kind="tcp") if c.laddr and c.laddr.port == remote_port]
+        (sender,) = [c.pid for c in found if c.raddr and c.raddr.port == self.port and c.pid] or [found]
+        return next(p for p in psutil.Process(sender).parents() if WORKER_CLASS in " ".join(p.cmdline()))
 
 
 def _rows(pg_connect, schema: str, table: str) -> list[tuple]:
@@ -84,8 +86,12 @@ def test_pipelines_run_from_the_packed_environment_and_survive_a_lost_worker(
 
     topic = kafka.topic("cluster", partitions=4)
     schema = f"cluster_{uuid.uuid4().hex[:8]}"
-    wave = 400
-    kafka.produce_json(topic, ({"id": i, "label": f"l{i}", "amount": i * 1.5} for i in range(1, wave + 1)))
+    step, steps = 100, 3  # the first wave in three epochs; the second wave, one more step, meets the kill
+    wave = step * steps
+
+    def produce(first: int, last: int) -> None:
+        kafka.produce_json(topic, ({"id": i, "label": f"l{i}", "amount": i * 1.5} for i in range(first, last + 1)))
+
     handler = KillingHandler(server.port, wave + 1)
     server.expect_request("/label", method="POST").respond_with_handler(handler)
     pipeline = write(
@@ -127,15 +133,20 @@ def test_pipelines_run_from_the_packed_environment_and_survive_a_lost_worker(
         "STREAMLING__SPARK__APP_NAME": f"streamling-shared-nothing-{ns}",
         "STREAMLING__CHECKPOINT_INTERVAL_SEC": "500ms",
     }
+    # Read tasks wait for their partition's executor (runtime/locality.py) up to spark.locality.wait, 3 s by
+    # default; a test machine starved of CPU can keep a one-core executor busy that long, so this run waits 10 s
+    # (which is also how long the lost worker's retried task waits before it runs on the other).
+    config = tmp_path / "config.yaml"
+    config.write_text('spark: {conf: {"spark.locality.wait": "10s"}}\n')
     log = (tmp_path / "run.log").open("w+")
-    proc = start_cli(tmp_path, str(pipeline), env=env, stderr=log)
+    proc = start_cli(tmp_path, str(pipeline), "--config", str(config), env=env, stderr=log)
     try:
-        wait_for(lambda: _count(pg_connect, schema, "orders_raw") >= wave, proc, timeout=240)
-        kafka.produce_json(
-            topic, ({"id": i, "label": f"l{i}", "amount": i * 1.5} for i in range(wave + 1, 2 * wave + 1))
-        )
-        wait_for(lambda: _count(pg_connect, schema, "orders_raw") >= 2 * wave, proc, timeout=240)
-        wait_for(lambda: _count(pg_connect, schema, "orders_out") >= 2 * wave - 9, proc, timeout=120)
+        for last in range(step, wave + 1, step):
+            produce(last - step + 1, last)
+            wait_for(lambda last=last: _count(pg_connect, schema, "orders_raw") >= last, proc, timeout=240)
+        produce(wave + 1, wave + step)
+        wait_for(lambda: _count(pg_connect, schema, "orders_raw") >= wave + step, proc, timeout=240)
+        wait_for(lambda: _count(pg_connect, schema, "orders_out") >= wave + step - 9, proc, timeout=120)
         os.killpg(proc.pid, signal.SIGTERM)
         assert exit_code(proc, timeout=120) == 0, log.seek(0) or log.read()
     finally:
@@ -145,15 +156,20 @@ def test_pipelines_run_from_the_packed_environment_and_survive_a_lost_worker(
     log.seek(0)
     stderr = log.read()
     assert handler.killed is not None, stderr
+    # Before the kill (three epochs), each Kafka partition was read by one executor, and both executors read.
+    assert sorted(handler.readers) == [0, 1, 2, 3] and all(len(w) == 1 for w in handler.readers.values()), (
+        handler.readers
+    )
+    assert len(set().union(*handler.readers.values())) == 2, handler.readers
     # The lost worker's task ran again on the other: the request it had in flight was sent twice.
     assert any(count > 1 for i, count in handler.requested.items() if i > wave), stderr
     assert "Error:" not in stderr, stderr
     raw = _rows(pg_connect, schema, "orders_raw")
-    assert [(r[0], r[1], r[2]) for r in raw] == [(i, f"l{i}", i * 1.5) for i in range(1, 2 * wave + 1)]
+    assert [(r[0], r[1], r[2]) for r in raw] == [(i, f"l{i}", i * 1.5) for i in range(1, wave + step + 1)]
     out = _rows(pg_connect, schema, "orders_out")
-    assert [(r[0], r[1], r[2]) for r in out] == [(i, f"L{i}/kept", 2 * i) for i in range(10, 2 * wave + 1)]
+    assert [(r[0], r[1], r[2]) for r in out] == [(i, f"L{i}/kept", 2 * i) for i in range(10, wave + step + 1)]
     state = sqlite_state(tmp_path / "state.db")
-    assert sum(v["offset"] for k, v in state.items() if k.startswith(f"orders:{topic}:")) == 2 * wave
+    assert sum(v["offset"] for k, v in state.items() if k.startswith(f"orders:{topic}:")) == wave + step
 
 
 def _count(pg_connect, schema: str, table: str) -> int:

@@ -31,6 +31,7 @@ from pyspark import cloudpickle
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from streamling.errors import StreamlingError
+from streamling.runtime.locality import PlacedIds
 from streamling.types import arrow_map
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ class ReaderEpochs:
         self._wake = threading.Event()
         self._ids: dict[int, DataFrame] = {}
         """``spark.range(n, numPartitions=n)`` per task count, analysed once: an epoch's frame is one more node."""
+        self._placed = PlacedIds()
+        """On a cluster: task indexes whose tasks prefer one executor per input partition (`runtime.locality`)."""
 
     def next_epoch(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
@@ -90,9 +93,14 @@ class ReaderEpochs:
             return empty_frame(spark, self.schema)
         read = functools.partial(read_partitions, self._for_tasks, cloudpickle.dumps(partitions))
         n = len(partitions)
-        ids = self._ids.get(n)
-        if ids is None or ids.sparkSession is not spark:
-            ids = self._ids[n] = spark.range(0, n, 1, n)
+        ids = None
+        if not spark.sparkContext.master.startswith("local"):
+            keys = [getattr(p, "locality_key", (self.source.name, i)) for i, p in enumerate(partitions)]
+            ids = self._placed.frame(spark, keys)
+        if ids is None:
+            ids = self._ids.get(n)
+            if ids is None or ids.sparkSession is not spark:
+                ids = self._ids[n] = spark.range(0, n, 1, n)
         return arrow_map(ids, read, self.schema)
 
     def wake(self) -> None:

@@ -49,10 +49,17 @@ PARTITION_REFRESH_SEC = 10.0
 
 
 class Range(InputPartition):
-    def __init__(self, partition: int, start: int, end: int) -> None:
+    def __init__(self, partition: int, start: int, end: int, topic: str = "") -> None:
         self.partition = partition
         self.start = start
         self.end = end
+        self.topic = topic
+
+    @property
+    def locality_key(self) -> tuple[str, int]:
+        """On a cluster, every epoch's range of one partition prefers one executor, whose Python worker holds the
+        source's consumer (`runtime.locality`)."""
+        return self.topic, self.partition
 
 
 def _reader_consumer(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
@@ -160,7 +167,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         for p, lo, hi in ranges:
             pieces = max(1, min(per_partition, (hi - lo) // MIN_ROWS_PER_TASK))
             bounds = [lo + (hi - lo) * i // pieces for i in range(pieces + 1)]
-            out += [Range(p, a, b) for a, b in itertools.pairwise(bounds) if b > a]
+            out += [Range(p, a, b, self.topic) for a, b in itertools.pairwise(bounds) if b > a]
         return out
 
     # Executor side: reading one range.
