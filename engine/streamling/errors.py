@@ -165,7 +165,21 @@ def wrap(exc: BaseException, what: str) -> StreamlingError:
     inner = embedded_error(exc)
     if inner is not None:
         return inner
-    return StreamlingError(f"{what}: {first_line(exc)}", cause=exc)
+    line = first_line(exc)
+    missing = _NO_PYTHON.search(line)
+    if missing is not None:
+        return StreamlingError.user(
+            f"{what}: Spark could not start the Python workers' interpreter '{missing[1]}' where a task ran (no such "
+            "file); on a cluster, ship one with the job (spark.environment_archive: auto, or an archive `streamling "
+            "package` built) or install it at that path on every worker",
+            exc,
+        )
+    return StreamlingError(f"{what}: {line}", cause=exc)
+
+
+_NO_PYTHON = re.compile(r'Cannot run program "([^"]+)": error=2, No such file or directory')
+"""A worker without the interpreter the driver names (``PYSPARK_PYTHON``): a deployment error, not an outage, so
+the run ends at once instead of restarting against the same cluster."""
 
 
 @contextmanager

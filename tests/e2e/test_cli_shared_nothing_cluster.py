@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -178,3 +179,29 @@ def _count(pg_connect, schema: str, table: str) -> int:
         if exists is None:
             return 0
         return conn.execute(f'SELECT count(*) FROM "{schema}"."{table}"').fetchone()[0]
+
+
+def test_without_the_packed_environment_the_workers_have_no_python_of_the_driver(
+    tmp_path: Path, shared_nothing_cluster_env: dict[str, str]
+) -> None:
+    """What proves the executors above ran only what the job shipped: the driver's venv is not on the workers."""
+    pipeline = write(
+        tmp_path,
+        """
+        sources:
+          src: {type: generator, rows: 100, primary_key: id}
+        sinks:
+          out: {type: blackhole, from: src}
+        """,
+    )
+    env = {**shared_nothing_cluster_env, "STREAMLING__SPARK__ENVIRONMENT_ARCHIVE": "", "STREAMLING__JOB_MODE": "true"}
+    result = run_cli(tmp_path, str(pipeline), env=env)
+    assert result.returncode == 1, result.stderr  # a failed run (not an invalid pipeline)
+    python = os.environ.get("PYSPARK_PYTHON", sys.executable)  # the driver's, which the executors are asked to run
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert errors == [
+        f"Error: blackhole sink 'out': Spark could not start the Python workers' interpreter '{python}' where a task "
+        "ran (no such file); on a cluster, ship one with the job (spark.environment_archive: auto, or an archive "
+        "`streamling package` built) or install it at that path on every worker"
+    ], result.stderr
+    assert "restarting" not in result.stderr
