@@ -1,0 +1,103 @@
+"""What `streamling package` puts in the executors' environment, and how a run finds it (`runtime.packed_env`).
+The staging runs for real (a venv with copies of the installed distributions); venv-pack's archive is built by the
+shared-nothing cluster's test, which runs pipelines from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import streamling
+from streamling.errors import StreamlingError
+from streamling.runtime import packed_env
+
+
+def test_the_contents_are_the_engines_runtime_closure_without_spark_dagster_or_the_embedded_clickhouse() -> None:
+    wanted = packed_env.contents()
+    names = set(wanted.distributions)
+    assert {"pyarrow", "polars", "confluent-kafka", "psycopg", "httpx", "pydantic", "wasmtime"} <= names
+    assert {"numpy", "pydantic-core", "annotated-types"} <= names  # requirements of requirements
+    assert not names & {"pyspark", "py4j", "dagster", "dagster-webserver", "dagster-pyspark", "chdb", "chdb-core"}
+    assert not names & {"pytest", "ruff", "hypothesis"}  # the dev extra is not the runtime's
+
+
+def test_stage_holds_the_engine_its_entry_points_a_path_plugin_and_a_manifest(tmp_path: Path) -> None:
+    plugins = tmp_path / "plugins"
+    (plugins / "acme_pkg").mkdir(parents=True)
+    (plugins / "acme_pkg" / "__init__.py").write_text("X = 1\n")
+    (plugins / "acme_single.py").write_text("Y = 2\n")
+    wanted = packed_env.contents([plugins])
+    wanted.distributions = {"tenacity": wanted.distributions["tenacity"]}  # a small one; the engine is always copied
+    staged = tmp_path / "env"
+    packed_env.stage(wanted, staged)
+    assert not any("__pycache__" in p.parts for p in (staged / "lib").rglob("*"))  # compiled where it runs
+    python = staged / "bin" / "python"
+    code = "import streamling, tenacity, acme_pkg, acme_single, importlib.metadata as m; print(streamling.__file__); "
+    code += "print([e.name for e in m.entry_points(group='streamling.plugins')])"
+    out = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    location, entry_points = out.stdout.splitlines()
+    assert location.startswith(str(staged))
+    assert entry_points == "['builtins']"
+    manifest = json.loads((staged / packed_env.MANIFEST).read_text())
+    assert manifest["platform"] == packed_env.platform_tag()
+    assert manifest["distributions"] == {"tenacity": wanted.distributions["tenacity"].version}
+    assert manifest["engine"] == streamling.__version__
+    assert manifest["path_plugins"] == [str(plugins.resolve())]
+
+
+def test_the_digest_follows_what_goes_in(tmp_path: Path) -> None:
+    plugin = tmp_path / "acme.py"
+    plugin.write_text("A = 1\n")
+    first = packed_env.contents([plugin]).digest()
+    assert packed_env.contents([plugin]).digest() == first
+    plugin.write_text("A = 22\n")
+    assert packed_env.contents([plugin]).digest() != first
+
+
+def test_a_named_archive_that_is_missing_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StreamlingError) as raised:
+        packed_env.resolve(str(tmp_path / "nope.tar.gz"))
+    assert raised.value.message == (
+        f"spark.environment_archive: '{tmp_path / 'nope.tar.gz'}' is not a file; build it with `streamling package "
+        f"--output {tmp_path / 'nope.tar.gz'}` or set it to 'auto'"
+    )
+
+
+def test_the_driver_folder_links_the_archives_python_to_this_environment(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("STREAMLING_CACHE_DIR", str(tmp_path))
+    folder = Path(packed_env.driver_directory())
+    assert (folder / packed_env.EXECUTOR_PYTHON).resolve() == Path(sys.prefix, "bin", "python").resolve()
+    assert packed_env.driver_directory() == str(folder)  # the same folder next time, link kept
+
+
+def test_package_names_a_missing_plugin_path(tmp_path: Path, capsys) -> None:
+    code = packed_env.main(["--output", str(tmp_path / "x.tar.gz"), "--plugin-path", str(tmp_path / "gone")])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"Error: plugin path '{tmp_path / 'gone'}' does not exist (--plugin-path / STREAMLING__PLUGIN__PATH)"
+    )
+    assert not (tmp_path / "x.tar.gz").exists()
+
+
+def test_session_conf_ships_the_archive_only_to_a_cluster(tmp_path: Path) -> None:
+    from streamling.config.model import SparkSettings
+    from streamling.runtime.session import session_conf
+
+    archive = tmp_path / "env.tar.gz"
+    archive.write_bytes(b"x")
+    cluster = SparkSettings(
+        master="spark://h:7077", environment_archive=str(archive), conf={"spark.archives": "extra.zip#x"}
+    )
+    conf = session_conf(cluster)
+    assert conf["spark.archives"] == f"extra.zip#x,{archive}#{packed_env.ALIAS}"
+    assert conf["spark.pyspark.python"] == "./streamling_env/bin/python"
+    local = session_conf(SparkSettings(master="local[2]", environment_archive=str(archive)))
+    assert "spark.archives" not in local and "spark.pyspark.python" not in local
