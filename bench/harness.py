@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,7 +65,7 @@ class Measurement:
         return after[0] - before[-1]
 
 
-SETTLED = ("command", "jvm", "python_workers")
+SETTLED = ("command", "jvm", "engine", "python_workers")
 PSS_EVERY = 5
 PSS_GAP_SEC = 1.0
 
@@ -82,7 +82,8 @@ def tree_pss(tree: list[psutil.Process]) -> int:
 
 
 def role(process: psutil.Process, root: int) -> str | None:
-    """What a process of the tree is: the command itself, Spark's JVM, Spark's Python workers (the daemon and the
+    """What a process of the tree is: the command itself, Spark's JVMs (also a cluster's worker and executor), a
+    warm engine's process, Spark's Python workers (the daemon and the
     workers it forks: the readers, `mapInArrow` and UDF code), Spark's other Python processes (the streaming
     source's planner), or anything else; None when it cannot be told (an exiting process's command line is gone,
     and it must keep the role it had, or its CPU would be counted under another role than its memory)."""
@@ -96,6 +97,8 @@ def role(process: psutil.Process, root: int) -> str | None:
         return None
     if "java" in process.name() or "org.apache.spark" in cmdline:
         return "jvm"
+    if "streamling serve" in cmdline or "streamling.cli serve" in cmdline:
+        return "engine"
     if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
         return "python_workers"
     if "pyspark" in cmdline:
@@ -111,19 +114,21 @@ def measure(
     *,
     first_row: Callable[[], bool] | None = None,
     started: Callable[[subprocess.Popen], None] | None = None,
-    beside: int | None = None,
+    beside: int | Sequence[int] | None = None,
 ) -> Measurement:
     """Run ``cmd`` to its end, sampling its process tree every ``interval`` seconds.
 
     ``first_row`` is polled from a thread (every 20 ms, its own connection's cost is not the tree's) until it
     answers true: the time from launch to then is ``first_row_sec``. ``started`` gets the process right after
     launch, so another thread can stop it (the latency scenario runs a streaming process until SIGTERM).
-    ``beside``: a process already running (`streamling serve`) whose tree does the command's work; its CPU from
-    the launch on and its memory are counted with the command's, its processes' roles as if it were the command.
+    ``beside``: processes already running (`streamling serve`; a cluster's workers) whose trees do the command's
+    work; their CPU from the launch on and their memory are counted with the command's, their processes' roles as
+    if each were the command.
     """
-    engine = psutil.Process(beside) if beside is not None else None
+    tops = [] if beside is None else [beside] if isinstance(beside, int) else list(beside)
+    engines = [psutil.Process(pid) for pid in tops]
     cpu_before: dict[int, float] = {}
-    for p in [engine, *engine.children(recursive=True)] if engine is not None else []:
+    for p in [p for e in engines for p in (e, *e.children(recursive=True))]:
         with contextlib.suppress(psutil.Error):
             t = p.cpu_times()
             cpu_before[p.pid] = t.user + t.system
@@ -162,7 +167,7 @@ def measure(
         split: dict[str, int] = {}
         try:
             tree = [root, *root.children(recursive=True)]
-            if engine is not None:
+            for engine in engines:
                 tree += [engine, *engine.children(recursive=True)]
         except psutil.NoSuchProcess:
             break
@@ -170,8 +175,7 @@ def measure(
             try:
                 with p.oneshot():
                     if role_of.get(p.pid) not in SETTLED:  # launch scripts exec into the JVM under one pid
-                        top = beside if p.pid == beside else root.pid
-                        role_of[p.pid] = role(p, top) or role_of.get(p.pid, "other")
+                        role_of[p.pid] = role(p, root.pid) or role_of.get(p.pid, "other")
                     used = p.memory_info().rss
                     rss += used
                     split[role_of[p.pid]] = split.get(role_of[p.pid], 0) + used

@@ -14,7 +14,8 @@ Scenarios:
 3. Cold start: launch → first row visible in Postgres, the topic already holding data (50k records); ours also
    warm (**streamling_warm**: ``streamling submit`` to a ``streamling serve`` engine started before the runs).
 4. End-to-end latency at a steady 20k records/s: produce time (the record's ``ts``) → row visible in Postgres.
-5. Scale curve (ours only): the scenario-1 filter at local[1] vs local[2], on topics of 1, 2 and 4 partitions.
+5. Scale curve (ours only): the scenario-1 filter at local[1] vs local[2], on topics of 1, 2 and 4 partitions,
+   and on the shared-nothing cluster of ``infra/services up spark-cluster`` with 1 and 2 workers (root only).
 6. Density: N pipelines, each on its own topic fed at 100 rec/s → SQL filter → Postgres upsert, on one engine
    (N = 1, 10, 50), as N CLI processes (N = 1, 10), as N hand loops and N Quix apps (N = 1, 10, 50): cores and
    PSS over a window, the N-th pipeline's first row, every sink exact, an idle engine pipeline's cost
@@ -46,6 +47,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
@@ -199,6 +202,8 @@ class Suite:
     density_idle_sec: float = 60.0
     steady_runs: int | None = None
     """Scenario 7's counted runs (each contender's is minutes long), when not the suite's `runs`."""
+    cluster_workers: tuple[int, ...] = (1, 2)
+    """Scenario 5's cluster cells: workers given to the application (none: no cluster cells)."""
 
     def base_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLING__")}
@@ -440,8 +445,6 @@ class WarmEngine:
         threading.Thread(target=lambda: [None for _ in self.proc.stderr or ()], daemon=True).start()
 
     def rss_mb(self) -> float:
-        import psutil
-
         root = psutil.Process(self.proc.pid)
         return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
 
@@ -624,17 +627,27 @@ def scenario_latency(s: Suite) -> dict:
 
 
 def scenario_scale(s: Suite) -> dict:
+    """`local[1]` and `local[2]` over 1, 2 and 4 partitions, then the shared-nothing cluster of `infra/services up
+    spark-cluster` with the application given 1 and 2 workers' cores (`spark.cores.max`): its executors, their
+    Python workers and the worker daemons are measured with the driver (`measure(beside=…)`)."""
     records = s.sizes.scale_records
     parts = s.sizes.scale_partitions
     topics = {p: s.topic(f"scale{p}", records, p) for p in parts}
     cells = [("local[1]", max(parts))] + [("local[2]", p) for p in parts]
+    cluster = SharedNothingCluster.start() if s.cluster_workers else None
+    if cluster is not None:
+        cells += [(f"cluster:{n}", max(parts)) for n in s.cluster_workers if n <= len(cluster.workers)]
     expected = expected_blackhole("filter", records)
     print(f"[5] scale (ours): {', '.join(f'{m} x {p} partitions' for m, p in cells)}", flush=True)
     runs: dict[tuple[str, int], list[Measurement]] = {c: [] for c in cells}
     for i, label in s.rounds():
         for master, p in cells:
-            cmd, env = s.command("streamling", topics[p], "filter", None, master=master, batch=500_000)
-            m = measure(cmd, env, s.work)
+            on_cluster = master.startswith("cluster:") and cluster is not None
+            url = cluster.url if on_cluster else master
+            cmd, env = s.command("streamling", topics[p], "filter", None, master=url, batch=500_000)
+            if on_cluster:
+                env.update(cluster.env(int(master.split(":")[1])))
+            m = measure(cmd, env, s.work, beside=cluster.workers if on_cluster else None)
             written = written_by("streamling", m) if m.returncode == 0 else None
             s.check("[5] scale", f"{master}/{p}", m, written, expected)
             m.extra = {**throughput(m, records), "rows_out": written, "expected_rows": expected}
@@ -642,7 +655,56 @@ def scenario_scale(s: Suite) -> dict:
             if i >= s.warmup:
                 runs[(master, p)].append(m)
     out = [{"master": m, "partitions": p, **summary(r, THROUGHPUT)} for (m, p), r in runs.items()]
-    return {"records": records, "sql": SQL["filter"], "record_batch_size": 500_000, "cells": out}
+    return {
+        "records": records,
+        "sql": SQL["filter"],
+        "record_batch_size": 500_000,
+        "cluster": cluster.describe() if cluster is not None else None,
+        "cells": out,
+    }
+
+
+@dataclass
+class SharedNothingCluster:
+    """`infra/services up spark-cluster`, as scenario 5 uses it: a cell `cluster:N` gives the application N workers'
+    cores (`spark.cores.max`), so one executor per worker; the executors run the packed environment, built before
+    the first run so no run pays its packing."""
+
+    url: str
+    workers: list[int]
+    cores_per_worker: int
+
+    @classmethod
+    def start(cls) -> SharedNothingCluster | None:
+        try:
+            env = kafka_data.services_env("spark-cluster")
+        except subprocess.CalledProcessError as exc:
+            print(f"[5] scale: no shared-nothing cluster ({exc}); its cells are left out", flush=True)
+            return None
+        url = env["STREAMLING__SPARK__MASTER"]
+        workers = sorted(
+            p.pid
+            for p in psutil.process_iter(["cmdline"])
+            if "org.apache.spark.deploy.worker.Worker" in (p.info["cmdline"] or []) and url in p.info["cmdline"]
+        )
+        subprocess.run(
+            [sys.executable, "-c", "from streamling.runtime import packed_env; packed_env.resolve('auto')"], check=True
+        )
+        return cls(url, workers, int(os.environ.get("STREAMLING_INFRA_SPARK_CLUSTER_WORKER_CORES", "1")))
+
+    def env(self, workers: int) -> dict[str, str]:
+        return {
+            "STREAMLING__SPARK__ENVIRONMENT_ARCHIVE": "auto",
+            "STREAMLING__SPARK__CONF": json.dumps({"spark.cores.max": str(workers * self.cores_per_worker)}),
+        }
+
+    def describe(self) -> dict:
+        return {
+            "url": self.url,
+            "workers": len(self.workers),
+            "cores_per_worker": self.cores_per_worker,
+            "caveat": f"{os.cpu_count()} cores in all: the driver, the workers and the broker share them",
+        }
 
 
 SCENARIOS: dict[int, tuple[str, Callable[[Suite], dict]]] = {
@@ -797,6 +859,17 @@ def markdown(payload: dict) -> str:
         lines += [
             f"## 5. Scale curve, ours only (scenario-1 filter, {b['records']:,} records)",
             "",
+            *(
+                [
+                    f"`cluster:N`: {b['cluster']['url']}, the shared-nothing cluster, N of its "
+                    f"{b['cluster']['workers']} workers ({b['cluster']['cores_per_worker']} core each) given to the "
+                    f"application; its workers, executors and their Python workers measured with the driver. "
+                    f"{b['cluster']['caveat']}.",
+                    "",
+                ]
+                if b.get("cluster")
+                else []
+            ),
             "| master | partitions | rec/s | CPU-s / M records | peak RSS MB |",
             "|---|---|---|---|---|",
         ]
@@ -882,6 +955,11 @@ def main() -> None:
     args.add_argument("--density-sec", type=float, help="scenario 6: seconds measured per cell (default 300)")
     args.add_argument("--density-idle-sec", type=float, help="scenario 6: seconds of an idle engine (default 60)")
     args.add_argument(
+        "--cluster-workers",
+        default="1,2",
+        help="scenario 5: the shared-nothing cluster's cells, in workers given to the application ('' for none)",
+    )
+    args.add_argument(
         "--density-master",
         help="scenario 6: ours' spark.master (default local[*]; the engine: cores * engine.task_slots_per_core)",
     )
@@ -920,6 +998,7 @@ def main() -> None:
     if opts.density_idle_sec is not None:
         suite.density_idle_sec = opts.density_idle_sec
     suite.steady_runs = opts.steady_runs
+    suite.cluster_workers = tuple(int(n) for n in opts.cluster_workers.split(",") if n.strip())
     if opts.steady_contenders:
         steady_clickhouse.CONTENDERS[:] = opts.steady_contenders.split(",")
     if opts.steady_epoch_sec is not None:
