@@ -217,7 +217,7 @@ def build(output: Path, plugin_paths: Iterable[Path] = (), compress_level: int =
         staged = Path(scratch) / "env"
         stage(wanted, staged)
         staged_bytes = sum(p.stat().st_size for p in staged.rglob("*") if p.is_file() and not p.is_symlink())
-        partial = output.with_name(output.name + ".partial")
+        partial = output.with_name(f".{output.name}.{os.getpid()}.partial")  # two runs packing at once both finish
         partial.unlink(missing_ok=True)
         venv_pack.pack(prefix=str(staged), output=str(partial), format="tar.gz", compress_level=compress_level)
         partial.replace(output)
