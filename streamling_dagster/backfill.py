@@ -184,7 +184,7 @@ def backfill_events(
                 op_context,
                 pf,
                 settings,
-                lambda: spark.spark_session,
+                lambda: spark.session_for(settings),
                 config or StreamConfig(),
                 observe=False,
                 summary=summary,

@@ -48,7 +48,7 @@ def stream_job(pf: PipelineFile) -> dg.JobDefinition:
             with signals.interruptible():
                 if not check_no_other_run(context, pf, config.wait_for_running_sec):  # before positions and Spark
                     return
-            session = lambda: spark.spark_session  # noqa: E731 - started after the one-run-per-pipeline check
+            session = lambda: spark.session_for(settings)  # noqa: E731 - started after the one-run-per-pipeline check
             yield from run_engine(context, pf, settings, session, config, observe=True, clean_stop=True, stop=stop)
 
     @dg.job(
@@ -94,7 +94,7 @@ def backfill_then_stream_job(pf: PipelineFile) -> dg.JobDefinition:
             if stop.is_set():
                 end_if_stopped(context, stop)
                 return
-            session = lambda: spark.spark_session  # noqa: E731 - started after the one-run-per-pipeline check
+            session = lambda: spark.session_for(settings)  # noqa: E731 - started after the one-run-per-pipeline check
             summary = yield from run_engine(
                 context, pf, settings, session, config, observe=False, clean_stop=True, stop=stop
             )

@@ -60,17 +60,32 @@ class StreamlingResource(dg.ConfigurableResource):
 
 
 class StreamlingSparkResource(PySparkResource):
-    """dagster-pyspark's session, configured like the engine's own (`spark_config` defaults to the engine's
-    `spark.*` settings, master included), started on first use and stopped when the run ends. Like the CLI's, it
-    ships the plugins loaded from ``STREAMLING__PLUGIN__PATH`` (the code location loaded them when it read the
-    pipeline files) to Spark's Python workers; each run's plan ships any it loads later."""
+    """dagster-pyspark's session, configured like the engine's own, started on first use and stopped when the run
+    ends. Like the CLI's, it ships the plugins loaded from ``STREAMLING__PLUGIN__PATH`` (the code location loaded
+    them when it read the pipeline files) to Spark's Python workers; each run's plan ships any it loads later.
+
+    Built by `from_settings` (the code location's default), it follows each run's engine settings: the pipeline ops
+    start it from the `StreamlingResource`'s `spark.*` (its config file, overrides and ``STREAMLING__SPARK__…``),
+    so a cluster master and `spark.environment_archive` set there reach the session; `spark_config` then shows
+    the settings the code location loaded. Built with a `spark_config` of one's own, that config is the session's."""
+
+    follow_engine_settings: bool = False
+    """Start the session from the run's engine settings (`session_for`) rather than from `spark_config`."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StreamlingSparkResource:
         """Secret-looking keys of `spark.conf` (an S3 secret key, say) stay out of the resource's config, which
         the Dagster UI shows; the run adds them from the settings when it builds the session."""
         conf = session_conf(settings.spark)
-        return cls(spark_config={k: v for k, v in conf.items() if not SECRET_CONF.search(k)})
+        return cls(
+            spark_config={k: v for k, v in conf.items() if not SECRET_CONF.search(k)}, follow_engine_settings=True
+        )
+
+    def session_for(self, settings: Settings) -> Any:
+        """The run's session, started from `settings.spark` when this resource follows the engine's settings."""
+        if self._spark_session is None and self.follow_engine_settings:
+            self._start(session_conf(settings.spark))
+        return self.spark_session
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Nothing yet: the session starts on first use, so a run refused at the start of its op (another run
@@ -82,14 +97,19 @@ class StreamlingSparkResource(PySparkResource):
             self._start()
         return self._spark_session
 
-    def _start(self) -> None:
+    def _start(self, run_conf: dict[str, str] | None = None) -> None:
+        """From `run_conf` (`session_for`: the run's whole configuration, secrets included), else from
+        `spark_config` plus the secret keys of the environment's settings."""
         prepare_environment()
         engine = load_settings(environ=os.environ).spark
-        secrets = {k: v for k, v in engine.conf.items() if SECRET_CONF.search(k) and k not in self.spark_config}
-        conf = {**self.spark_config, **secrets}
+        if run_conf is None:
+            secrets = {k: v for k, v in engine.conf.items() if SECRET_CONF.search(k) and k not in self.spark_config}
+            conf = {**self.spark_config, **secrets}
+        else:
+            conf = run_conf
         start_jvm({k: str(v) for k, v in flatten_dict(conf)})  # out of the run worker's process group, like the CLI
         self._spark_session = spark_session_from_config(conf)
-        settings = engine.model_copy(update={"master": self.spark_config.get("spark.master", "local[*]")})
+        settings = engine.model_copy(update={"master": conf.get("spark.master", "local[*]")})
         finish_session(self._spark_session, settings)
         ship_plugins(self._spark_session)
 

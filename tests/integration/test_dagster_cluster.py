@@ -1,7 +1,8 @@
 """Dagster runs on the shared-nothing cluster of ``infra/services up spark-cluster`` (a master and two workers that
-see neither the checkout, the venv nor /tmp), configured only through the resource's settings: the code location's
-`StreamlingSparkResource` takes master, app name and ``spark.environment_archive: auto`` from the ``STREAMLING__``
-environment, so its session ships the packed Python environment and the executors run the engine from it.
+see neither the checkout, the venv nor /tmp), configured only through the resource's settings: the session follows
+each run's engine settings, so master, app name and ``spark.environment_archive: auto`` come from the
+`StreamlingResource`'s overrides in the run config (the backfill) or from the ``STREAMLING__`` environment (the
+stream); the session ships the packed Python environment and the executors run the engine from it.
 
 Each job runs in a `dagster job execute` process of its own, as a script or cron would start it (this test process
 keeps the suite's local SparkSession): a backfill of a generator into Postgres, materialized with its rows and
@@ -86,11 +87,20 @@ def test_a_backfill_and_a_stream_run_on_the_shared_nothing_cluster_through_the_r
     run_id = uuid.uuid4().hex[:8]
     backfill_app, stream_app = f"dagster-backfill-{run_id}", f"dagster-stream-{run_id}"
 
-    # (a) The backfill: the generator's 2000 rows, materialized with their positions.
+    # (a) The backfill: the generator's 2000 rows, materialized with their positions. Its cluster comes from the
+    # StreamlingResource's overrides in the run config; its environment names none (the code location loads local).
+    run_config = tmp_path / "run.yaml"
+    overrides = {
+        "spark.master": shared_nothing_cluster_env["STREAMLING__SPARK__MASTER"],
+        "spark.environment_archive": "auto",
+        "spark.app_name": backfill_app,
+    }
+    run_config.write_text(json.dumps({"resources": {"streamling": {"config": {"overrides": overrides}}}}))
+    local = {k: v for k, v in env.items() if k not in shared_nothing_cluster_env}
     done = subprocess.run(
-        [DAGSTER, "job", "execute", "-m", "streamling_dagster", "-j", "shop__backfill"],
+        [DAGSTER, "job", "execute", "-m", "streamling_dagster", "-j", "shop__backfill", "-c", str(run_config)],
         cwd=tmp_path,
-        env={**env, "STREAMLING__SPARK__APP_NAME": backfill_app},
+        env=local,
         capture_output=True,
         text=True,
         timeout=300,
