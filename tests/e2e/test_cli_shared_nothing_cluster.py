@@ -136,9 +136,11 @@ def test_pipelines_run_from_the_packed_environment_and_survive_a_lost_worker(
     }
     # Read tasks wait for their partition's executor (runtime/locality.py) up to spark.locality.wait, 3 s by
     # default; a test machine starved of CPU can keep a one-core executor busy that long, so this run waits 10 s
-    # (which is also how long the lost worker's retried task waits before it runs on the other).
+    # (which is also how long the lost worker's retried task waits before it runs on the other). The session
+    # starts once both executors registered, so the first epoch is dealt over both, like the ones after it.
     config = tmp_path / "config.yaml"
-    config.write_text('spark: {conf: {"spark.locality.wait": "10s"}}\n')
+    conf = {"spark.locality.wait": "10s", "spark.cores.max": "2", "spark.scheduler.minRegisteredResourcesRatio": "1.0"}
+    config.write_text(json.dumps({"spark": {"conf": conf}}))
     log = (tmp_path / "run.log").open("w+")
     proc = start_cli(tmp_path, str(pipeline), "--config", str(config), env=env, stderr=log)
     try:
