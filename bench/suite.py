@@ -634,7 +634,7 @@ def scenario_scale(s: Suite) -> dict:
     parts = s.sizes.scale_partitions
     topics = {p: s.topic(f"scale{p}", records, p) for p in parts}
     cells = [("local[1]", max(parts))] + [("local[2]", p) for p in parts]
-    cluster = SharedNothingCluster.start() if s.cluster_workers else None
+    cluster = ClusterCells.start() if s.cluster_workers else None
     if cluster is not None:
         cells += [(f"cluster:{n}", max(parts)) for n in s.cluster_workers if n <= len(cluster.workers)]
     expected = expected_blackhole("filter", records)
@@ -665,7 +665,7 @@ def scenario_scale(s: Suite) -> dict:
 
 
 @dataclass
-class SharedNothingCluster:
+class ClusterCells:
     """`infra/services up spark-cluster`, as scenario 5 uses it: a cell `cluster:N` gives the application N workers'
     cores (`spark.cores.max`), so one executor per worker; the executors run the packed environment, built before
     the first run so no run pays its packing."""
@@ -675,7 +675,7 @@ class SharedNothingCluster:
     cores_per_worker: int
 
     @classmethod
-    def start(cls) -> SharedNothingCluster | None:
+    def start(cls) -> ClusterCells | None:
         try:
             env = kafka_data.services_env("spark-cluster")
         except subprocess.CalledProcessError as exc:

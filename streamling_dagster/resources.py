@@ -76,7 +76,7 @@ class StreamlingSparkResource(PySparkResource):
     def from_settings(cls, settings: Settings) -> StreamlingSparkResource:
         """Secret-looking keys of `spark.conf` (an S3 secret key, say) stay out of the resource's config, which
         the Dagster UI shows; the run adds them from the settings when it builds the session."""
-        conf = session_conf(settings.spark)
+        conf = session_conf(settings.spark, resolve_archive=False)  # runs resolve it (`session_for`)
         return cls(
             spark_config={k: v for k, v in conf.items() if not SECRET_CONF.search(k)}, follow_engine_settings=True
         )
@@ -93,8 +93,11 @@ class StreamlingSparkResource(PySparkResource):
 
     @property
     def spark_session(self) -> Any:
+        """Started on first use: from the environment's engine settings when this resource follows them (code of
+        one's own that asks for the session directly), else from `spark_config`."""
         if self._spark_session is None:
-            self._start()
+            following = self.follow_engine_settings
+            self._start(session_conf(load_settings(environ=os.environ).spark) if following else None)
         return self._spark_session
 
     def _start(self, run_conf: dict[str, str] | None = None) -> None:

@@ -167,6 +167,13 @@ def wrap(exc: BaseException, what: str) -> StreamlingError:
         return inner
     line = first_line(exc)
     missing = _NO_PYTHON.search(line)
+    if missing is not None and missing[1].startswith("./"):  # a Python unpacked from spark.archives
+        return StreamlingError.user(
+            f"{what}: Spark could not start the packed environment's Python '{missing[1]}' where a task ran; its "
+            "bin/python links to the interpreter it was packed from (`streamling package` prints it, and the "
+            "archive's streamling-env.json names it), which every worker needs at that same path",
+            exc,
+        )
     if missing is not None:
         return StreamlingError.user(
             f"{what}: Spark could not start the Python workers' interpreter '{missing[1]}' where a task ran (no such "

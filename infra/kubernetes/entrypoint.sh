@@ -12,7 +12,7 @@ case "${1:-}" in
     done < <(env | grep '^SPARK_JAVA_OPT_' | sort -t_ -k4 -n)
     exec "${JAVA_HOME}/bin/java" "${java_opts[@]}" \
       -Xms"${SPARK_EXECUTOR_MEMORY}" -Xmx"${SPARK_EXECUTOR_MEMORY}" \
-      -cp "${SPARK_HOME}/jars/*:${SPARK_CLASSPATH:-}" \
+      -cp "${SPARK_HOME}/jars/*:${SPARK_CLASSPATH:-}:${SPARK_EXTRA_CLASSPATH:-}" \
       org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
       --driver-url "${SPARK_DRIVER_URL}" \
       --executor-id "${SPARK_EXECUTOR_ID}" \

@@ -26,6 +26,7 @@ from werkzeug import Request, Response
 from tests.conftest import services
 from tests.e2e.cli import exit_code, run_cli, sqlite_state, start_cli, wait_for, write
 from tests.plugin_util import write_six_kinds
+from tests.postgres_util import table_count, table_rows
 
 pytestmark = pytest.mark.integration
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -63,14 +64,12 @@ class KillingHandler:
 
     def sender(self, remote_port: int) -> psutil.Process:
         """The worker JVM above the process that holds the connection."""
-        found = [c for c in psutil.net_connections(kind="tcp") if c.laddr and c.laddr.port == remote_port]
-        (sender,) = [c.pid for c in found if c.raddr and c.raddr.port == self.port and c.pid] or [found]
+        (sender,) = [
+            c.pid
+            for c in psutil.net_connections(kind="tcp")
+            if c.laddr and c.laddr.port == remote_port and c.raddr and c.raddr.port == self.port and c.pid
+        ]
         return next(p for p in psutil.Process(sender).parents() if WORKER_CLASS in " ".join(p.cmdline()))
-
-
-def _rows(pg_connect, schema: str, table: str) -> list[tuple]:
-    with pg_connect() as conn:
-        return conn.execute(f'SELECT * FROM "{schema}"."{table}" ORDER BY 1').fetchall()
 
 
 def test_pipelines_run_from_the_packed_environment_and_survive_a_lost_worker(
@@ -146,10 +145,10 @@ def test_pipelines_run_from_the_packed_environment_and_survive_a_lost_worker(
     try:
         for last in range(step, wave + 1, step):
             produce(last - step + 1, last)
-            wait_for(lambda last=last: _count(pg_connect, schema, "orders_raw") >= last, proc, timeout=240)
+            wait_for(lambda last=last: table_count(pg_connect, schema, "orders_raw") >= last, proc, timeout=240)
         produce(wave + 1, wave + step)
-        wait_for(lambda: _count(pg_connect, schema, "orders_raw") >= wave + step, proc, timeout=240)
-        wait_for(lambda: _count(pg_connect, schema, "orders_out") >= wave + step - 9, proc, timeout=120)
+        wait_for(lambda: table_count(pg_connect, schema, "orders_raw") >= wave + step, proc, timeout=240)
+        wait_for(lambda: table_count(pg_connect, schema, "orders_out") >= wave + step - 9, proc, timeout=120)
         os.killpg(proc.pid, signal.SIGTERM)
         assert exit_code(proc, timeout=120) == 0, log.seek(0) or log.read()
     finally:
@@ -167,20 +166,12 @@ def test_pipelines_run_from_the_packed_environment_and_survive_a_lost_worker(
     # The lost worker's task ran again on the other: the request it had in flight was sent twice.
     assert any(count > 1 for i, count in handler.requested.items() if i > wave), stderr
     assert "Error:" not in stderr, stderr
-    raw = _rows(pg_connect, schema, "orders_raw")
+    raw = table_rows(pg_connect, schema, "orders_raw")
     assert [(r[0], r[1], r[2]) for r in raw] == [(i, f"l{i}", i * 1.5) for i in range(1, wave + step + 1)]
-    out = _rows(pg_connect, schema, "orders_out")
+    out = table_rows(pg_connect, schema, "orders_out")
     assert [(r[0], r[1], r[2]) for r in out] == [(i, f"L{i}/kept", 2 * i) for i in range(10, wave + step + 1)]
     state = sqlite_state(tmp_path / "state.db")
     assert sum(v["offset"] for k, v in state.items() if k.startswith(f"orders:{topic}:")) == wave + step
-
-
-def _count(pg_connect, schema: str, table: str) -> int:
-    with pg_connect() as conn:
-        exists = conn.execute("SELECT to_regclass(%s)", [f'"{schema}"."{table}"']).fetchone()[0]
-        if exists is None:
-            return 0
-        return conn.execute(f'SELECT count(*) FROM "{schema}"."{table}"').fetchone()[0]
 
 
 def test_without_the_packed_environment_the_workers_have_no_python_of_the_driver(

@@ -24,8 +24,8 @@ import dagster as dg
 import pytest
 
 from tests.e2e.cli import cli_env, sqlite_state, write
-from tests.e2e.test_cli_shared_nothing_cluster import _count, _rows
 from tests.e2e.test_dagster_cli import DAGSTER
+from tests.postgres_util import table_count, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -108,7 +108,7 @@ def test_a_backfill_and_a_stream_run_on_the_shared_nothing_cluster_through_the_r
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (app,) = cluster_apps(shared_nothing_cluster_env, backfill_app)
     assert app["cores"] >= 1, app
-    assert [r[0] for r in _rows(pg_connect, schema, "orders")] == list(range(1, 2001))
+    assert [r[0] for r in table_rows(pg_connect, schema, "orders")] == list(range(1, 2001))
     with dg.DagsterInstance.from_config(str(home)) as instance:
         event = instance.get_latest_materialization_event(dg.AssetKey(["postgres", "default", schema, "orders"]))
     assert event is not None and event.asset_materialization is not None
@@ -137,7 +137,7 @@ def test_a_backfill_and_a_stream_run_on_the_shared_nothing_cluster_through_the_r
 
     def wait_for(count: int, timeout: float = 180) -> None:
         deadline = time.time() + timeout
-        while _count(pg_connect, schema, "events") < count:
+        while table_count(pg_connect, schema, "events") < count:
             assert stream.poll() is None, output()
             assert time.time() < deadline, output()
             time.sleep(0.3)
@@ -159,7 +159,7 @@ def test_a_backfill_and_a_stream_run_on_the_shared_nothing_cluster_through_the_r
     assert run.job_name == "feed__stream"
     assert run.status == dg.DagsterRunStatus.CANCELED, output()
     assert run.tags["streamling/stopped_by"] == "signal"
-    assert [(r[0], r[1]) for r in _rows(pg_connect, schema, "events")] == [(i, f"l{i}") for i in range(1, 501)]
+    assert [(r[0], r[1]) for r in table_rows(pg_connect, schema, "events")] == [(i, f"l{i}") for i in range(1, 501)]
     state = sqlite_state(tmp_path / "state.db", app="local_app_v1.feed")
     assert sum(v["offset"] for k, v in state.items() if k.startswith(f"events:{topic}:")) == 500, state
     with pg_connect() as conn:

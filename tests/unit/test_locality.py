@@ -28,3 +28,12 @@ def test_a_lost_executor_leaves_the_others_with_all_partitions() -> None:
     survivors = [e for e in EXECUTORS if e[0] != "2"]
     assert set(choose(keys, survivors)) == set(survivors)
     assert Counter(choose(keys, survivors)) == {e: 3 for e in survivors}
+
+
+def test_a_split_backlog_spreads_its_pieces_and_the_first_keeps_the_partitions_executor() -> None:
+    from streamling.kafka.source.reader import Range
+
+    pieces = [Range(3, 0, 10, "orders", piece) for piece in range(4)]
+    assert [r.locality_key for r in pieces] == [("orders", 3), ("orders", 4), ("orders", 5), ("orders", 6)]
+    chosen = choose([r.locality_key for r in pieces], EXECUTORS)
+    assert chosen[0] == choose([("orders", 3)], EXECUTORS)[0] and len(set(chosen[:3])) == 3

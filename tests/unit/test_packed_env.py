@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,68 @@ def test_session_conf_ships_the_archive_only_to_a_cluster(tmp_path: Path) -> Non
         master="spark://h:7077", environment_archive=str(archive), conf={"spark.archives": "extra.zip#x"}
     )
     conf = session_conf(cluster)
-    assert conf["spark.archives"] == f"extra.zip#x,{archive}#{packed_env.ALIAS}"
+    # The driver JVM then runs elsewhere (`packed_env.driver_directory`): relative paths stay the user's.
+    assert conf["spark.archives"] == f"{os.path.abspath('extra.zip')}#x,{archive}#{packed_env.ALIAS}"
+    assert conf["spark.sql.warehouse.dir"] == os.path.abspath("spark-warehouse")
     assert conf["spark.pyspark.python"] == "./streamling_env/bin/python"
+    own = cluster.model_copy(
+        update={"conf": {"spark.pyspark.python": "/opt/py/bin/python", "spark.jars": "s3a://b/x.jar"}}
+    )
+    assert session_conf(own)["spark.pyspark.python"] == "/opt/py/bin/python"
+    assert session_conf(own)["spark.jars"] == "s3a://b/x.jar"
+    shown = session_conf(cluster.model_copy(update={"environment_archive": "auto"}), resolve_archive=False)
+    assert shown["spark.archives"].endswith(f",auto#{packed_env.ALIAS}")  # a configuration to show: nothing packed
     local = session_conf(SparkSettings(master="local[2]", environment_archive=str(archive)))
     assert "spark.archives" not in local and "spark.pyspark.python" not in local
+
+
+def test_shipped_archive_and_its_path_plugins_are_read_from_the_conf_and_the_manifest(tmp_path: Path) -> None:
+    from pyspark import SparkConf
+
+    archive = tmp_path / "env.tar.gz"
+    (tmp_path / "env.tar.gz.json").write_text(json.dumps({"path_plugins": [str(tmp_path / "plugins")]}))
+    conf = SparkConf(loadDefaults=False).set("spark.archives", f"/a/other.zip#x,{archive}#{packed_env.ALIAS}")
+    assert packed_env.archive_of(conf) == archive
+    assert packed_env.packed_path_plugins(conf) == {tmp_path / "plugins"}
+    assert packed_env.archive_of(SparkConf(loadDefaults=False).set("spark.archives", "/a/other.zip#x")) is None
+
+
+def test_auto_keeps_archives_other_drivers_may_still_serve(tmp_path, monkeypatch) -> None:
+    def build(target: Path) -> packed_env.Packed:  # venv-pack's part is run by the shared-nothing cluster's test
+        target.write_bytes(b"new")
+        return packed_env.Packed(target, 3, 3, 0, 0, False, packed_env.platform_tag(), 0.0)
+
+    monkeypatch.setattr(packed_env, "build", build)
+    monkeypatch.setenv("STREAMLING_CACHE_DIR", str(tmp_path))
+    folder = tmp_path / "environments"
+    folder.mkdir()
+    tag = packed_env.platform_tag()
+    recent, stale = folder / f"streamling-env-{tag}-recent.tar.gz", folder / f"streamling-env-{tag}-stale.tar.gz"
+    for old in (recent, stale):
+        old.write_bytes(b"old")
+    long_ago = time.time() - packed_env.KEEP_UNUSED_SEC - 60
+    os.utime(stale, (long_ago, long_ago))
+    made = packed_env.resolve("auto")
+    assert made.read_bytes() == b"new" and made.name == f"streamling-env-{tag}-{packed_env.contents().digest()}.tar.gz"
+    assert recent.exists() and not stale.exists()
+    assert packed_env.resolve("auto") == made  # the same contents: reused, not packed again
+
+
+def test_a_named_archive_built_from_other_files_is_warned_about(tmp_path: Path, caplog) -> None:
+    archive = tmp_path / "env.tar.gz"
+    archive.write_bytes(b"x")
+    (tmp_path / "env.tar.gz.json").write_text(json.dumps({"digest": "0" * 12, "path_plugins": []}))
+    with caplog.at_level("WARNING", logger="streamling.runtime"):
+        assert packed_env.resolve(str(archive)) == archive
+    assert f"spark.environment_archive {archive} was built from other engine, package or plugin files" in caplog.text
+
+
+def test_each_session_gets_its_own_workers_python(monkeypatch) -> None:
+    """PySpark reads PYSPARK_PYTHON when each SparkContext starts: a local session after a cluster one in the same
+    process gets this interpreter back, and Spark's spark.pyspark.python sets it."""
+    from streamling.runtime.session import _workers_python
+
+    monkeypatch.setenv("PYSPARK_PYTHON", packed_env.EXECUTOR_PYTHON)
+    assert _workers_python({"spark.master": "local[2]"}) == sys.executable
+    assert _workers_python({"spark.pyspark.python": "/opt/py/bin/python"}) == "/opt/py/bin/python"
+    assert _workers_python({}) == "/opt/py/bin/python"  # a user's own interpreter is left alone

@@ -5,8 +5,8 @@ plugin loaded from ``STREAMLING__PLUGIN__PATH`` goes to them as an archive added
 mode as on a cluster (where `runtime.session` ships the ``streamling`` package the same way). On a cluster,
 plugins installed as distributions (entry points) are shipped too, as their top-level package, when it is pure
 Python (zip imports cannot load compiled extensions: such a plugin must be installed where the workers run); in
-local mode the workers share the driver's environment and import them as installed, and executors that run the
-packed environment (`runtime.packed_env`) have them in it.
+local mode the workers share the driver's environment and import them as installed. Executors that run the packed
+environment (`runtime.packed_env`) have the installed plugins in it, and the path plugins it was packed with.
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ def ship_plugins(spark: SparkSession) -> None:
     key = id(context._jsc)
     with _lock:
         sent = _shipped.setdefault(key, set())
-        wanted = path_plugins()
-        if not context.master.startswith("local") and not packed_env.shipped(context.getConf()):
+        packed = packed_env.archive_of(context.getConf()) is not None
+        in_archive = packed_env.packed_path_plugins(context.getConf()) if packed else set()
+        wanted = [p for p in path_plugins() if not _within(p.root, in_archive)]
+        if not context.master.startswith("local") and not packed:
             wanted += [p for p in installed_plugins() if _pure_python(p)]
         fresh = [p for p in wanted if (p.name, p.root) not in sent]
         if not fresh:
@@ -53,6 +55,11 @@ def ship_plugins(spark: SparkSession) -> None:
         context.addPyFile(str(archive))
         _archives.append(str(archive))
         sent.update((p.name, p.root) for p in fresh)
+
+
+def _within(root: Path, locations: set[Path]) -> bool:
+    """Whether a plugin's file or folder is one of `locations` or inside one (what a packed archive holds)."""
+    return any(root == location or location in root.parents for location in locations)
 
 
 def _pure_python(plugin: PathPlugin) -> bool:

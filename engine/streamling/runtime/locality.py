@@ -11,7 +11,9 @@ executors whichever of them have data this epoch, and a partition keeps its exec
 stays the same. When an executor is lost or added, partitions are dealt again. Spark still runs a task elsewhere
 once ``spark.locality.wait`` (3 s) passes with its executor busy, and at once when it is gone.
 
-Local masters have one executor, the driver: nothing to prefer, and none of this runs.
+Only sources whose partitions name a key are placed (Kafka's); others (a generator, files) keep nothing warm between
+epochs and are read unplaced, without locality waits. Local masters have one executor, the driver: nothing to
+prefer, and none of this runs.
 """
 
 from __future__ import annotations

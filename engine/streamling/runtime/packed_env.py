@@ -18,12 +18,13 @@ and every Python worker pays PEX's bootstrap. The venv links the interpreter it 
 the same CPython at the same path (as venv-pack documents), and the archive is for this machine's platform.
 
 ``spark.environment_archive: auto`` builds the archive on the first cluster run into the engine's cache, keyed by
-everything that goes in it, and reuses it until one of those changes.
+everything that goes in it, and reuses it until one of those changes. Beside each archive, ``<archive>.json`` holds
+its manifest and content digest: a run warns when a named archive was built from other files than its own, and
+does not ship again as zips the path plugins the archive holds.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -33,20 +34,18 @@ import sys
 import sysconfig
 import tempfile
 import time
-import venv
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-
-from packaging.markers import default_environment
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
-from pyspark import SparkConf
+from typing import TYPE_CHECKING, Any
 
 import streamling
 from streamling.errors import StreamlingError
-from streamling.plugins.loader import plugin_roots
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
+    from pyspark import SparkConf
 
 log = logging.getLogger("streamling.runtime")
 
@@ -55,15 +54,17 @@ ALIAS = "streamling_env"
 """The folder the archive is unpacked into in each executor's working directory (``spark.archives``'s fragment)."""
 EXECUTOR_PYTHON = f"./{ALIAS}/bin/python"
 LEFT_OUT = frozenset(
-    canonicalize_name(name)
-    for name in ("pyspark", "dagster", "dagster-pyspark", "dagster-webserver", "dagster-dg-cli", "chdb", "chdb-core")
+    ("pyspark", "dagster", "dagster-pyspark", "dagster-webserver", "dagster-dg-cli", "chdb", "chdb-core")
 )
-"""Requirements of the engine the executors never import: the cluster's own pyspark, the control plane, and the
-embedded ClickHouse engine (580 MB; it lives in one process, the driver, which is why a multi-machine deployment
-names a ClickHouse server instead: docs/deploying.md)."""
+"""Requirements of the engine the executors never import (canonical names): the cluster's own pyspark, the control
+plane, and the embedded ClickHouse engine (580 MB; it lives in one process, the driver, which is why a
+multi-machine deployment names a ClickHouse server instead: docs/deploying.md)."""
 PLUGIN_GROUP = "streamling.plugins"
 MANIFEST = "streamling-env.json"
-"""Written into the archive's root: what it holds and for which interpreter, for `streamling package` and operators."""
+"""Written into the archive's root, and beside it as ``<archive>.json`` with the content digest."""
+KEEP_UNUSED_SEC = 7 * 24 * 3600.0
+"""How long an ``auto`` archive nobody used stays in the cache: a driver serves its archive to executors for the
+application's whole life (a replacement executor fetches it again), so a newer one never deletes it at once."""
 
 
 @dataclass
@@ -71,19 +72,39 @@ class Contents:
     """What goes into one archive."""
 
     distributions: dict[str, metadata.Distribution] = field(default_factory=dict)
+    editable: dict[str, Path] = field(default_factory=dict)
+    """Top-level packages of plugins installed editable (``pip install -e``), copied from their source folders."""
     path_plugins: list[Path] = field(default_factory=list)
     sucrase: Path | None = None
 
     def digest(self) -> str:
-        """Changes whenever any file that goes into the archive changes (by path, size and modification time)."""
-        sha = hashlib.sha256(f"{sys.version}|{platform_tag()}|{ALIAS}".encode())
-        for name in sorted(self.distributions):
-            sha.update(f"|{name}=={self.distributions[name].version}".encode())
-        for root in [Path(streamling.__file__).parent, *self.path_plugins, *filter(None, [self.sucrase])]:
+        """Changes whenever anything that goes into the archive changes: the interpreter, the distributions'
+        versions, the engine's entry points, and every copied file (by path, size and modification time)."""
+        from streamling.runtime.spark_home import digest
+
+        engine_entry_points = _distribution(DISTRIBUTION).read_text("entry_points.txt") or ""
+        parts: list[object] = [sys.version, os.path.realpath(sys._base_executable), platform_tag(), ALIAS]  # type: ignore[attr-defined]
+        parts += [engine_entry_points, *(f"{n}=={d.version}" for n, d in sorted(self.distributions.items()))]
+        roots = [Path(streamling.__file__).parent, *self.editable.values(), *self.path_plugins]
+        for root in [*roots, *filter(None, [self.sucrase])]:
             for path in sorted(_files(root)):
                 stat = path.stat()
-                sha.update(f"|{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-        return sha.hexdigest()[:16]
+                parts.append(f"{path}:{stat.st_size}:{stat.st_mtime_ns}")
+        return digest(*parts)
+
+
+@dataclass
+class Packed:
+    """What `build` made, as `streamling package` prints it."""
+
+    archive: Path
+    bytes: int
+    unpacked_bytes: int
+    distributions: int
+    path_plugins: int
+    sucrase: bool
+    platform: str
+    seconds: float
 
 
 def platform_tag() -> str:
@@ -93,13 +114,20 @@ def platform_tag() -> str:
 
 def contents(plugin_paths: Iterable[Path] = ()) -> Contents:
     """The distributions (the engine's runtime closure and the installed plugins'), path plugins and Sucrase."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
     from streamling.script.typescript import bundle_path
 
     wanted = Contents(path_plugins=[Path(p).resolve() for p in plugin_paths])
     roots = [Requirement(r) for r in (_distribution(DISTRIBUTION).requires or [])]
     for ep in metadata.entry_points(group=PLUGIN_GROUP):
-        if ep.dist is not None and canonicalize_name(ep.dist.metadata["Name"]) != canonicalize_name(DISTRIBUTION):
-            roots.append(Requirement(ep.dist.metadata["Name"]))
+        if ep.dist is None or canonicalize_name(ep.dist.metadata["Name"]) == DISTRIBUTION:
+            continue
+        roots.append(Requirement(ep.dist.metadata["Name"]))
+        if _editable(ep.dist):
+            top = ep.module.split(".")[0]
+            wanted.editable[top] = _package_root(top)
     _close_over(roots, wanted.distributions)
     sucrase = bundle_path()
     wanted.sucrase = sucrase if sucrase.is_file() else None
@@ -107,21 +135,26 @@ def contents(plugin_paths: Iterable[Path] = ()) -> Contents:
 
 
 def _close_over(requirements: list[Requirement], into: dict[str, metadata.Distribution]) -> None:
-    """Add each requirement that applies here and its own requirements, transitively (extras included)."""
+    """Add each requirement that applies here and its own requirements, transitively (extras included); each
+    distribution's requirements are expanded once per extra asked for (``""`` for none)."""
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    environment = dict(default_environment())
+    expanded: set[tuple[str, str]] = set()
     pending = [(req, "") for req in requirements]
     while pending:
         req, extra = pending.pop()
         name = canonicalize_name(req.name)
-        if name in LEFT_OUT or (req.marker is not None and not req.marker.evaluate({**_ENV, "extra": extra})):
+        if name in LEFT_OUT or (req.marker is not None and not req.marker.evaluate({**environment, "extra": extra})):
             continue
-        first = name not in into
-        dist = into.setdefault(name, _distribution(req.name))
-        for wanted_extra in sorted(req.extras) if req.extras else ([""] if first else []):
-            for sub in dist.requires or []:
-                pending.append((Requirement(sub), wanted_extra))
-
-
-_ENV = {key: value for key, value in default_environment().items()}
+        if name not in into:
+            into[name] = _distribution(req.name)
+        for wanted_extra in ["", *sorted(req.extras)]:
+            if (name, wanted_extra) not in expanded:
+                expanded.add((name, wanted_extra))
+                pending += [(Requirement(sub), wanted_extra) for sub in into[name].requires or []]
 
 
 def _distribution(name: str) -> metadata.Distribution:
@@ -134,6 +167,24 @@ def _distribution(name: str) -> metadata.Distribution:
         ) from None
 
 
+def _editable(dist: metadata.Distribution) -> bool:
+    """Installed with ``pip install -e``: its RECORD lists a path hook into a source folder, not the code."""
+    try:
+        return bool(json.loads(dist.read_text("direct_url.json") or "{}").get("dir_info", {}).get("editable"))
+    except ValueError:
+        return False
+
+
+def _package_root(top: str) -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec(top)
+    if spec is None or spec.origin is None:
+        raise StreamlingError(f"cannot pack the environment: the installed plugin package '{top}' cannot be found")
+    origin = Path(spec.origin)
+    return origin.parent if spec.submodule_search_locations else origin
+
+
 def _files(root: Path) -> Iterable[Path]:
     if root.is_file():
         yield root
@@ -143,22 +194,24 @@ def _files(root: Path) -> Iterable[Path]:
             yield path
 
 
-def stage(wanted: Contents, target: Path) -> None:
-    """A venv at `target` (the interpreter linked, no pip) holding exactly `wanted`."""
+def stage(wanted: Contents, target: Path) -> dict[str, Any]:
+    """A venv at `target` (the interpreter linked, no pip) holding exactly `wanted`; returns its manifest."""
+    import venv
+
+    from streamling.plugins.loader import plugin_roots
+
     venv.EnvBuilder(with_pip=False, symlinks=True).create(target)
     site = Path(sysconfig.get_path("purelib", vars={"base": str(target), "platbase": str(target)}))
-    engine_name = canonicalize_name(DISTRIBUTION)
     for name, dist in sorted(wanted.distributions.items()):
-        if name == engine_name:
-            continue
-        _copy_distribution(dist, site)
-    _copy_engine(site)
+        if name != DISTRIBUTION:
+            _copy_distribution(dist, site, metadata_only=_editable(dist))
+    _copy_tree(Path(streamling.__file__).parent, site / "streamling")
+    _engine_info(site)
+    for top, root in sorted(wanted.editable.items()):
+        _copy_tree(root, site / (top if root.is_dir() else f"{top}.py"))
     for location in wanted.path_plugins:
         for name, root in plugin_roots(location):
-            if root.is_dir():
-                shutil.copytree(root, site / name, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy2(root, site / f"{name}.py")
+            _copy_tree(root, site / (name if root.is_dir() else f"{name}.py"))
     if wanted.sucrase is not None:
         share = target / "share" / "streamling"
         share.mkdir(parents=True, exist_ok=True)
@@ -169,14 +222,25 @@ def stage(wanted: Contents, target: Path) -> None:
         "interpreter": os.path.realpath(sys._base_executable),  # type: ignore[attr-defined]
         "engine": streamling.__version__,
         "distributions": {name: d.version for name, d in sorted(wanted.distributions.items())},
+        "editable_plugins": sorted(wanted.editable),
         "path_plugins": [str(p) for p in wanted.path_plugins],
         "sucrase": wanted.sucrase is not None,
+        "digest": wanted.digest(),
     }
     (target / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
 
 
-def _copy_distribution(dist: metadata.Distribution, site: Path) -> None:
-    """Copy the files its RECORD lists under site-packages (scripts and data outside it are left out)."""
+def _copy_tree(source: Path, destination: Path) -> None:
+    if source.is_dir():
+        shutil.copytree(source, destination, ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        shutil.copy2(source, destination)
+
+
+def _copy_distribution(dist: metadata.Distribution, site: Path, metadata_only: bool = False) -> None:
+    """Copy the files its RECORD lists under site-packages (scripts and data outside it are left out); of an
+    editable install only its metadata (its code is copied from the source folder, `Contents.editable`)."""
     base = Path(str(dist.locate_file(""))).resolve()
     for entry in dist.files or []:
         source = Path(str(dist.locate_file(entry))).resolve()
@@ -184,30 +248,28 @@ def _copy_distribution(dist: metadata.Distribution, site: Path) -> None:
             continue
         try:
             relative = source.relative_to(base)
-        except ValueError:
+        except ValueError:  # outside site-packages: a console script, data files
             continue
-        if relative.parts and relative.parts[0] == "..":
+        if metadata_only and not relative.parts[0].endswith(".dist-info"):
             continue
         destination = site / relative
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, destination)
 
 
-def _copy_engine(site: Path) -> None:
-    """The ``streamling`` package (also from an editable install) and a dist-info with its entry points."""
-    package = Path(streamling.__file__).parent
-    shutil.copytree(package, site / "streamling", ignore=shutil.ignore_patterns("__pycache__"))
+def _engine_info(site: Path) -> None:
+    """A dist-info for the engine (also from an editable install) with its entry points: the built-in operators
+    register through them on the executors as on the driver."""
     engine = _distribution(DISTRIBUTION)
     info = site / f"{DISTRIBUTION.replace('-', '_')}-{engine.version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {engine.version}\n")
-    entry_points = engine.read_text("entry_points.txt") or ""
-    (info / "entry_points.txt").write_text(entry_points)
+    (info / "entry_points.txt").write_text(engine.read_text("entry_points.txt") or "")
     (info / "INSTALLER").write_text("streamling package\n")
 
 
-def build(output: Path, plugin_paths: Iterable[Path] = (), compress_level: int = 4) -> dict[str, object]:
-    """Stage and pack the archive at `output`; returns the figures `streamling package` prints."""
+def build(output: Path, plugin_paths: Iterable[Path] = (), compress_level: int = 4) -> Packed:
+    """Stage and pack the archive at `output`, its manifest beside it (``<archive>.json``)."""
     import venv_pack
 
     started = time.monotonic()
@@ -215,28 +277,52 @@ def build(output: Path, plugin_paths: Iterable[Path] = (), compress_level: int =
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="streamling-env-") as scratch:
         staged = Path(scratch) / "env"
-        stage(wanted, staged)
+        manifest = stage(wanted, staged)
         staged_bytes = sum(p.stat().st_size for p in staged.rglob("*") if p.is_file() and not p.is_symlink())
         partial = output.with_name(f".{output.name}.{os.getpid()}.partial")  # two runs packing at once both finish
         partial.unlink(missing_ok=True)
         venv_pack.pack(prefix=str(staged), output=str(partial), format="tar.gz", compress_level=compress_level)
+        _sidecar(output).write_text(json.dumps(manifest, indent=2) + "\n")
         partial.replace(output)
-    return {
-        "archive": str(output),
-        "bytes": output.stat().st_size,
-        "unpacked_bytes": staged_bytes,
-        "distributions": len(wanted.distributions),
-        "path_plugins": len(wanted.path_plugins),
-        "sucrase": wanted.sucrase is not None,
-        "platform": platform_tag(),
-        "seconds": round(time.monotonic() - started, 1),
-    }
+    return Packed(
+        archive=output,
+        bytes=output.stat().st_size,
+        unpacked_bytes=staged_bytes,
+        distributions=len(wanted.distributions),
+        path_plugins=len(wanted.path_plugins),
+        sucrase=wanted.sucrase is not None,
+        platform=platform_tag(),
+        seconds=round(time.monotonic() - started, 1),
+    )
 
 
-def shipped(conf: SparkConf) -> bool:
-    """Whether this context's executors run the packed environment (it then holds the engine and the installed
+def _sidecar(archive: Path) -> Path:
+    return archive.with_name(archive.name + ".json")
+
+
+def manifest_of(archive: Path) -> dict[str, Any] | None:
+    """The manifest `build` wrote beside `archive`; None for an archive built otherwise."""
+    try:
+        return json.loads(_sidecar(archive).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def archive_of(conf: SparkConf) -> Path | None:
+    """The packed environment this context's executors run, if any (it then holds the engine and the installed
     plugins, which are not shipped again as zips)."""
-    return any(entry.strip().endswith(f"#{ALIAS}") for entry in (conf.get("spark.archives") or "").split(","))
+    for entry in (conf.get("spark.archives") or "").split(","):
+        path, _, alias = entry.strip().rpartition("#")
+        if alias == ALIAS:
+            return Path(path)
+    return None
+
+
+def packed_path_plugins(conf: SparkConf) -> set[Path]:
+    """The path plugin folders and files the context's archive holds (from its manifest)."""
+    archive = archive_of(conf)
+    manifest = manifest_of(archive) if archive is not None else None
+    return {Path(p) for p in (manifest or {}).get("path_plugins", [])}
 
 
 def driver_directory() -> str:
@@ -245,11 +331,14 @@ def driver_directory() -> str:
     Spark runs that one command on the executors, where the archive is unpacked into their working directory, and
     on the driver, whose planner processes (Python data sources, `PythonPlannerRunner`) start ``func.pythonExec``
     too, relative to the JVM's working directory. Here `ALIAS` links to this interpreter's environment, which is
-    the one that was packed."""
-    from streamling.runtime.spark_home import cache_dir
+    the one that was packed. The folder is this user's (0700), in the engine's cache or else the temp directory."""
+    from streamling.runtime.spark_home import cache_dir, digest
 
-    root = Path(cache_dir() or tempfile.gettempdir()) / "driver" / hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
-    root.mkdir(parents=True, exist_ok=True)
+    base = cache_dir() or Path(tempfile.gettempdir()) / f"streamling-{os.getuid()}"
+    root = base / "driver" / digest(sys.prefix)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if root.stat().st_uid != os.getuid():
+        raise StreamlingError(f"the driver's folder {root} belongs to another user; set STREAMLING_CACHE_DIR")
     link = root / ALIAS
     if not (link.is_symlink() and os.readlink(link) == sys.prefix):
         temporary = root / f".{ALIAS}.{os.getpid()}"
@@ -259,10 +348,10 @@ def driver_directory() -> str:
     return str(root)
 
 
-def resolve(setting: str, plugin_paths: Iterable[Path] = ()) -> Path:
+def resolve(setting: str) -> Path:
     """The archive a run ships: `setting` is a path to one `streamling package` built, or ``auto`` for one built
     (once per content digest) into the engine's cache directory. A run's path plugins travel as zips
-    (`plugins.shipping`), so ``auto`` packs the engine and the installed plugins."""
+    (`plugins.shipping`) unless the archive holds them, so ``auto`` packs the engine and the installed plugins."""
     if setting != "auto":
         path = Path(setting).expanduser().resolve()
         if not path.is_file():
@@ -270,33 +359,53 @@ def resolve(setting: str, plugin_paths: Iterable[Path] = ()) -> Path:
                 f"spark.environment_archive: '{setting}' is not a file; build it with `streamling package "
                 f"--output {setting}` or set it to 'auto'"
             )
+        _warn_if_stale(path)
         return path
     from streamling.runtime.spark_home import cache_dir
 
     cache = cache_dir()
     if cache is None:
         raise StreamlingError(
-            "spark.environment_archive: 'auto' needs a writable cache directory (STREAMLING_CACHE_DIR)"
+            "spark.environment_archive: 'auto' needs a writable cache directory (set STREAMLING_CACHE_DIR)"
         )
-    wanted = list(plugin_paths)
-    target = cache / "environments" / f"streamling-env-{platform_tag()}-{contents(wanted).digest()}.tar.gz"
-    if not target.is_file():
+    target = cache / "environments" / f"streamling-env-{platform_tag()}-{contents().digest()}.tar.gz"
+    if target.is_file():
+        os.utime(target)  # in use: `_prune` keeps it
+    else:
         log.info("Packing the executors' Python environment into %s", target)
-        figures = build(target, wanted)
+        packed = build(target)
         log.info(
-            "Packed %s distributions into %.0f MB in %.1f s",
-            figures["distributions"],
-            int(figures["bytes"]) / 1e6,
-            figures["seconds"],
-        )  # type: ignore[call-overload]
-        for old in target.parent.glob(f"streamling-env-{platform_tag()}-*.tar.gz"):
-            if old != target:
-                old.unlink(missing_ok=True)
+            "Packed %s distributions into %.0f MB in %.1f s", packed.distributions, packed.bytes / 1e6, packed.seconds
+        )
+        _prune(target)
     return target
 
 
+def _warn_if_stale(archive: Path) -> None:
+    manifest = manifest_of(archive)
+    if manifest is None:
+        return
+    current = contents([Path(p) for p in manifest.get("path_plugins", [])]).digest()
+    if manifest.get("digest") != current:
+        log.warning(
+            "spark.environment_archive %s was built from other engine, package or plugin files than this driver "
+            "runs (the executors would run the archive's); rebuild it with `streamling package --output %s`",
+            archive,
+            archive,
+        )
+
+
+def _prune(kept: Path) -> None:
+    """Delete the cache's other ``auto`` archives that nobody used for `KEEP_UNUSED_SEC`."""
+    cutoff = time.time() - KEEP_UNUSED_SEC
+    for old in kept.parent.glob(f"streamling-env-{platform_tag()}-*.tar.gz"):
+        if old != kept and old.stat().st_mtime < cutoff:
+            old.unlink(missing_ok=True)
+            _sidecar(old).unlink(missing_ok=True)
+
+
 def plugin_paths_from(location: str | None) -> list[Path]:
-    """``STREAMLING__PLUGIN__PATH``'s entries (``os.pathsep``-separated), the way the plugin loader splits them."""
+    """``STREAMLING__PLUGIN__PATH``'s entries (``os.pathsep``-separated), the way the plugin loader reads them."""
     return [Path(part.strip()).expanduser() for part in (location or "").split(os.pathsep) if part.strip()]
 
 
@@ -324,15 +433,15 @@ def main(argv: list[str]) -> int:
             if not path.exists():
                 raise StreamlingError(f"plugin path '{path}' does not exist (--plugin-path / STREAMLING__PLUGIN__PATH)")
         output = Path(args.output or f"streamling-env-{platform_tag()}.tar.gz").resolve()
-        figures = build(output, paths)
+        packed = build(output, paths)
     except StreamlingError as exc:
         print(f"Error: {exc.message}", file=sys.stderr)
         return 2
     print(
-        f"Packed the engine, {figures['distributions']} distributions and {figures['path_plugins']} path plugin "
-        f"folder(s) into {output} ({int(figures['bytes']) / 1e6:.0f} MB, {int(figures['unpacked_bytes']) / 1e6:.0f} MB "  # type: ignore[call-overload]
-        f"unpacked) in {figures['seconds']} s, for {figures['platform']}: executors need Python "
-        f"{platform.python_version()} at {os.path.realpath(sys._base_executable)}"  # type: ignore[attr-defined]
+        f"Packed the engine, {packed.distributions} distributions and {packed.path_plugins} path plugin "
+        f"folder(s) into {output} ({packed.bytes / 1e6:.0f} MB, {packed.unpacked_bytes / 1e6:.0f} MB unpacked) in "
+        f"{packed.seconds} s, for {packed.platform}: executors need Python {platform.python_version()} at "
+        f"{os.path.realpath(sys._base_executable)}"  # type: ignore[attr-defined]
     )
     print(f"Run on a cluster with STREAMLING__SPARK__ENVIRONMENT_ARCHIVE={output}")
     return 0

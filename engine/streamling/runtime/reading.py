@@ -94,9 +94,9 @@ class ReaderEpochs:
         read = functools.partial(read_partitions, self._for_tasks, cloudpickle.dumps(partitions))
         n = len(partitions)
         ids = None
-        if not spark.sparkContext.master.startswith("local"):
-            keys = [getattr(p, "locality_key", (self.source.name, i)) for i, p in enumerate(partitions)]
-            ids = self._placed.frame(spark, keys)
+        keys = [getattr(p, "locality_key", None) for p in partitions]
+        if not spark.sparkContext.master.startswith("local") and None not in keys:
+            ids = self._placed.frame(spark, keys)  # type: ignore[arg-type]
         if ids is None:
             ids = self._ids.get(n)
             if ids is None or ids.sparkSession is not spark:

@@ -127,9 +127,11 @@ def _numpy_checks_without_test_utilities() -> None:
     spark_types.NumpyArrayConverter.can_convert = array  # type: ignore[method-assign]
 
 
-def session_conf(settings: SparkSettings, long_lived: bool = False) -> dict[str, str]:
+def session_conf(settings: SparkSettings, long_lived: bool = False, resolve_archive: bool = True) -> dict[str, str]:
     """Everything the engine's session needs, as Spark configuration (master and app name included), for
-    callers that build the session themselves (the Dagster PySpark resource)."""
+    callers that build the session themselves (the Dagster PySpark resource). Without `resolve_archive` (a
+    configuration to show, not to start), ``spark.archives`` names the `environment_archive` setting as it is
+    rather than building or checking the archive."""
     return {
         "spark.master": settings.master,
         "spark.app.name": settings.app_name,
@@ -139,21 +141,46 @@ def session_conf(settings: SparkSettings, long_lived: bool = False) -> dict[str,
         **(LONG_LIVED_CONF if long_lived else {}),
         **settings.conf,
         "spark.driver.extraJavaOptions": driver_java_options(settings, long_lived),
-        **_packed_environment(settings),
+        **_packed_environment(settings, resolve_archive),
     }
 
 
-def _packed_environment(settings: SparkSettings) -> dict[str, str]:
+PATH_LISTS = ("spark.archives", "spark.files", "spark.jars", "spark.submit.pyFiles")
+PATHS = ("spark.eventLog.dir", "spark.sql.warehouse.dir", "spark.local.dir")
+"""Settings Spark resolves against the driver JVM's working directory, which the packed environment moves
+(`start_jvm`): a relative one is made absolute against this process's, where the user meant it."""
+
+
+def _packed_environment(settings: SparkSettings, resolve_archive: bool = True) -> dict[str, str]:
     """On a cluster with `environment_archive` set: ship the archive (after the user's own ``spark.archives``) and
     run the executors' Python from it (``spark.pyspark.python``, unless the user set that too)."""
     if settings.master.startswith("local") or not settings.environment_archive:
         return {}
-    archive = packed_env.resolve(settings.environment_archive)
-    archives = [a for a in settings.conf.get("spark.archives", "").split(",") if a.strip()]
+    setting = settings.environment_archive
+    archive = packed_env.resolve(setting) if resolve_archive else setting
+    conf = {key: _absolute_list(settings.conf[key]) for key in PATH_LISTS if settings.conf.get(key)}
+    conf.update({key: _absolute(settings.conf[key]) for key in PATHS if settings.conf.get(key)})
+    conf.setdefault("spark.sql.warehouse.dir", os.path.abspath("spark-warehouse"))  # Spark's default, where it was
     return {
-        "spark.archives": ",".join([*archives, f"{archive}#{packed_env.ALIAS}"]),
+        **conf,
+        "spark.archives": ",".join(filter(None, [conf.get("spark.archives"), f"{archive}#{packed_env.ALIAS}"])),
         "spark.pyspark.python": settings.conf.get("spark.pyspark.python", packed_env.EXECUTOR_PYTHON),
     }
+
+
+def _absolute(path: str) -> str:
+    """A local path relative to this process's directory made absolute; a URI (``s3a://…``, ``file:/…``) kept."""
+    path = path.strip()
+    return path if re.match(r"^[a-zA-Z][\w+.-]*:", path) or os.path.isabs(path) else os.path.abspath(path)
+
+
+def _absolute_list(paths: str) -> str:
+    """`_absolute` for each entry of a comma-separated list, each keeping its ``#alias``."""
+    out = []
+    for entry in filter(None, (p.strip() for p in paths.split(","))):
+        path, hashed, alias = entry.partition("#")
+        out.append(_absolute(path) + hashed + alias)
+    return ",".join(out)
 
 
 def build_session(settings: SparkSettings, long_lived: bool = False) -> SparkSession:
@@ -199,14 +226,14 @@ def start_jvm(conf: Mapping[str, str]) -> None:
     still there 100 s after `dagster dev`'s group got SIGTERM. So the launch runs on a thread of its own, which no
     signal interrupts: an interrupted caller goes on at once, and the launch, once done, stops the JVM it started
     (`_stop_abandoned`); if this process exits first, the folder stays, and the JVM ends on its closed input."""
+    python = _workers_python(conf)
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        if python == packed_env.EXECUTOR_PYTHON:
+            _check_driver_directory()
         return
     popen: dict[str, Any] = {"start_new_session": True, "stderr": subprocess.PIPE}
-    if python := conf.get("spark.pyspark.python"):
-        # Spark's setting, honoured as spark-submit does: PySpark itself reads only the variable.
-        os.environ["PYSPARK_PYTHON"] = python
-        if python == packed_env.EXECUTOR_PYTHON:
-            popen["cwd"] = packed_env.driver_directory()
+    if python == packed_env.EXECUTOR_PYTHON:
+        popen["cwd"] = packed_env.driver_directory()
     spark_conf = SparkConf()
     for key, value in conf.items():
         spark_conf.set(key, value)
@@ -230,6 +257,32 @@ def start_jvm(conf: Mapping[str, str]) -> None:
     SparkContext._ensure_initialized(gateway=gateway)
 
 
+def _workers_python(conf: Mapping[str, str]) -> str | None:
+    """Set ``PYSPARK_PYTHON``, which PySpark reads when each SparkContext starts, for the session about to start:
+    Spark's own ``spark.pyspark.python`` (honoured as spark-submit does), or else back to this interpreter if an
+    earlier session of this process pointed it into a packed environment."""
+    if python := conf.get("spark.pyspark.python"):
+        os.environ["PYSPARK_PYTHON"] = python
+    elif os.environ.get("PYSPARK_PYTHON") == packed_env.EXECUTOR_PYTHON:
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    return os.environ.get("PYSPARK_PYTHON")
+
+
+def _check_driver_directory() -> None:
+    """A session with the packed environment on a JVM this process started for another session: the JVM's working
+    directory decides where the driver's own Python processes find `packed_env.EXECUTOR_PYTHON`."""
+    jvm = SparkContext._jvm
+    if jvm is None:
+        return
+    if jvm.java.lang.System.getProperty("user.dir") != packed_env.driver_directory():
+        log.warning(
+            "This process's Spark JVM was started for a session without the packed environment; Python that Spark "
+            "runs on the driver (Python data sources' planners) cannot start %s. Start the cluster session in a "
+            "process of its own",
+            packed_env.EXECUTOR_PYTHON,
+        )
+
+
 def _stop_abandoned(launched: Future[Any]) -> None:
     """End the JVM of a launch its caller gave up waiting for (`start_jvm`); nothing was started on it."""
     if launched.exception() is not None:
@@ -251,7 +304,7 @@ def finish_session(spark: SparkSession, settings: SparkSettings, long_lived: boo
     _quiet_accumulator_server(spark.sparkContext)
     # PySpark logs every analysis error with its JVM stack; the engine reports them itself.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    if not settings.master.startswith("local") and not packed_env.shipped(spark.sparkContext.getConf()):
+    if not settings.master.startswith("local") and packed_env.archive_of(spark.sparkContext.getConf()) is None:
         _ship_package(spark)
     skip_data_source_lookup(spark)
     warming = warm_up(spark)

@@ -49,17 +49,19 @@ PARTITION_REFRESH_SEC = 10.0
 
 
 class Range(InputPartition):
-    def __init__(self, partition: int, start: int, end: int, topic: str = "") -> None:
+    def __init__(self, partition: int, start: int, end: int, topic: str = "", piece: int = 0) -> None:
         self.partition = partition
         self.start = start
         self.end = end
         self.topic = topic
+        self.piece = piece
+        """Which of the partition's ranges this is, when a large backlog is split (`partitions`)."""
 
     @property
     def locality_key(self) -> tuple[str, int]:
         """On a cluster, every epoch's range of one partition prefers one executor, whose Python worker holds the
-        source's consumer (`runtime.locality`)."""
-        return self.topic, self.partition
+        source's consumer (`runtime.locality`); a split backlog's further pieces go to the executors after it."""
+        return self.topic, self.partition + self.piece
 
 
 def _reader_consumer(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
@@ -167,7 +169,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         for p, lo, hi in ranges:
             pieces = max(1, min(per_partition, (hi - lo) // MIN_ROWS_PER_TASK))
             bounds = [lo + (hi - lo) * i // pieces for i in range(pieces + 1)]
-            out += [Range(p, a, b, self.topic) for a, b in itertools.pairwise(bounds) if b > a]
+            pairs = [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+            out += [Range(p, a, b, self.topic, piece) for piece, (a, b) in enumerate(pairs)]
         return out
 
     # Executor side: reading one range.
