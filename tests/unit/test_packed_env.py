@@ -163,3 +163,32 @@ def test_each_session_gets_its_own_workers_python(monkeypatch) -> None:
     assert _workers_python({"spark.master": "local[2]"}) == sys.executable
     assert _workers_python({"spark.pyspark.python": "/opt/py/bin/python"}) == "/opt/py/bin/python"
     assert _workers_python({}) == "/opt/py/bin/python"  # a user's own interpreter is left alone
+
+
+def test_a_plugin_installed_editable_is_packed_from_its_source_folder(tmp_path, site, monkeypatch) -> None:
+    """``pip install -e`` leaves a path hook into the source folder in site-packages; the archive gets the code."""
+    from tests.plugin_util import write_distribution
+
+    source = tmp_path / "src"
+    (source / "acme_edit").mkdir(parents=True)
+    (source / "acme_edit" / "__init__.py").write_text("PLUGIN = None\nVALUE = 41\n")
+    monkeypatch.syspath_prepend(str(source))
+    write_distribution(site, "acme_edit", {"acme_edit": "acme_edit:PLUGIN"}, {})
+    info = site / "acme_edit-1.0.dist-info"
+    (info / "direct_url.json").write_text(json.dumps({"url": source.as_uri(), "dir_info": {"editable": True}}))
+    (site / "__editable__.acme_edit-1.0.pth").write_text(str(source) + "\n")
+    (info / "RECORD").write_text(
+        "__editable__.acme_edit-1.0.pth,,\nacme_edit-1.0.dist-info/METADATA,,\nacme_edit-1.0.dist-info/RECORD,,\n"
+    )
+    wanted = packed_env.contents()
+    assert wanted.editable == {"acme_edit": source / "acme_edit"}
+    first = wanted.digest()
+    wanted.distributions = {"acme-edit": wanted.distributions["acme-edit"]}
+    staged = tmp_path / "env"
+    packed_env.stage(wanted, staged)
+    site_packages = next(staged.glob("lib/python*/site-packages"))
+    assert (site_packages / "acme_edit" / "__init__.py").read_text() == "PLUGIN = None\nVALUE = 41\n"
+    assert (site_packages / "acme_edit-1.0.dist-info" / "METADATA").is_file()
+    assert not list(site_packages.glob("__editable__*"))  # the hook into the driver's source folder stays behind
+    (source / "acme_edit" / "__init__.py").write_text("PLUGIN = None\nVALUE = 42\n")
+    assert packed_env.contents().digest() != first
