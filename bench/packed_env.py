@@ -3,7 +3,7 @@
     .venv/bin/python bench/packed_env.py [--runs K] [--pex-venv /tmp/pexenv]
 
 A cluster's executors receive the engine's Python environment with the job (`spark.archives`; PySpark's
-package-management guide names venv-pack, conda-pack and PEX). engine/streamling/runtime/packed_env.py packs it
+package-management guide names venv-pack, conda-pack and PEX). engine/streamling/spark/packed_env.py packs it
 with venv-pack; this script exists to back (or overturn) that choice with figures, on the same staged venv
 (`packed_env.stage`) for every contender:
 
@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import record, summarize
 
-from streamling.runtime import packed_env
+from streamling.spark import packed_env
 
 IMPORTS = "import streamling, pyarrow, polars, pandas, confluent_kafka, psycopg, httpx"
 CHECK = (

@@ -186,7 +186,7 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from streamling.config.model import SparkSettings
-    from streamling.runtime.session import build_session
+    from streamling.spark.session import build_session
 
     spark = build_session(SparkSettings(master="local[1]", shuffle_partitions=1))
     spark.sparkContext.setLogLevel("ERROR")

@@ -688,7 +688,7 @@ class ClusterCells:
             if "org.apache.spark.deploy.worker.Worker" in (p.info["cmdline"] or []) and url in p.info["cmdline"]
         )
         subprocess.run(
-            [sys.executable, "-c", "from streamling.runtime import packed_env; packed_env.resolve('auto')"], check=True
+            [sys.executable, "-c", "from streamling.spark import packed_env; packed_env.resolve('auto')"], check=True
         )
         return cls(url, workers, int(os.environ.get("STREAMLING_INFRA_SPARK_CLUSTER_WORKER_CORES", "1")))
 

@@ -32,7 +32,7 @@ os.environ.setdefault(
 @pytest.fixture(scope="session")
 def spark():
     from streamling.config.model import SparkSettings
-    from streamling.runtime.session import build_session
+    from streamling.spark.session import build_session
 
     session = build_session(SparkSettings(master="local[2]", shuffle_partitions=2))
     yield session

@@ -19,7 +19,7 @@ from streamling.errors import InvalidPipelineError
 from streamling.plugins.shipping import ship_plugins
 from streamling.runtime.executor import PipelineRunner, RunSummary, epoch_key
 from streamling.runtime.plan import Plan
-from streamling.runtime.session import build_session
+from streamling.spark.session import build_session
 from streamling.state import open_state_backend
 from streamling.topology.pipeline import Pipeline, ValidationReport, load_pipeline, read_pipeline_text
 

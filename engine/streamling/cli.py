@@ -1,7 +1,7 @@
 """``streamling PIPELINE_FILE [--validate | --dry-run] [--config NAME_OR_PATH]``; ``streamling inspect [--node N]
 [URL]`` follows a running pipeline's live rows (`streamling.telemetry.follow`); ``streamling serve`` keeps an
 engine warm and ``streamling submit PIPELINE_FILE`` runs a pipeline on it (`streamling.serve`); ``streamling
-package`` packs the executors' Python environment for a cluster (`streamling.runtime.packed_env`).
+package`` packs the executors' Python environment for a cluster (`streamling.spark.packed_env`).
 
 Exit codes: 0 success (and, with --validate, a valid pipeline); 1 a failure while running; 2 an
 invalid pipeline or configuration. User errors print one message without a traceback.
@@ -19,7 +19,6 @@ import traceback
 from streamling import __version__
 from streamling.config import Settings, load_settings
 from streamling.errors import StreamlingError, first_line
-from streamling.runtime.summary import RunSummary
 from streamling.telemetry.logs import configure_logging
 from streamling.topology.pipeline import ValidationReport
 
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return serve(argv[1:])
     if argv[:1] == ["package"]:
-        from streamling.runtime.packed_env import main as package
+        from streamling.spark.packed_env import main as package
 
         return package(argv[1:])
     if argv[:1] == ["submit"]:
@@ -114,7 +113,7 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     from streamling.config.layers import resolve_location
-    from streamling.runtime.session import start_session
+    from streamling.spark.session import start_session
 
     spark = None
     try:
@@ -154,36 +153,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         if spark is not None:
             spark.stop()
-    log_summary(summary)
+    summary.log_to(log)
     return EXIT_OK
-
-
-def log_summary(summary: RunSummary) -> None:
-    """The lines that end a run's output, from the CLI or from the engine server (`streamling serve`)."""
-    for name, progress in summary.sources.items():
-        log.info(
-            "source '%s': %d epochs, %d rows read, position %s",
-            name,
-            progress.epochs,
-            progress.rows_in,
-            progress.position,
-        )
-    for name, rows in summary.sink_rows.items():
-        ops = summary.sink_ops.get(name)
-        if ops is None:
-            log.info("sink '%s': %d rows written", name, rows)
-        else:
-            unchanged = f", {ops['unchanged']} unchanged" if ops.get("unchanged") else ""
-            log.info(
-                "sink '%s': %d rows written (%d inserts, %d updates, %d deletes%s)",
-                name,
-                rows,
-                ops["inserts"],
-                ops["updates"],
-                ops["deletes"],
-                unchanged,
-            )
-    log.info("Finished in %.1fs", summary.duration_sec)
 
 
 def _debug_traceback(exc: BaseException, settings: Settings) -> None:

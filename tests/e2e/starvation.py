@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import psutil
 
-DAEMON = "-m streamling.runtime.worker_daemon"
+DAEMON = "-m streamling.spark.worker_daemon"
 RESTARTED = "restarting from its last committed epochs"
 RESTARTING = {
     "STREAMLING__RESTART_STRATEGY__TYPE": "exponential-delay",

@@ -175,7 +175,7 @@ def _is_workers_daemon(process: psutil.Process) -> bool:
         return (
             parent is not None
             and "java" in parent.name()
-            and "streamling.runtime.worker_daemon" in " ".join(process.cmdline())
+            and "streamling.spark.worker_daemon" in " ".join(process.cmdline())
         )
     except (psutil.ZombieProcess, psutil.NoSuchProcess):
         return False

@@ -133,7 +133,7 @@ def test_pipelines_run_from_the_packed_environment_and_survive_a_lost_worker(
         "STREAMLING__SPARK__APP_NAME": f"streamling-shared-nothing-{ns}",
         "STREAMLING__CHECKPOINT_INTERVAL_SEC": "500ms",
     }
-    # Read tasks wait for their partition's executor (runtime/locality.py) up to spark.locality.wait, 3 s by
+    # Read tasks wait for their partition's executor (spark/locality.py) up to spark.locality.wait, 3 s by
     # default; a test machine starved of CPU can keep a one-core executor busy that long, so this run waits 10 s
     # (which is also how long the lost worker's retried task waits before it runs on the other). The session
     # starts once both executors registered, so the first epoch is dealt over both, like the ones after it.

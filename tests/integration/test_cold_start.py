@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from streamling.runtime import class_archive
-from streamling.runtime.spark_home import launch_home
+from streamling import class_archive_build
+from streamling.spark import class_archive
+from streamling.spark.spark_home import launch_home
 
 DRIVER = textwrap.dedent("""
     import json, os, threading
@@ -26,7 +27,7 @@ DRIVER = textwrap.dedent("""
     from pyspark.sql.datasource import DataSource, DataSourceReader
 
     from streamling.config.model import SparkSettings
-    from streamling.runtime.session import build_session
+    from streamling.spark.session import build_session
 
     class Origin(DataSource):
         @classmethod
@@ -91,7 +92,7 @@ DRIVER = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def archive() -> Path:
-    path = class_archive.build()  # `./dev setup` built it already; a plain pytest run builds it here once
+    path = class_archive_build.build()  # `./dev setup` built it already; a plain pytest run builds it here once
     assert path is not None and path.is_file()
     return path
 
@@ -115,7 +116,7 @@ def test_a_new_driver_maps_the_archive_and_its_planners_import_the_installed_pys
     assert "Using incubator modules" not in done.stderr
     # the session's warm-up started the workers' daemon before any pipeline read, and nothing else: the engine hosts
     # its sources' readers itself (`runtime/reading.py`), so no data source planner is ever started
-    assert facts["daemons"] == ["streamling.runtime.worker_daemon pyspark.worker"]
+    assert facts["daemons"] == ["streamling.spark.worker_daemon pyspark.worker"]
     # nor does Spark list the environment's pyspark_* packages (`skip_data_source_lookup`), and the data sources
     # registered at run time are found all the same ("planner" above)
     assert not [daemon for daemon in facts["daemons"] if "lookup_data_sources" in daemon]

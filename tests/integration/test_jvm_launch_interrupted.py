@@ -22,7 +22,7 @@ DRIVER = textwrap.dedent("""
     import signal, sys, time
 
     from streamling.config.model import SparkSettings
-    from streamling.runtime.session import prepare_environment, session_conf, start_jvm
+    from streamling.spark.session import prepare_environment, session_conf, start_jvm
 
     class Stop(Exception):
         pass

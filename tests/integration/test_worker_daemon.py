@@ -1,4 +1,4 @@
-"""Spark's Python workers in a local session are forked by `streamling.runtime.worker_daemon`: pyspark from
+"""Spark's Python workers in a local session are forked by `streamling.spark.worker_daemon`: pyspark from
 site-packages (not the bundled zip, which is compiled from source in every process), the engine's readers imported
 before the fork, and a daemon with no thread besides its own, so forking it is safe; each worker talks to the JVM
 over a Unix domain socket."""
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streamling.runtime.worker_daemon import bundled_zip
+from streamling.spark.worker_daemon import bundled_zip
 
 
 def socket_families() -> set[str]:
@@ -56,7 +56,7 @@ def test_workers_come_from_the_engine_daemon_with_compiled_pyspark_and_preloaded
         spark.sparkContext.parallelize([0], 1).map(facts).collect()[0]
     )
     assert sockets == ["unix"]  # the worker's connection to the JVM (`session.LOCAL_CONF`)
-    assert "-m streamling.runtime.worker_daemon pyspark.worker" in command
+    assert "-m streamling.spark.worker_daemon pyspark.worker" in command
     assert ".zip" not in pyspark_file and pyspark_file.endswith("pyspark/__init__.py")
     assert blas == "1"
     assert preloaded
@@ -66,7 +66,7 @@ def test_workers_come_from_the_engine_daemon_with_compiled_pyspark_and_preloaded
 def test_a_daemon_imports_the_modules_its_preload_variable_names(tmp_path: Path) -> None:
     """What `streamling serve` asks of its daemon (pandas) through `worker_daemon.PRELOAD_VARIABLE`; a name that
     does not import is passed over, as an optional part's would be."""
-    probe = "import sys; from streamling.runtime.worker_daemon import preload; preload('json'); "
+    probe = "import sys; from streamling.spark.worker_daemon import preload; preload('json'); "
     probe += "print('colorsys' in sys.modules, 'no_such_module_here' in sys.modules)"
     env = {**os.environ, "STREAMLING_WORKER_PRELOAD": "colorsys, no_such_module_here"}
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamling.runtime.jvm_stderr import filtered
+from streamling.spark.jvm_stderr import filtered
 
 PYSPARK = "/venv/lib/python3.11/site-packages/pyspark"
 
@@ -141,7 +141,7 @@ def test_a_jvm_record_carrying_a_python_traceback_loses_it_up_to_the_next_record
 def test_hidden_tracebacks_reach_the_log_at_debug_only(caplog) -> None:
     import logging
 
-    from streamling.runtime import jvm_stderr
+    from streamling.spark import jvm_stderr
 
     with caplog.at_level(logging.INFO, logger="streamling.spark"):
         jvm_stderr._debug(lines(SPARK_BUG))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from streamling.runtime.locality import choose
+from streamling.spark.locality import choose
 
 EXECUTORS = [("10", "b"), ("2", "a"), ("0", "a")]
 

@@ -15,7 +15,7 @@ import pytest
 
 import streamling
 from streamling.errors import StreamlingError
-from streamling.runtime import packed_env
+from streamling.spark import packed_env
 
 
 def test_the_contents_are_the_engines_runtime_closure_without_spark_dagster_or_the_embedded_clickhouse() -> None:
@@ -90,7 +90,7 @@ def test_package_names_a_missing_plugin_path(tmp_path: Path, capsys) -> None:
 
 def test_session_conf_ships_the_archive_only_to_a_cluster(tmp_path: Path) -> None:
     from streamling.config.model import SparkSettings
-    from streamling.runtime.session import session_conf
+    from streamling.spark.session import session_conf
 
     archive = tmp_path / "env.tar.gz"
     archive.write_bytes(b"x")
@@ -157,7 +157,7 @@ def test_a_named_archive_built_from_other_files_is_warned_about(tmp_path: Path, 
 def test_each_session_gets_its_own_workers_python(monkeypatch) -> None:
     """PySpark reads PYSPARK_PYTHON when each SparkContext starts: a local session after a cluster one in the same
     process gets this interpreter back, and Spark's spark.pyspark.python sets it."""
-    from streamling.runtime.session import _workers_python
+    from streamling.spark.session import _workers_python
 
     monkeypatch.setenv("PYSPARK_PYTHON", packed_env.EXECUTOR_PYTHON)
     assert _workers_python({"spark.master": "local[2]"}) == sys.executable

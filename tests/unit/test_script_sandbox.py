@@ -490,7 +490,7 @@ def test_typescript_without_the_bundle_says_where_it_is_expected(monkeypatch, tm
 
 
 def test_the_sandbox_works_from_the_zip_shipped_to_cluster_executors(tmp_path) -> None:
-    """On a cluster the package reaches executors as a zip (`runtime/session.py`): runner.js is read from it."""
+    """On a cluster the package reaches executors as a zip (`spark/session.py`): runner.js is read from it."""
     import subprocess
     import sys
     import zipfile

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streamling.runtime import class_archive
-from streamling.runtime.spark_home import CACHE_ENV, SIGNATURE, installed_home, launch_home, link_jars
+from streamling.spark import class_archive
+from streamling.spark.spark_home import CACHE_ENV, SIGNATURE, installed_home, launch_home, link_jars
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from streamling.plugins.loader import PathPlugin, installed_plugins, path_plugins
-from streamling.runtime import packed_env
+from streamling.spark import packed_env
 
 log = logging.getLogger("streamling.plugins")
 COMPILED = (".so", ".pyd", ".dylib")

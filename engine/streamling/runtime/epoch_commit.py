@@ -21,7 +21,7 @@ from streamling.runtime.faults import crash_point
 from streamling.state import LeaseLostError
 
 if TYPE_CHECKING:
-    from streamling.runtime.queries import Runner
+    from streamling.runtime.protocols import Runner
     from streamling.runtime.summary import SourceProgress
     from streamling.telemetry.observe import EpochFigures
 

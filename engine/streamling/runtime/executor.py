@@ -36,7 +36,8 @@ from streamling.runtime.epoch_commit import epoch_key
 from streamling.runtime.held import PROCESS, RUN_PROPERTY
 from streamling.runtime.lease import RunLease
 from streamling.runtime.plan import Plan
-from streamling.runtime.queries import SHUTDOWN_GRACE_SEC, PhasedQuery, QueryDriver, SourceQuery
+from streamling.runtime.protocols import QueryDriver
+from streamling.runtime.queries import SHUTDOWN_GRACE_SEC, PhasedQuery, SourceQuery
 from streamling.runtime.restarts import Restarts
 from streamling.runtime.summary import RunSummary, SourceProgress
 from streamling.state import Fence, StateBackend

@@ -31,7 +31,7 @@ from pyspark import cloudpickle
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from streamling.errors import StreamlingError
-from streamling.runtime.locality import PlacedIds
+from streamling.spark.locality import PlacedIds
 from streamling.types import arrow_map
 
 if TYPE_CHECKING:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,3 +31,30 @@ class RunSummary:
     """Times the run restarted from its last committed epochs (`runtime/restarts.py`)."""
     last_error: str | None = None
     """What the last restart was for."""
+
+    def log_to(self, log: logging.Logger) -> None:
+        """The lines that end a run's output, from the CLI or from the engine server (`streamling serve`)."""
+        for name, progress in self.sources.items():
+            log.info(
+                "source '%s': %d epochs, %d rows read, position %s",
+                name,
+                progress.epochs,
+                progress.rows_in,
+                progress.position,
+            )
+        for name, rows in self.sink_rows.items():
+            ops = self.sink_ops.get(name)
+            if ops is None:
+                log.info("sink '%s': %d rows written", name, rows)
+            else:
+                unchanged = f", {ops['unchanged']} unchanged" if ops.get("unchanged") else ""
+                log.info(
+                    "sink '%s': %d rows written (%d inserts, %d updates, %d deletes%s)",
+                    name,
+                    rows,
+                    ops["inserts"],
+                    ops["updates"],
+                    ops["deletes"],
+                    unchanged,
+                )
+        log.info("Finished in %.1fs", self.duration_sec)

@@ -253,7 +253,6 @@ class Runs:
 
     def _execute(self, run: Run) -> None:
         from streamling.api import check_structure, execute_plan, prepare_pipeline, resolve_location
-        from streamling.cli import log_summary
         from streamling.config.layers import settings_from_document
 
         scope = RUN_SCOPE.set(run.id)
@@ -290,7 +289,7 @@ class Runs:
                 log.error("run %s is invalid: %s", run.id, exc.message)
                 return
             summary = execute_plan(plan, settings, spark, run.stop, run.summary, on_running=running)
-            log_summary(summary)
+            summary.log_to(log)
             run.state = "stopped" if summary.stopped_by_signal else "succeeded"
         except StreamlingError as exc:
             run.error, run.state = exc.message, "failed"

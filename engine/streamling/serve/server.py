@@ -227,7 +227,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     from streamling.config import load_settings
-    from streamling.runtime.session import build_session
+    from streamling.spark.session import build_session
     from streamling.telemetry.logs import configure_logging
 
     args = parser().parse_args(argv)

@@ -2,7 +2,7 @@
 hosts it) and reads them in Spark tasks, in parallel, with consumers kept per Python worker between epochs.
 
 The driver imports this module with the source; pyarrow, the decoders and the dead-letter targets are imported
-where a read needs them. The workers' daemon (`runtime/worker_daemon`) imports them once, before forking the
+where a read needs them. The workers' daemon (`spark/worker_daemon`) imports them once, before forking the
 readers."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Spark's Python daemon for local sessions (`spark.python.daemon.module`): started as
-``python -m streamling.runtime.worker_daemon <worker module>``, it forks the Python workers as pyspark's does.
+``python -m streamling.spark.worker_daemon <worker module>``, it forks the Python workers as pyspark's does.
 
 Two costs of pyspark's own daemon that every Python worker pays (py-spy of a 2M-record Kafka run: a quarter of the
 workers' samples were imports):

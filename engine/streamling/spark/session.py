@@ -25,11 +25,11 @@ from pyspark.sql import types as spark_types
 import streamling
 from streamling.config.model import SparkSettings
 from streamling.errors import first_line
-from streamling.runtime import class_archive, jvm_stderr, packed_env, worker_daemon
-from streamling.runtime.spark_home import launch_home
-from streamling.runtime.warm_up import warm_up
+from streamling.spark import class_archive, jvm_stderr, packed_env, worker_daemon
+from streamling.spark.spark_home import launch_home
+from streamling.spark.warm_up import warm_up
 
-log = logging.getLogger("streamling.runtime")
+log = logging.getLogger("streamling.spark")
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -48,7 +48,7 @@ DEFAULT_CONF = {
 }
 
 LOCAL_CONF = {
-    "spark.python.daemon.module": "streamling.runtime.worker_daemon",
+    "spark.python.daemon.module": "streamling.spark.worker_daemon",
     "spark.python.unix.domain.socket.enabled": "true",
 }
 """Local mode: the workers run this interpreter, with this engine installed (see `worker_daemon`), and they and

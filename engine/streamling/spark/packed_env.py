@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from packaging.requirements import Requirement
     from pyspark import SparkConf
 
-log = logging.getLogger("streamling.runtime")
+log = logging.getLogger("streamling.spark")
 
 DISTRIBUTION = "streamling-spark"
 ALIAS = "streamling_env"
@@ -80,7 +80,7 @@ class Contents:
     def digest(self) -> str:
         """Changes whenever anything that goes into the archive changes: the interpreter, the distributions'
         versions, the engine's entry points, and every copied file (by path, size and modification time)."""
-        from streamling.runtime.spark_home import digest
+        from streamling.spark.spark_home import digest
 
         engine_entry_points = _distribution(DISTRIBUTION).read_text("entry_points.txt") or ""
         parts: list[object] = [sys.version, os.path.realpath(sys._base_executable), platform_tag(), ALIAS]  # type: ignore[attr-defined]
@@ -332,7 +332,7 @@ def driver_directory() -> str:
     on the driver, whose planner processes (Python data sources, `PythonPlannerRunner`) start ``func.pythonExec``
     too, relative to the JVM's working directory. Here `ALIAS` links to this interpreter's environment, which is
     the one that was packed. The folder is this user's (0700), in the engine's cache or else the temp directory."""
-    from streamling.runtime.spark_home import cache_dir, digest
+    from streamling.spark.spark_home import cache_dir, digest
 
     base = cache_dir() or Path(tempfile.gettempdir()) / f"streamling-{os.getuid()}"
     root = base / "driver" / digest(sys.prefix)
@@ -361,7 +361,7 @@ def resolve(setting: str) -> Path:
             )
         _warn_if_stale(path)
         return path
-    from streamling.runtime.spark_home import cache_dir
+    from streamling.spark.spark_home import cache_dir
 
     cache = cache_dir()
     if cache is None:

@@ -21,7 +21,7 @@ from streamling.types import arrow_map
 if TYPE_CHECKING:
     import pyarrow as pa
 
-log = logging.getLogger("streamling.runtime")
+log = logging.getLogger("streamling.spark")
 
 
 def _same(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -30,7 +30,7 @@ from streamling.errors import first_line
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-log = logging.getLogger("streamling.runtime")
+log = logging.getLogger("streamling.spark")
 Executor = tuple[str, str]
 """An executor's (id, host)."""
 Key = tuple[str, int]
