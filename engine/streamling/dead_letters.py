@@ -11,6 +11,10 @@ are written before the epoch that skipped the record commits, so a crash can onl
 A `DeadLetterTarget` is built on the driver and travels to executors (the Kafka source writes from its Spark
 tasks), as a pickled object inside a sink's write plan or as string options of the source's data source, where
 the secrets sit under keys containing ``password`` so Spark redacts them.
+
+What is common lives here (the letter, the target, its travel as options); producing to a topic is
+`kafka/dead_letters.py`'s, the table and its inserts `postgres/dead_letters.py`'s, each imported when a target of
+its kind is used.
 """
 
 from __future__ import annotations
@@ -22,19 +26,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from streamling.errors import StreamlingError
-from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, producer
-from streamling.types import json_default
+from streamling.core.rows import json_default
 
 if TYPE_CHECKING:  # loaded when used: the Kafka reader imports this module in every planner and worker process
     import psycopg
-    from psycopg import sql
 
     from streamling.config.model import PostgresSinkSettings, Settings
     from streamling.topology.spec import DeadLetterSpec
 
-FLUSH_TIMEOUT_SEC = 60.0
-TOPIC_PARTITIONS = 1
 HEADER_PREFIX = "streamling."
 
 
@@ -93,7 +92,9 @@ class DeadLetterTarget:
         cls, spec: DeadLetterSpec, settings: Settings, node: str, label: str, postgres: PostgresSinkSettings | None
     ) -> DeadLetterTarget:
         if spec.topic is not None:
-            return cls(settings.application_id, node, label, topic=spec.topic, kafka=_producer_options(settings))
+            from streamling.kafka.dead_letters import producer_options
+
+            return cls(settings.application_id, node, label, topic=spec.topic, kafka=producer_options(settings))
         schema, table = spec.schema_and_table
         return cls(
             settings.application_id,
@@ -163,20 +164,13 @@ class DeadLetterTarget:
 
     def prepare(self) -> None:
         if self.topic is not None:
-            ensure_topic(self.kafka, self.topic, TOPIC_PARTITIONS, self.label)
+            from streamling.kafka.dead_letters import prepare_topic
+
+            prepare_topic(self)
             return
-        assert self.postgres is not None and self.schema is not None and self.table is not None
-        from psycopg import sql
+        from streamling.postgres.dead_letters import prepare_table
 
-        from streamling.postgres import catalog
-        from streamling.postgres.connection import transact
-
-        def create(cur: psycopg.Cursor) -> None:
-            catalog.lock_ddl(cur, self.schema, self.table)
-            cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
-            cur.execute(table_ddl(self.schema, self.table))
-
-        transact(self.postgres, f"{self.label}: dead-letter {self.where}", create)
+        prepare_table(self)
 
     # -- writing
 
@@ -186,76 +180,16 @@ class DeadLetterTarget:
             return
         failed_at = datetime.now(UTC)
         if self.topic is not None:
-            self._produce(letters, failed_at)
-        elif cur is not None:
-            self._insert(cur, letters, failed_at)
-        else:
-            assert self.postgres is not None
-            from streamling.postgres.connection import transact
+            from streamling.kafka.dead_letters import produce
 
-            where = f"{self.label}: dead-letter {self.where}"
-            transact(self.postgres, where, lambda own: self._insert(own, letters, failed_at))
+            produce(self, letters, failed_at)
+            return
+        from streamling.postgres.dead_letters import insert
 
-    def _insert(self, cur: psycopg.Cursor, letters: Sequence[DeadLetter], failed_at: datetime) -> None:
-        assert self.schema is not None and self.table is not None
-        from psycopg import sql
-        from psycopg.types.json import Jsonb
+        insert(self, letters, failed_at, cur)
 
-        from streamling.postgres import catalog
-
-        cur.executemany(
-            sql.SQL(
-                "INSERT INTO {} (application_id, node, record_id, error, failed_at, topic, {}, {}, key, value, "
-                "headers, row_json, primary_key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT (application_id, node, record_id) DO NOTHING"
-            ).format(catalog.qualified(self.schema, self.table), sql.Identifier("partition"), sql.Identifier("offset")),
-            [
-                (
-                    self.application_id,
-                    self.node,
-                    letter.record_id,
-                    letter.error,
-                    failed_at,
-                    letter.topic,
-                    letter.partition,
-                    letter.offset,
-                    letter.key,
-                    letter.value,
-                    Jsonb(_headers_json(letter.headers)) if letter.topic is not None else None,
-                    Jsonb(json.loads(letter.row)) if letter.row is not None else None,
-                    Jsonb(json.loads(letter.primary_key)) if letter.primary_key is not None else None,
-                )
-                for letter in letters
-            ],
-        )
-
-    def _produce(self, letters: Sequence[DeadLetter], failed_at: datetime) -> None:
-        config = kafka_config(self.kafka, **{"acks": "all", "enable.idempotence": True, "linger.ms": 5})
-        config.pop("logger", None)  # executors log through their own stderr
-        out = producer(config)
-        failures: list[str] = []
-
-        def delivered(err: Any, msg: Any) -> None:
-            if err is not None and len(failures) < 5:
-                failures.append(err.str())
-
-        for letter in letters:
-            headers = [*letter.headers, *self._headers(letter, failed_at)]
-            key = letter.key if letter.topic is not None else (letter.primary_key or "").encode()
-            value = letter.value if letter.topic is not None else (letter.row or "").encode()
-            while True:
-                try:
-                    out.produce(self.topic, value=value, key=key, headers=headers, on_delivery=delivered)
-                    break
-                except BufferError:
-                    out.poll(0.5)
-        remaining = out.flush(FLUSH_TIMEOUT_SEC)
-        if remaining:
-            failures.append(f"{remaining} messages still undelivered after {FLUSH_TIMEOUT_SEC:.0f}s")
-        if failures:
-            raise StreamlingError.retry(f"{self.label}: dead-letter topic '{self.topic}': {'; '.join(failures)}")
-
-    def _headers(self, letter: DeadLetter, failed_at: datetime) -> list[tuple[str, bytes]]:
+    def headers(self, letter: DeadLetter, failed_at: datetime) -> list[tuple[str, bytes]]:
+        """The ``streamling.*`` headers a dead letter carries on a topic: which node failed it, when and why."""
         fields: dict[str, Any] = {
             "application_id": self.application_id,
             "node": self.node,
@@ -265,39 +199,3 @@ class DeadLetterTarget:
         if letter.topic is not None:
             fields.update(topic=letter.topic, partition=letter.partition, offset=letter.offset)
         return [(HEADER_PREFIX + k, str(v).encode()) for k, v in fields.items()]
-
-
-def _producer_options(settings: Settings) -> dict[str, str]:
-    """The ``kafka_sink`` connection without the registry's: dead letters are raw bytes, never registered."""
-    return {k: v for k, v in connection_options(settings.kafka_sink).items() if k.startswith("kafka_")}
-
-
-def table_ddl(schema: str, table: str) -> sql.Composed:
-    """Keyed by `DeadLetter.record_id`, so a replayed record is not stored twice."""
-    from psycopg import sql
-
-    from streamling.postgres import catalog
-
-    return sql.SQL(
-        """CREATE TABLE IF NOT EXISTS {} (
-            application_id TEXT NOT NULL,
-            node TEXT NOT NULL,
-            record_id TEXT NOT NULL,
-            error TEXT NOT NULL,
-            failed_at TIMESTAMPTZ NOT NULL,
-            topic TEXT,
-            {} INTEGER,
-            {} BIGINT,
-            key BYTEA,
-            value BYTEA,
-            headers JSONB,
-            row_json JSONB,
-            primary_key JSONB,
-            PRIMARY KEY (application_id, node, record_id)
-        )"""
-    ).format(catalog.qualified(schema, table), sql.Identifier("partition"), sql.Identifier("offset"))
-
-
-def _headers_json(headers: Sequence[tuple[str, bytes | None]]) -> list[list[str | None]]:
-    """Header values as text (undecodable bytes escaped), in order; a header name may repeat."""
-    return [[k, None if v is None else bytes(v).decode("utf-8", "backslashreplace")] for k, v in headers]

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streamling.core.rows import GS_OP
 from streamling.telemetry.tasks import NodeRecorder
 from streamling.topology.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec, flush_interval
-from streamling.types import GS_OP
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import base64
 import re
 from collections.abc import Callable, Iterator
-from datetime import date, datetime, time
-from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 
 if TYPE_CHECKING:  # Spark's planner processes import this module through the Kafka reader and need no Arrow
     import pyarrow as pa
-
-GS_OP = "_gs_op"
-"""The upsert column every node carries: ``i`` insert, ``u`` update, ``d`` delete."""
 
 _SIMPLE: dict[str, T.DataType] = {
     **dict.fromkeys(("tinyint", "byte", "int8"), T.ByteType()),
@@ -134,14 +129,3 @@ def with_gs_op(schema: T.StructType) -> T.StructType:
     if GS_OP in schema.fieldNames():
         return schema
     return T.StructType([*schema.fields, T.StructField(GS_OP, T.StringType(), False)])
-
-
-def json_default(value: object) -> object:
-    """JSON for values json.dumps does not know: ISO times, exact decimal strings, base64 bytes."""
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    return str(value)

@@ -341,7 +341,7 @@ def test_cache_ttl_reuses_answers_for_that_long_and_zero_reads_every_time(
     make_settings, postgres_env, pg_connect
 ) -> None:
     """The executor-side lookup, called in-process against a real table."""
-    from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable
+    from streamling.postgres.dynamic_tables import PostgresLookup, PostgresTable
 
     table = unique("ttl")
     settings = make_settings(environ=postgres_env)
@@ -412,7 +412,7 @@ def test_column_and_time_column_name_the_postgres_table_s_columns(
 def test_cache_holds_the_table_and_tops_it_up_by_time_column(make_settings, postgres_env, pg_connect) -> None:
     """The executor-side lookup, called in-process against a real table: loaded once, topped up with rows newer
     than the largest time_column after the debounce, and at once after the pipeline's own appends."""
-    from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, PostgresWriter
+    from streamling.postgres.dynamic_tables import PostgresLookup, PostgresTable, PostgresWriter
 
     table = unique("cached")
     settings = make_settings(environ=postgres_env)
@@ -461,7 +461,7 @@ def test_the_backend_s_cache_settings_are_the_defaults_of_a_table(
     """``dynamic_table_backend.postgres.cache_enabled`` / ``cache_refresh_debounce_ms`` (the original's global
     defaults) for a table that sets neither: cached, a row deleted outside is still answered from the worker's
     copy within the debounce; not cached, the table is asked every batch."""
-    from streamling.dynamic_tables.postgres import PostgresLookup, PostgresWriter
+    from streamling.postgres.dynamic_tables import PostgresLookup, PostgresWriter
     from streamling.dynamic_tables.transform import DynamicTable, DynamicTableSpec
 
     table = unique("defaults")
@@ -493,7 +493,7 @@ def test_the_backend_s_cache_settings_are_the_defaults_of_a_table(
 def test_an_existing_table_without_the_configured_columns_fails_naming_them(
     make_settings, postgres_env, pg_connect
 ) -> None:
-    from streamling.dynamic_tables.postgres import PostgresTable, PostgresWriter
+    from streamling.postgres.dynamic_tables import PostgresTable, PostgresWriter
 
     table = unique("old")
     settings = make_settings(environ=postgres_env)

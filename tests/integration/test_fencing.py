@@ -13,7 +13,7 @@ from streamling.config.model import PostgresConnectionSettings
 from streamling.operators import Epoch
 from streamling.postgres import progress
 from streamling.postgres.connection import transact
-from streamling.postgres.state_backend import PostgresStateBackend
+from streamling.state.postgres import PostgresStateBackend
 from streamling.state import Fence, LeaseLostError
 
 PREFIX = "STREAMLING__STATE_BACKEND__POSTGRES__"

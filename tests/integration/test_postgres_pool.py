@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from streamling.config.model import PostgresSinkSettings
+from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 from streamling.operators import Epoch
 from streamling.postgres import catalog, progress
@@ -21,7 +22,6 @@ from streamling.postgres.connection import POOL_MAX_SIZE, connection, pool, tran
 from streamling.postgres.progress import ProgressKey
 from streamling.postgres.types import Column
 from streamling.postgres.writer import WritePlan, write_stream
-from streamling.types import GS_OP
 
 pytestmark = pytest.mark.integration
 

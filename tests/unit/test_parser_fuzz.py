@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import streamling  # noqa: F401  (registers the built-in operator types)
+from streamling.core.messages import quoted
 from streamling.topology.pipeline import ValidationReport, load_pipeline, read_pipeline_text
-from streamling.topology.yaml_input import quoted
 
 EXAMPLES = int(os.environ.get("STREAMLING_FUZZ_EXAMPLES", "150"))
 """Examples per property; raise it (e.g. 5000) for a deeper local run."""

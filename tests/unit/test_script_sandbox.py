@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
 
+from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 from streamling.script import codec, typescript
 from streamling.script.sandbox import LimitExceeded, Limits, Sandbox, ScriptSyntaxError, check_script, sandbox_for
 from streamling.script.transform import ScriptProgram, _arrow_schema, rebatch
-from streamling.types import GS_OP
 
 LIMITS = Limits(5_000, 64)
 ROWS = T.StructType(

@@ -84,7 +84,7 @@ def test_sqlite_keeps_created_at_on_update(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_postgres_contract_schema_and_created_at(postgres_env, pg_connect) -> None:
-    from streamling.postgres.state_backend import PostgresStateBackend
+    from streamling.state.postgres import PostgresStateBackend
 
     prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"
     settings = PostgresConnectionSettings(
@@ -132,7 +132,7 @@ def test_postgres_contract_schema_and_created_at(postgres_env, pg_connect) -> No
 @pytest.mark.integration
 def test_postgres_connection_error_hides_password(postgres_env) -> None:
     from streamling.errors import StreamlingError
-    from streamling.postgres.state_backend import PostgresStateBackend
+    from streamling.state.postgres import PostgresStateBackend
 
     prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"
     settings = PostgresConnectionSettings(
@@ -251,7 +251,7 @@ def test_sqlite_leases(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_postgres_leases(postgres_env) -> None:
-    from streamling.postgres.state_backend import PostgresStateBackend
+    from streamling.state.postgres import PostgresStateBackend
 
     prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"
     settings = PostgresConnectionSettings(
@@ -278,7 +278,7 @@ def test_a_sources_reset_forgets_its_positions_and_keeps_its_epoch_and_phase(kin
     elif kind == "sqlite":
         backend = SqliteStateBackend("app", str(tmp_path / "state.db"))
     else:
-        from streamling.postgres.state_backend import PostgresStateBackend
+        from streamling.state.postgres import PostgresStateBackend
 
         env = request.getfixturevalue("postgres_env")
         prefix = "STREAMLING__STATE_BACKEND__POSTGRES__"

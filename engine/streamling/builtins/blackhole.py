@@ -10,9 +10,9 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from streamling.config.units import Milliseconds
+from streamling.core.rows import GS_OP
 from streamling.plugin import Epoch, Sink, Written, rows_of
 from streamling.topology.spec import SinkSpec, ignored_field, ignored_fields
-from streamling.types import GS_OP
 
 
 class BlackholeSinkSpec(SinkSpec):

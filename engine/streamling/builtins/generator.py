@@ -24,12 +24,13 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 from streamling.plugin import Source
 from streamling.runtime.pacing import Pacer
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec
-from streamling.types import GS_OP, check_column_types, parse_type, with_gs_op
+from streamling.types import check_column_types, parse_type, with_gs_op
 
 DEFAULT_SCHEMA = {"id": "bigint", "amount": "double", "name": "string", "created_at": "timestamp"}
 NAMES = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy")

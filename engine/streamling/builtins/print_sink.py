@@ -16,9 +16,9 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from streamling.config.units import Milliseconds
+from streamling.core.rows import GS_OP, json_default
 from streamling.plugin import DriverSink, Epoch
 from streamling.topology.spec import SinkSpec, ignored_fields
-from streamling.types import GS_OP, json_default
 
 ROW_KINDS = {"i": "Insert", "u": "Update", "d": "Delete"}
 _stdout_lock = threading.Lock()

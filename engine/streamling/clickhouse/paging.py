@@ -33,8 +33,8 @@ import pyarrow as pa
 from streamling.clickhouse.client import qualified, quote
 from streamling.clickhouse.tables import ColumnInfo, TableInfo, select_expression
 from streamling.config.model import BackfillRange
+from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
-from streamling.types import GS_OP
 
 log = logging.getLogger("streamling.clickhouse")
 

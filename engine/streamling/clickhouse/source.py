@@ -23,11 +23,12 @@ from streamling.clickhouse.client import get_client, qualified
 from streamling.clickhouse.objects import named_table_object, split_table_name
 from streamling.clickhouse.paging import Pager, key_bounds
 from streamling.clickhouse.tables import TableInfo, inspect, spark_field
+from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError, first_line
 from streamling.plugin import ExternalObject, Source
 from streamling.state import StateBackend
 from streamling.topology.spec import SourceSpec, split_columns
-from streamling.types import GS_OP, spread
+from streamling.types import spread
 
 log = logging.getLogger("streamling.clickhouse")
 STATE_PREFIX = "clickhouse_source:"

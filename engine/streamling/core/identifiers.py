@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from streamling.topology.yaml_input import quoted
+from streamling.core.messages import quoted
 
 MAX_IDENTIFIER_BYTES = 63
 """Postgres truncates longer names silently, so a table created under a long name is not found under it."""

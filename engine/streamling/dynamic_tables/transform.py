@@ -8,7 +8,7 @@ no node reads (`NodeSpec.side_output`).
 
 The fields follow the original's: `column` names the Postgres table's value column (and, with `from` and no
 `sql`, the input column that fills it), `time_column` a timestamp every append advances, and `cache` /
-`cache_refresh_debounce_ms` let each worker hold the table in memory (`dynamic_tables.postgres`).
+`cache_refresh_debounce_ms` let each worker hold the table in memory (`postgres/dynamic_tables.py`).
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from streamling.config.units import Milliseconds
 from streamling.core.identifiers import check_identifier
+from streamling.core.rows import GS_OP
 from streamling.dynamic_tables import udf
 from streamling.dynamic_tables.memory import MemorySet
-from streamling.dynamic_tables.postgres import PostgresLookup, PostgresTable, PostgresWriter
 from streamling.errors import StreamlingError, first_line
 from streamling.plugin import Epoch, ExternalObject, RunContext, Transform
 from streamling.plugins import functions as plugin_functions
+from streamling.postgres.dynamic_tables import PostgresLookup, PostgresTable, PostgresWriter
 from streamling.postgres.objects import table_object
 from streamling.sql.rewrite import SqlProgram, spark_name
 from streamling.sql.stateless import forbidden_operations
 from streamling.topology.spec import TransformSpec, ignored_field, split_columns
-from streamling.types import GS_OP, exact_column
+from streamling.types import exact_column
 
 BackendType = Literal["Postgres", "InMemory"]
 _BACKENDS: dict[str, BackendType] = {"postgres": "Postgres", "inmemory": "InMemory"}

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError, first_line
 from streamling.files.lines import BadLine, scan
-from streamling.types import GS_OP
 
 if TYPE_CHECKING:
     from pyarrow import fs as pafs

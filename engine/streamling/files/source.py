@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from streamling.core.rows import GS_OP
 from streamling.dead_letters import DeadLetterTarget
 from streamling.errors import StreamlingError
 from streamling.files import positions
@@ -18,7 +19,6 @@ from streamling.files.spec import FileSourceSpec
 from streamling.plugin import ExternalObject, RunContext, Source
 from streamling.state import StateBackend
 from streamling.telemetry.tasks import OFF, NodeRecorder
-from streamling.types import GS_OP
 
 if TYPE_CHECKING:
     import pyarrow as pa

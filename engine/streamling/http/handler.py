@@ -21,6 +21,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from streamling.config.units import Milliseconds
+from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 from streamling.http.client import Endpoint, exchange
 from streamling.http.options import HttpRequestOptions
@@ -28,7 +29,7 @@ from streamling.http.payloads import PayloadError, PayloadFormat, decode_respons
 from streamling.plugin import Epoch, Operator, RunContext, Transform
 from streamling.telemetry.tasks import NodeRecorder
 from streamling.topology.spec import TransformSpec, split_columns
-from streamling.types import GS_OP, parse_type, spread, with_gs_op
+from streamling.types import parse_type, spread, with_gs_op
 
 OUTPUT_BATCH_ROWS = 10_000
 """Answer rows converted to Arrow at once; bounds the worker's memory in one-row-per-request mode too."""

@@ -26,7 +26,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamling.types import GS_OP, json_default
+from streamling.core.rows import GS_OP, json_default
 
 OPS = ("i", "u", "d")
 SHOWN_VALUE_CHARS = 80

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
+from streamling.core.rows import GS_OP, json_default
 from streamling.errors import StreamlingError
 from streamling.kafka.availability import Outage, wait_out
 from streamling.kafka.avro import avro_schema_for
@@ -33,7 +34,7 @@ from streamling.kafka.transactions import EpochTransactions
 from streamling.plugin import AppliedEpoch, Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.postgres.writer import ORDER_COLUMN, merge_rounds
 from streamling.topology.spec import SinkSpec
-from streamling.types import GS_OP, exact_columns, json_default, map_in_arrow, spread
+from streamling.types import exact_columns, map_in_arrow, spread
 
 log = logging.getLogger("streamling.kafka")
 OPS_TO_DBZ = {"i": b"c", "u": b"u", "d": b"d"}

@@ -30,6 +30,7 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError, StreamlingNodeError, first_line
 from streamling.operators import DriverSink, Epoch, Operator, RunContext, Source, Transform
 from streamling.plugin import (
@@ -46,7 +47,7 @@ from streamling.state import StateBackend
 from streamling.telemetry.logs import configure_worker_logging
 from streamling.topology.labels import label_errors
 from streamling.topology.spec import ignored_fields
-from streamling.types import GS_OP, with_gs_op
+from streamling.types import with_gs_op
 
 log = logging.getLogger("streamling.plugins")
 

@@ -25,12 +25,12 @@ from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
 from streamling.core import identifiers
+from streamling.core.rows import GS_OP
 from streamling.plugin import Epoch, RunContext
 from streamling.postgres import catalog, progress
 from streamling.postgres.sink import PostgresWriterSink
 from streamling.postgres.writer import EPOCH_COLUMN
 from streamling.topology.spec import SinkSpec, ignored_field
-from streamling.types import GS_OP
 
 log = logging.getLogger("streamling.postgres")
 SENTINEL_KEY = "_gs_group"

@@ -20,6 +20,7 @@ from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
 from streamling.core import identifiers
+from streamling.core.rows import GS_OP
 from streamling.dead_letters import DeadLetterTarget
 from streamling.plugin import AppliedEpoch, Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.postgres import catalog, progress
@@ -29,7 +30,7 @@ from streamling.postgres.progress import ProgressKey
 from streamling.postgres.types import Column, columns_of
 from streamling.postgres.writer import ORDER_COLUMN, WritePlan, write_partition, write_stream
 from streamling.topology.spec import ErrorHandlingSpec, SinkSpec, flush_interval, ignored_field
-from streamling.types import GS_OP, exact_columns, map_in_arrow, select_exact
+from streamling.types import exact_columns, map_in_arrow, select_exact
 
 log = logging.getLogger("streamling.postgres")
 COMPARISONS = ("=", ">", ">=", "<", "<=", "!=", "<>")

@@ -31,6 +31,7 @@ from psycopg import sql
 
 from streamling.arrow_keys import int64_array, key_codes, last_rows, occurrences
 from streamling.config.model import PostgresSinkSettings
+from streamling.core.rows import GS_OP, json_default
 from streamling.dead_letters import DeadLetter, DeadLetterTarget, row_letter
 from streamling.errors import StreamlingError
 from streamling.plugin import Epoch, Written
@@ -40,7 +41,6 @@ from streamling.postgres.progress import ProgressKey, already_applied, record
 from streamling.postgres.types import Column
 from streamling.runtime.faults import crash_point
 from streamling.telemetry.tasks import OFF, NodeRecorder
-from streamling.types import GS_OP, json_default
 
 log = logging.getLogger("streamling.postgres")
 EPOCH_COLUMN = "_gs_checkpoint_epoch"

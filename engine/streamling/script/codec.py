@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
-from streamling.types import GS_OP, json_default
+from streamling.core.rows import GS_OP, json_default
 
 NUMERIC: dict[type[T.DataType], str] = {
     T.ByteType: "int8",

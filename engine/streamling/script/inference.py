@@ -35,10 +35,10 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import types as T
 
+from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 from streamling.script import codec
 from streamling.script.sandbox import Limits, Sandbox, SandboxError, clean_stack
-from streamling.types import GS_OP
 
 KINDS: dict[str, T.DataType] = {
     "number": T.DoubleType(),

@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from streamling.config.units import Milliseconds
+from streamling.core.rows import GS_OP, json_default
 from streamling.errors import StreamlingError
 from streamling.plugin import Epoch, RunContext, Transform
 from streamling.script import codec
@@ -39,7 +40,7 @@ from streamling.script.sandbox import (
 )
 from streamling.telemetry.tasks import OFF, NodeRecorder
 from streamling.topology.spec import TransformSpec, split_columns
-from streamling.types import GS_OP, json_default, parse_type, spread
+from streamling.types import parse_type, spread
 
 INPUT_ROW_CHARS = 300
 

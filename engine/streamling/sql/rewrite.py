@@ -22,11 +22,11 @@ from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
+from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 from streamling.sql.dialects import DIALECTS
 from streamling.sql.functions import numeric_rewrite
 from streamling.sql.functions.calls import Rewritten, rewrite_calls
-from streamling.types import GS_OP
 
 _RENAMED_FUNCTIONS = {"make_array": exp.Array}
 DYNAMIC_TABLE_CHECK = "dynamic_table_check"

@@ -10,6 +10,7 @@ from pydantic import Field, PositiveInt
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streamling.core.rows import GS_OP
 from streamling.dynamic_tables.transform import DynamicTable, DynamicTableSpec
 from streamling.errors import StreamlingError, first_line
 from streamling.plugin import Epoch, Operator, Transform
@@ -19,7 +20,7 @@ from streamling.sql.functions.diagnose import culprit
 from streamling.sql.rewrite import SqlProgram, spark_name, undefined_dynamic_table
 from streamling.sql.stateless import forbidden_operations
 from streamling.topology.spec import NodeSpec, TransformSpec
-from streamling.types import GS_OP, spread
+from streamling.types import spread
 
 
 class SqlTransformSpec(TransformSpec):

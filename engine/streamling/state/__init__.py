@@ -13,7 +13,7 @@ def open_state_backend(settings: StateBackendSettings, namespace: str) -> StateB
 
         return SqliteStateBackend(namespace, settings.sqlite.database_path)
     if settings.backend_type == "Postgres":
-        from streamling.postgres.state_backend import PostgresStateBackend
+        from streamling.state.postgres import PostgresStateBackend
 
         return PostgresStateBackend(namespace, settings.postgres)
     return InMemoryStateBackend(namespace)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from streamling.topology.yaml_input import quoted
+from streamling.core.messages import quoted
 
 MAX_LABELS = 20
 MAX_VALUE_BYTES = 256

@@ -16,29 +16,13 @@ import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
+from streamling.core.messages import has_surrogate, shown
+
 MAX_DEPTH = 64
 """Nesting levels, aliases expanded. A pipeline needs fewer than ten."""
 MAX_VALUES = 1_000_000
 """Values in the document, aliases expanded (so a few nested aliases cannot expand to billions)."""
 MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-def shown(value: object, limit: int = 80) -> str:
-    """`value` as repr, shortened to about `limit` characters for messages."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 20]}… ({len(text)} characters)"
-
-
-def quoted(text: str, limit: int = 80) -> str:
-    """A name or value for a message: ``'text'``, or escaped like repr when it holds control characters or
-    lone surrogates, shortened past `limit` characters."""
-    if len(text) <= limit and text.isprintable() and not _has_surrogate(text):
-        return f"'{text}'"
-    return shown(text, limit)
-
-
-def _has_surrogate(text: str) -> bool:
-    return any("\ud800" <= ch <= "\udfff" for ch in text)
 
 
 class PipelineLoader(yaml.SafeLoader):
@@ -73,7 +57,7 @@ class PipelineLoader(yaml.SafeLoader):
 
     def construct_yaml_str(self, node: yaml.ScalarNode) -> str:
         value = super().construct_yaml_str(node)
-        if _has_surrogate(value):  # only an escape ("\ud800") can make one; nothing downstream could encode it
+        if has_surrogate(value):  # only an escape ("\ud800") can make one; nothing downstream could encode it
             problem = f"{shown(value)} holds a lone surrogate, which is not text"
             raise ConstructorError(None, None, problem, node.start_mark)
         return value  # type: ignore[no-any-return]

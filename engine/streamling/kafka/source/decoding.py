@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from streamling.core.rows import GS_OP
 from streamling.dead_letters import DeadLetter
 from streamling.errors import StreamlingError
 from streamling.kafka.availability import Outage, patience, wait_out
@@ -17,7 +18,6 @@ from streamling.kafka.avro import AvroDecoder
 from streamling.kafka.clients import registry, subject_of
 from streamling.kafka.source.metadata import METADATA_COLUMNS
 from streamling.runtime.held import HELD
-from streamling.types import GS_OP
 
 log = logging.getLogger("streamling.kafka")
 

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from streamling.core.rows import GS_OP
 from streamling.dead_letters import DeadLetterTarget
 from streamling.errors import StreamlingError, first_line
 from streamling.kafka.availability import Outage, describe, is_unavailable, patience, wait_out
@@ -41,7 +42,7 @@ from streamling.plugin import ExternalObject, RunContext, Source
 from streamling.runtime.pacing import FIRST_EPOCH_ROWS, Pacer
 from streamling.state import StateBackend
 from streamling.telemetry.tasks import OFF, NodeRecorder
-from streamling.types import GS_OP, parse_type
+from streamling.types import parse_type
 
 log = logging.getLogger("streamling.kafka")
 

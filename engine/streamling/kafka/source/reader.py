@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 from streamling.kafka.availability import Outage, is_unavailable, patience, transient_kafka_error
 from streamling.kafka.source.offsets import (
@@ -31,7 +32,6 @@ from streamling.runtime.held import HELD
 from streamling.runtime.pacing import Pacer
 from streamling.telemetry.logs import configure_worker_logging
 from streamling.telemetry.tasks import OFF, NodeRecorder
-from streamling.types import GS_OP
 
 if TYPE_CHECKING:
     import pyarrow as pa
