@@ -1,4 +1,8 @@
-"""Resources: the engine's settings, and the run's SparkSession from dagster-pyspark."""
+"""Resources: the engine's settings, and the run's SparkSession, started through the engine's public API.
+
+The Spark resource has dagster-pyspark's shape (`spark_config`, `spark_session`, `spark_context`) without its
+class, whose module imports pyspark: a code location builds its resources at load, and loads no Spark for that.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,11 @@ import re
 from typing import Any
 
 import dagster as dg
-from dagster_pyspark import PySparkResource
-from dagster_pyspark.resources import spark_session_from_config
 from dagster_spark.utils import flatten_dict
+from pydantic import PrivateAttr
 
+import streamling
 from streamling.config import Settings, load_settings
-from streamling.plugins.shipping import ship_plugins
-from streamling.runtime.session import finish_session, prepare_environment, session_conf, start_jvm
 from streamling_dagster.pipelines import PipelineFile
 
 SECRET_CONF = re.compile(r"(?i)secret|password|token|access[.]?key|credential")
@@ -59,8 +61,8 @@ class StreamlingResource(dg.ConfigurableResource):
         return backfill_events(context, BACKFILLS[context.op_def.name], self, spark, config)
 
 
-class StreamlingSparkResource(PySparkResource):
-    """dagster-pyspark's session, configured like the engine's own, started on first use and stopped when the run
+class StreamlingSparkResource(dg.ConfigurableResource):
+    """A Spark session configured like the engine's own, started on first use and stopped when the run
     ends. Like the CLI's, it ships the plugins loaded from ``STREAMLING__PLUGIN__PATH`` (the code location loaded
     them when it read the pipeline files) to Spark's Python workers; each run's plan ships any it loads later.
 
@@ -69,14 +71,17 @@ class StreamlingSparkResource(PySparkResource):
     so a cluster master and `spark.environment_archive` set there reach the session; `spark_config` then shows
     the settings the code location loaded. Built with a `spark_config` of one's own, that config is the session's."""
 
+    spark_config: dict[str, Any]
+    """Spark configuration, flat (``spark.executor.memory``) or nested as dagster-pyspark takes it."""
     follow_engine_settings: bool = False
     """Start the session from the run's engine settings (`session_for`) rather than from `spark_config`."""
+    _spark_session: Any = PrivateAttr(default=None)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StreamlingSparkResource:
         """Secret-looking keys of `spark.conf` (an S3 secret key, say) stay out of the resource's config, which
         the Dagster UI shows; the run adds them from the settings when it builds the session."""
-        conf = session_conf(settings.spark, resolve_archive=False)  # runs resolve it (`session_for`)
+        conf = streamling.spark_conf(settings.spark, resolve_archive=False)  # runs resolve it (`session_for`)
         return cls(
             spark_config={k: v for k, v in conf.items() if not SECRET_CONF.search(k)}, follow_engine_settings=True
         )
@@ -84,7 +89,7 @@ class StreamlingSparkResource(PySparkResource):
     def session_for(self, settings: Settings) -> Any:
         """The run's session, started from `settings.spark` when this resource follows the engine's settings."""
         if self._spark_session is None and self.follow_engine_settings:
-            self._start(session_conf(settings.spark))
+            self._start(streamling.spark_conf(settings.spark))
         return self.spark_session
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
@@ -97,24 +102,24 @@ class StreamlingSparkResource(PySparkResource):
         one's own that asks for the session directly), else from `spark_config`."""
         if self._spark_session is None:
             following = self.follow_engine_settings
-            self._start(session_conf(load_settings(environ=os.environ).spark) if following else None)
+            self._start(streamling.spark_conf(load_settings(environ=os.environ).spark) if following else None)
         return self._spark_session
+
+    @property
+    def spark_context(self) -> Any:
+        return self.spark_session.sparkContext
 
     def _start(self, run_conf: dict[str, str] | None = None) -> None:
         """From `run_conf` (`session_for`: the run's whole configuration, secrets included), else from
         `spark_config` plus the secret keys of the environment's settings."""
-        prepare_environment()
         engine = load_settings(environ=os.environ).spark
         if run_conf is None:
             secrets = {k: v for k, v in engine.conf.items() if SECRET_CONF.search(k) and k not in self.spark_config}
             conf = {**self.spark_config, **secrets}
         else:
             conf = run_conf
-        start_jvm({k: str(v) for k, v in flatten_dict(conf)})  # out of the run worker's process group, like the CLI
-        self._spark_session = spark_session_from_config(conf)
-        settings = engine.model_copy(update={"master": conf.get("spark.master", "local[*]")})
-        finish_session(self._spark_session, settings)
-        ship_plugins(self._spark_session)
+        flat = {key: str(value) for key, value in flatten_dict(conf)}
+        self._spark_session = streamling.start_spark_session(engine, flat)  # its JVM out of the run's process group
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._spark_session is not None:

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
         reset_positions,
         run_pipeline,
         source_status,
+        spark_conf,
+        start_spark_session,
         validate_pipeline,
     )
     from streamling.clickhouse.client import release_embedded
@@ -41,6 +43,8 @@ _HOMES = {
     "run_on_engine": "streamling.serve.client",
     "run_pipeline": "streamling.api",
     "source_status": "streamling.api",
+    "spark_conf": "streamling.api",
+    "start_spark_session": "streamling.api",
     "validate_pipeline": "streamling.api",
 }
 
@@ -60,6 +64,8 @@ __all__ = [
     "run_on_engine",
     "run_pipeline",
     "source_status",
+    "spark_conf",
+    "start_spark_session",
     "validate_pipeline",
 ]
 

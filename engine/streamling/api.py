@@ -5,28 +5,30 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING, Any
 
 from streamling.config import Settings, load_settings
 from streamling.config.layers import resolve_location
+from streamling.config.model import SparkSettings
 from streamling.errors import InvalidPipelineError
-from streamling.plugins.shipping import ship_plugins
-from streamling.runtime.executor import PipelineRunner, RunSummary, epoch_key
-from streamling.runtime.plan import Plan
-from streamling.spark.session import build_session
-from streamling.state import open_state_backend
+from streamling.runtime.summary import RunSummary
+from streamling.state import epoch_key, open_state_backend, phase_key
 from streamling.topology.pipeline import Pipeline, ValidationReport, load_pipeline, read_pipeline_text
+
+if TYPE_CHECKING:  # the control plane imports this module to ask for positions, which needs no Spark
+    from pyspark.sql import SparkSession
+
+    from streamling.runtime.executor import PipelineRunner
+    from streamling.runtime.plan import Plan
 
 log = logging.getLogger("streamling.api")
 
 
-Starting = SparkSession | Future[SparkSession] | None
+Starting = "SparkSession | Future[SparkSession] | None"
 """A session, one still starting (`runtime.session.start_session`), or none (one is built when needed)."""
 
 
@@ -61,6 +63,10 @@ def check_structure(location: str | Path, settings: Settings) -> Pipeline:
 def analyze(
     pipeline: Pipeline, settings: Settings, spark: Starting, report: ValidationReport
 ) -> tuple[Plan | None, ValidationReport]:
+    from streamling.plugins.shipping import ship_plugins
+    from streamling.runtime.plan import Plan
+    from streamling.spark.session import build_session
+
     plan = Plan(pipeline, settings)
     plan.prefetch()
     spark = spark.result() if isinstance(spark, Future) else spark or build_session(settings.spark)
@@ -96,6 +102,8 @@ def execute_plan(
     on_running: Callable[[PipelineRunner], None] | None = None,
 ) -> RunSummary:
     """Run a prepared plan; `on_running` is called once every source's query started (and after each restart)."""
+    from streamling.runtime.executor import PipelineRunner
+
     with open_state_backend(settings.state_backend, settings.application_id) as state:
         return PipelineRunner(plan, settings, spark, state, stop=stop, summary=summary, on_running=on_running).run()
 
@@ -112,8 +120,41 @@ def run_pipeline(
     updated live as epochs commit, for progress reporting from another thread."""
     settings = settings or load_settings()
     resolve_location(location, settings)  # fail before starting Spark when nothing is given
-    spark = spark or build_session(settings.spark)
+    if spark is None:
+        from streamling.spark.session import build_session
+
+        spark = build_session(settings.spark)
     return execute_plan(prepare_pipeline(location, settings, spark), settings, spark, stop, summary)
+
+
+def spark_conf(settings: SparkSettings, resolve_archive: bool = True) -> dict[str, str]:
+    """The engine's whole Spark configuration for `settings` (master and app name included), for a caller that
+    holds the session itself. Without `resolve_archive` (a configuration to show, not to start), the packed
+    environment's archive is named as set rather than built or checked. Imports no Spark."""
+    from streamling.spark.conf import session_conf
+
+    return session_conf(settings, resolve_archive=resolve_archive)
+
+
+def start_spark_session(settings: SparkSettings, conf: Mapping[str, str]) -> SparkSession:
+    """A Spark session started as the CLI starts its own, from `conf` (a whole Spark configuration, e.g.
+    `spark_conf` plus a caller's secrets): the driver's JVM out of the caller's process group, the engine's
+    finishing (quiet logs, the workers' warm-up, the package on a cluster) and the loaded plugins shipped to
+    Spark's Python workers. For the Dagster resource; `settings` gives what `conf` does not (the class archive)."""
+    from pyspark.sql import SparkSession
+
+    from streamling.plugins.shipping import ship_plugins
+    from streamling.spark.session import finish_session, prepare_environment, start_jvm
+
+    prepare_environment()
+    start_jvm(conf)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    finish_session(spark, settings.model_copy(update={"master": conf.get("spark.master", "local[*]")}))
+    ship_plugins(spark)
+    return spark
 
 
 def invalid_pipeline_message(path: Path, report: ValidationReport) -> str:
@@ -150,6 +191,8 @@ def source_status(location: str | Path, settings: Settings) -> dict[str, SourceS
     )
     if pipeline is None:
         raise InvalidPipelineError(invalid_pipeline_message(path, report), report.errors)
+    from streamling.runtime.plan import Plan
+
     plan = Plan(pipeline, settings)
     out: dict[str, SourceStatus] = {}
     with open_state_backend(settings.state_backend, settings.application_id) as state:
@@ -157,7 +200,7 @@ def source_status(location: str | Path, settings: Settings) -> dict[str, SourceS
             source = top = plan.source(node.name)
             phases, index = source.phases(), None
             if phases:
-                index = min(int((state.get(f"{node.name}:__phase__") or {}).get("phase", 0)), len(phases) - 1)
+                index = min(int((state.get(phase_key(node.name)) or {}).get("phase", 0)), len(phases) - 1)
                 source = phases[index]
             epoch = state.get(epoch_key(node.name)) or {}
             position = source.committed_position(state)
@@ -182,6 +225,8 @@ def reset_positions(location: str | Path, settings: Settings, streams: bool = Fa
     )
     if pipeline is None:
         raise InvalidPipelineError(invalid_pipeline_message(path, report), report.errors)
+    from streamling.runtime.plan import Plan
+
     plan = Plan(pipeline, settings)
     removed: list[str] = []
     with open_state_backend(settings.state_backend, settings.application_id) as state:

@@ -13,8 +13,8 @@ from streamling.config.model import PostgresConnectionSettings
 from streamling.operators import Epoch
 from streamling.postgres import progress
 from streamling.postgres.connection import transact
-from streamling.state.postgres import PostgresStateBackend
 from streamling.state import Fence, LeaseLostError
+from streamling.state.postgres import PostgresStateBackend
 
 PREFIX = "STREAMLING__STATE_BACKEND__POSTGRES__"
 

@@ -22,7 +22,8 @@ DRIVER = textwrap.dedent("""
     import signal, sys, time
 
     from streamling.config.model import SparkSettings
-    from streamling.spark.session import prepare_environment, session_conf, start_jvm
+    from streamling.spark.conf import session_conf
+    from streamling.spark.session import prepare_environment, start_jvm
 
     class Stop(Exception):
         pass

@@ -19,6 +19,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
+import streamling as engine
 from streamling.errors import StreamlingError
 from tests.e2e.cli import cli_env
 from tests.net import free_port
@@ -380,8 +381,7 @@ def test_spark_conf_secrets_reach_the_session_but_not_the_resource_config(tmp_pa
     assert "spark.hadoop.fs.s3a.secret.key" not in resource.spark_config
     assert resource.spark_config["spark.sql.ansi.enabled"] == "true"
     built: dict[str, str] = {}
-    monkeypatch.setattr(resources, "spark_session_from_config", lambda c: built.update(c) or "session")
-    monkeypatch.setattr(resources, "finish_session", lambda session, settings: session)
+    monkeypatch.setattr(engine, "start_spark_session", lambda settings, conf: built.update(conf) or "session")
     resource.setup_for_execution(dg.build_init_resource_context())
     assert built == {}  # the session starts on first use, after the op's one-run-per-pipeline check
     assert resource.spark_session == "session"

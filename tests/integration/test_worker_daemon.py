@@ -55,7 +55,7 @@ def test_workers_come_from_the_engine_daemon_with_compiled_pyspark_and_preloaded
     (pyspark_file, blas, preloaded, daemon_threads, command, sockets) = (
         spark.sparkContext.parallelize([0], 1).map(facts).collect()[0]
     )
-    assert sockets == ["unix"]  # the worker's connection to the JVM (`session.LOCAL_CONF`)
+    assert sockets == ["unix"]  # the worker's connection to the JVM (`spark/conf.LOCAL_CONF`)
     assert "-m streamling.spark.worker_daemon pyspark.worker" in command
     assert ".zip" not in pyspark_file and pyspark_file.endswith("pyspark/__init__.py")
     assert blas == "1"

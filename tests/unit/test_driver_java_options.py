@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamling.config.model import SparkSettings
-from streamling.spark.session import driver_java_options, session_conf
+from streamling.spark.conf import driver_java_options, session_conf
 
 
 def options(**conf: str) -> list[str]:

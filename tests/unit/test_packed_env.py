@@ -23,7 +23,7 @@ def test_the_contents_are_the_engines_runtime_closure_without_spark_dagster_or_t
     names = set(wanted.distributions)
     assert {"pyarrow", "polars", "confluent-kafka", "psycopg", "httpx", "pydantic", "wasmtime"} <= names
     assert {"numpy", "pydantic-core", "annotated-types"} <= names  # requirements of requirements
-    assert not names & {"pyspark", "py4j", "dagster", "dagster-webserver", "dagster-pyspark", "chdb", "chdb-core"}
+    assert not names & {"pyspark", "py4j", "dagster", "dagster-webserver", "dagster-spark", "chdb", "chdb-core"}
     assert not names & {"pytest", "ruff", "hypothesis"}  # the dev extra is not the runtime's
 
 
@@ -90,7 +90,7 @@ def test_package_names_a_missing_plugin_path(tmp_path: Path, capsys) -> None:
 
 def test_session_conf_ships_the_archive_only_to_a_cluster(tmp_path: Path) -> None:
     from streamling.config.model import SparkSettings
-    from streamling.spark.session import session_conf
+    from streamling.spark.conf import session_conf
 
     archive = tmp_path / "env.tar.gz"
     archive.write_bytes(b"x")

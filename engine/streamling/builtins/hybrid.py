@@ -32,7 +32,7 @@ from streamling.errors import StreamlingError, first_line
 from streamling.kafka.source.operator import KafkaSource
 from streamling.kafka.source.spec import KafkaSourceSpec, resolution_warnings
 from streamling.plugin import Epoch, ExternalObject, Operator, RunContext, Source
-from streamling.state import StateBackend
+from streamling.state import StateBackend, phase_key
 from streamling.topology.spec import SourceSpec
 from streamling.types import exact_column
 
@@ -216,7 +216,7 @@ class HybridSource(Source[HybridSourceSpec]):
 
     @property
     def phase_key(self) -> str:
-        return f"{self.name}:__phase__"
+        return phase_key(self.name)
 
     def phases(self) -> list[Source[Any]]:
         """The phases this run goes through: the unbounded one only outside job mode."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from streamling.errors import error_context
 from streamling.operators import Epoch, Operator, Source, Written, rows_of
 from streamling.runtime.faults import crash_point
-from streamling.state import LeaseLostError
+from streamling.state import LeaseLostError, epoch_key
 
 if TYPE_CHECKING:
     from streamling.runtime.protocols import Runner
@@ -44,11 +44,6 @@ class EpochTiming(NamedTuple):
     """`time.monotonic()` when the epoch's Spark work began."""
     spark_sec: float
     """Its Spark part: reading, transforms and the sinks' staging (the source's per-batch latency)."""
-
-
-def epoch_key(source: str) -> str:
-    """The state-backend key of a source's last committed epoch number."""
-    return f"{source}:__epoch__"
 
 
 class EpochCommit:

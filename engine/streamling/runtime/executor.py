@@ -32,7 +32,6 @@ from pyspark.sql import SparkSession
 from streamling.config import Settings
 from streamling.errors import StreamlingError, error_context, first_line, wrap
 from streamling.operators import RunContext, Sink, Source, Written, rows_of
-from streamling.runtime.epoch_commit import epoch_key
 from streamling.runtime.held import PROCESS, RUN_PROPERTY
 from streamling.runtime.lease import RunLease
 from streamling.runtime.plan import Plan
@@ -40,7 +39,7 @@ from streamling.runtime.protocols import QueryDriver
 from streamling.runtime.queries import SHUTDOWN_GRACE_SEC, PhasedQuery, SourceQuery
 from streamling.runtime.restarts import Restarts
 from streamling.runtime.summary import RunSummary, SourceProgress
-from streamling.state import Fence, StateBackend
+from streamling.state import Fence, StateBackend, epoch_key
 from streamling.telemetry.logs import RUN_SCOPE
 from streamling.telemetry.run import RunTelemetry
 
@@ -52,7 +51,7 @@ epoch's commit finishes (`PipelineRunner.wake`), so this bounds only the reactio
 the lease check; it used to look every 50 ms, twenty wake-ups a second per run, a third of an idle engine's driver
 CPU (py-spy, fifty idle runs: 210 of 582 samples in the supervisor's loop)."""
 
-__all__ = ["PipelineRunner", "RunSummary", "SourceProgress", "epoch_key"]
+__all__ = ["PipelineRunner", "RunSummary", "SourceProgress"]
 
 
 class PipelineRunner:

@@ -24,12 +24,13 @@ from pyspark.sql import DataFrame, SparkSession
 from streamling.errors import error_context
 from streamling.operators import Epoch, Sink, Source
 from streamling.runtime.committer import Committer
-from streamling.runtime.epoch_commit import EpochCommit, EpochTiming, Staged, epoch_key
+from streamling.runtime.epoch_commit import EpochCommit, EpochTiming, Staged
 from streamling.runtime.faults import crash_point
 from streamling.runtime.held import HELD, RETIRED_PROPERTY
 from streamling.runtime.protocols import Runner
 from streamling.runtime.reading import ReaderEpochs
 from streamling.runtime.summary import SourceProgress
+from streamling.state import epoch_key, phase_key
 from streamling.telemetry.logs import in_this_run
 
 if TYPE_CHECKING:
@@ -255,7 +256,7 @@ class PhasedQuery:
         self.runner = runner
         self.source = source
         self.phases = phases
-        self.phase_key = f"{source.name}:__phase__"
+        self.phase_key = phase_key(source.name)
         self.index = int((runner.state.get(self.phase_key) or {}).get("phase", 0))
         self.current: SourceQuery | None = None
         self.done: list[SourceQuery] = []

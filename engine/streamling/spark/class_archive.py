@@ -25,9 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import pyspark
-
-from streamling.spark.spark_home import cache_dir, digest, spark_home
+from streamling.spark.spark_home import cache_dir, digest, pyspark_version, spark_home
 
 log = logging.getLogger("streamling.spark")
 
@@ -60,7 +58,7 @@ def archive_path(conf: Mapping[str, str]) -> Path | None:
         sorted(p.name for p in jars.iterdir()),
         conf.get(CLASS_PATH, ""),
     )
-    return root / f"jvm-classes-{pyspark.__version__}-{key}.jsa"
+    return root / f"jvm-classes-{pyspark_version()}-{key}.jsa"
 
 
 def java_options(conf: Mapping[str, str]) -> str:

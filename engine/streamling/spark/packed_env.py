@@ -54,7 +54,7 @@ ALIAS = "streamling_env"
 """The folder the archive is unpacked into in each executor's working directory (``spark.archives``'s fragment)."""
 EXECUTOR_PYTHON = f"./{ALIAS}/bin/python"
 LEFT_OUT = frozenset(
-    ("pyspark", "dagster", "dagster-pyspark", "dagster-webserver", "dagster-dg-cli", "chdb", "chdb-core")
+    ("pyspark", "dagster", "dagster-spark", "dagster-webserver", "dagster-dg-cli", "chdb", "chdb-core")
 )
 """Requirements of the engine the executors never import (canonical names): the cluster's own pyspark, the control
 plane, and the embedded ClickHouse engine (580 MB; it lives in one process, the driver, which is why a

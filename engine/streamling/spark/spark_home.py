@@ -16,7 +16,9 @@ classes of SQL code generation were read, verified and parsed at every driver's 
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -24,8 +26,6 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-
-import pyspark
 
 CACHE_ENV = "STREAMLING_CACHE_DIR"
 LAYOUT = 2
@@ -55,7 +55,9 @@ def digest(*parts: object) -> str:
 
 
 def installed_home() -> Path:
-    return Path(pyspark.__file__).resolve().parent
+    spec = importlib.util.find_spec("pyspark")  # found, not imported: a caller that only names paths needs no Spark
+    assert spec is not None and spec.origin is not None, "pyspark is not installed"
+    return Path(spec.origin).resolve().parent
 
 
 def launch_home() -> Path | None:
@@ -66,7 +68,7 @@ def launch_home() -> Path | None:
     installed = installed_home()
     if root is None or not (installed / "jars").is_dir():
         return None
-    home = root / f"spark-home-{pyspark.__version__}-{digest(installed, LAYOUT)}"
+    home = root / f"spark-home-{pyspark_version()}-{digest(installed, LAYOUT)}"
     if (home / "jars").is_dir():
         return home
     staging = Path(tempfile.mkdtemp(prefix=".spark-home-", dir=root))
@@ -109,3 +111,11 @@ def spark_home() -> Path:
     """The home the driver's JVM launches (or launched) from."""
     configured = os.environ.get("SPARK_HOME")
     return Path(configured) if configured else installed_home()
+
+
+@functools.cache
+def pyspark_version() -> str:
+    """The installed pyspark's version, from its metadata rather than by importing it (~50 ms)."""
+    from importlib.metadata import version
+
+    return version("pyspark")

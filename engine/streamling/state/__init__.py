@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streamling.config.model import StateBackendSettings
-from streamling.state.base import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend
+from streamling.state.base import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend, epoch_key, phase_key
 from streamling.state.memory import InMemoryStateBackend
 
 
@@ -26,5 +26,7 @@ __all__ = [
     "LeaseHolder",
     "LeaseLostError",
     "StateBackend",
+    "epoch_key",
     "open_state_backend",
+    "phase_key",
 ]

@@ -14,6 +14,17 @@ from typing import Any
 
 from streamling.errors import StreamlingRetriableError
 
+
+def epoch_key(source: str) -> str:
+    """The key of a source's last committed epoch number, kept beside its positions by the runtime's commits."""
+    return f"{source}:__epoch__"
+
+
+def phase_key(source: str) -> str:
+    """The key of a phased (hybrid) source's current phase."""
+    return f"{source}:__phase__"
+
+
 JsonDoc = dict[str, Any]
 
 
