@@ -17,7 +17,7 @@ def free_port() -> int:
 
 
 def assert_guarded(base: str, token: str, what: str, probe: str = "/health", data: str = "/runs") -> None:
-    """Every refusal of `serve/guard.py` against a live server at `base` (its `data` path shows data), and what it
+    """Every refusal of `core/guard.py` against a live server at `base` (its `data` path shows data), and what it
     lets through: the probes without a token, the token as a bearer header, and once as ``?token=`` for a cookie."""
     from urllib.parse import urlsplit
 

@@ -63,9 +63,9 @@ def check_structure(location: str | Path, settings: Settings) -> Pipeline:
 def analyze(
     pipeline: Pipeline, settings: Settings, spark: Starting, report: ValidationReport
 ) -> tuple[Plan | None, ValidationReport]:
-    from streamling.plugins.shipping import ship_plugins
     from streamling.runtime.plan import Plan
     from streamling.spark.session import build_session
+    from streamling.spark.shipping import ship_plugins
 
     plan = Plan(pipeline, settings)
     plan.prefetch()
@@ -143,8 +143,8 @@ def start_spark_session(settings: SparkSettings, conf: Mapping[str, str]) -> Spa
     Spark's Python workers. For the Dagster resource; `settings` gives what `conf` does not (the class archive)."""
     from pyspark.sql import SparkSession
 
-    from streamling.plugins.shipping import ship_plugins
     from streamling.spark.session import finish_session, prepare_environment, start_jvm
+    from streamling.spark.shipping import ship_plugins
 
     prepare_environment()
     start_jvm(conf)

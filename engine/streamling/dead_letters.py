@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # loaded when used: the Kafka reader imports this module in e
     import psycopg
 
     from streamling.config.model import PostgresSinkSettings, Settings
-    from streamling.topology.spec import DeadLetterSpec
+    from streamling.spec import DeadLetterSpec
 
 HEADER_PREFIX = "streamling."
 

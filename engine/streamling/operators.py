@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streamling.core.rows import GS_OP
+from streamling.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec, flush_interval
 from streamling.telemetry.tasks import NodeRecorder
-from streamling.topology.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec, flush_interval
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -1,4 +1,4 @@
-"""The warm engine's HTTP API is no open door (`serve/guard.py`): a real `streamling serve` on loopback refuses every
+"""The warm engine's HTTP API is no open door (`core/guard.py`): a real `streamling serve` on loopback refuses every
 request without its token, under a Host name that is not its own, or from another origin; `streamling submit` finds
 the token in the engine's token file and says what to do when it is wrong; the token is never logged."""
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from streamling.operators import DriverSink, Epoch
 from streamling.plugins import operator
-from streamling.topology.spec import PluginOptions, SinkSpec
+from streamling.spec import PluginOptions, SinkSpec
 
 COLLECTED: dict[str, list[tuple[int, dict]]] = {}
 FLUSHED: dict[str, list[int]] = {}

@@ -461,8 +461,8 @@ def test_the_backend_s_cache_settings_are_the_defaults_of_a_table(
     """``dynamic_table_backend.postgres.cache_enabled`` / ``cache_refresh_debounce_ms`` (the original's global
     defaults) for a table that sets neither: cached, a row deleted outside is still answered from the worker's
     copy within the debounce; not cached, the table is asked every batch."""
-    from streamling.dynamic_tables.transform import DynamicTable, DynamicTableSpec
     from streamling.postgres.dynamic_tables import PostgresLookup, PostgresWriter
+    from streamling.sql.dynamic_tables.transform import DynamicTable, DynamicTableSpec
 
     table = unique("defaults")
     settings = make_settings(

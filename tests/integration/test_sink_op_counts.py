@@ -15,7 +15,7 @@ from streamling import run_pipeline
 from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec, generate
 from streamling.operators import Epoch, Sink
 from streamling.plugins import operator
-from streamling.topology.spec import PluginOptions, SinkSpec
+from streamling.spec import PluginOptions, SinkSpec
 
 # 5000 rows over 40 keys in 700-row epochs (8 epochs): offsets 0-39 insert, the rest update, and every 7th row
 # (offset + 1 divisible by 7) is a delete instead: 714 deletes, 5 of them among the first 40 offsets.

@@ -15,8 +15,8 @@ import pytest
 
 from streamling.operators import ExternalObject, Sink, Source
 from streamling.plugins.registry import REGISTRY
+from streamling.spec import SinkSpec, SourceSpec
 from streamling.state import StateBackend
-from streamling.topology.spec import SinkSpec, SourceSpec
 from streamling_dagster import build_definitions
 from streamling_dagster.observations import LAG_CHECK
 from streamling_dagster.resources import StreamlingResource

@@ -88,7 +88,7 @@ def test_target_options_for_executors_keep_secrets_under_password_keys() -> None
     """Spark redacts option values whose key contains `password`; the JSON blob must carry no secret."""
     from streamling.config import load_settings
     from streamling.dead_letters import DeadLetterTarget
-    from streamling.topology.spec import DeadLetterSpec
+    from streamling.spec import DeadLetterSpec
 
     settings = load_settings(
         environ={

@@ -8,7 +8,7 @@ import textwrap
 import pyarrow as pa
 import pytest
 
-from streamling.dynamic_tables.udf import membership
+from streamling.sql.dynamic_tables.udf import membership
 from streamling.topology.pipeline import load_pipeline
 
 GEN = "{type: generator, rows: 10}"

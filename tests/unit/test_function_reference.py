@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamling.plugins.builtins import PLUGIN
+from streamling.builtins.plugin import PLUGIN
 from streamling.sql.functions import catalogue
 
 ORIGINAL = """

@@ -60,7 +60,7 @@ def test_the_file_reader_imports_no_settings_models_no_topology_and_no_driver() 
 def test_loading_the_built_in_operators_imports_no_http_client() -> None:
     """Every driver loads the built-ins; `import httpx` also loads its command line and rich (~90 ms), which only
     a pipeline with an HTTP node uses, on the executors."""
-    assert loaded_by("streamling.plugins.builtins", ("httpx", "rich")) == []
+    assert loaded_by("streamling.builtins.plugin", ("httpx", "rich")) == []
 
 
 def test_built_in_operators_import_the_operator_interface_only_from_the_public_module() -> None:
@@ -76,7 +76,7 @@ def test_built_in_operators_import_the_operator_interface_only_from_the_public_m
 def test_every_built_in_type_is_registered_through_the_entry_point_group() -> None:
     from importlib.metadata import entry_points
 
-    from streamling.plugins.builtins import PLUGIN
+    from streamling.builtins.plugin import PLUGIN
 
     (builtins,) = [ep for ep in entry_points(group="streamling.plugins") if ep.name == "builtins"]
     assert builtins.load() is PLUGIN

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from streamling.config.units import Milliseconds
 from streamling.core.rows import GS_OP
 from streamling.plugin import Epoch, Sink, Written, rows_of
-from streamling.topology.spec import SinkSpec, ignored_field, ignored_fields
+from streamling.spec import SinkSpec, ignored_field, ignored_fields
 
 
 class BlackholeSinkSpec(SinkSpec):

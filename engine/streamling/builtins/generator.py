@@ -28,8 +28,8 @@ from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 from streamling.plugin import Source
 from streamling.runtime.pacing import Pacer
+from streamling.spec import SourceSpec
 from streamling.state import StateBackend
-from streamling.topology.spec import SourceSpec
 from streamling.types import check_column_types, parse_type, with_gs_op
 
 DEFAULT_SCHEMA = {"id": "bigint", "amount": "double", "name": "string", "created_at": "timestamp"}

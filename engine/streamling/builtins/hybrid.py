@@ -32,8 +32,8 @@ from streamling.errors import StreamlingError, first_line
 from streamling.kafka.source.operator import KafkaSource
 from streamling.kafka.source.spec import KafkaSourceSpec, resolution_warnings
 from streamling.plugin import Epoch, ExternalObject, Operator, RunContext, Source
+from streamling.spec import SourceSpec
 from streamling.state import StateBackend, phase_key
-from streamling.topology.spec import SourceSpec
 from streamling.types import exact_column
 
 log = logging.getLogger("streamling.builtins.hybrid")

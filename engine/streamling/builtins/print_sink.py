@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from streamling.config.units import Milliseconds
 from streamling.core.rows import GS_OP, json_default
 from streamling.plugin import DriverSink, Epoch
-from streamling.topology.spec import SinkSpec, ignored_fields
+from streamling.spec import SinkSpec, ignored_fields
 
 ROW_KINDS = {"i": "Insert", "u": "Update", "d": "Delete"}
 _stdout_lock = threading.Lock()

@@ -70,7 +70,7 @@ from streamling.core.outage import Outage, wait_out
 from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError, StreamlingUnavailableError, first_line
 from streamling.plugin import Epoch, ExternalObject, RunContext, Sink, Written, rows_of
-from streamling.topology.spec import SinkSpec, flush_interval, ignored_field
+from streamling.spec import SinkSpec, flush_interval, ignored_field
 from streamling.types import select_exact
 
 log = logging.getLogger("streamling.clickhouse")

@@ -26,8 +26,8 @@ from streamling.clickhouse.tables import TableInfo, inspect, spark_field
 from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError, first_line
 from streamling.plugin import ExternalObject, Source
+from streamling.spec import SourceSpec, split_columns
 from streamling.state import StateBackend
-from streamling.topology.spec import SourceSpec, split_columns
 from streamling.types import spread
 
 log = logging.getLogger("streamling.clickhouse")

@@ -17,9 +17,9 @@ import yaml
 from pydantic import SecretStr, ValidationError
 from pydantic_core import to_jsonable_python
 
+from streamling.config import yaml_input
 from streamling.config.model import Settings
 from streamling.errors import StreamlingError
-from streamling.topology import yaml_input
 
 ENV_PREFIX = "STREAMLING"
 ENV_SEPARATOR = "__"

@@ -288,7 +288,7 @@ class OpenTelemetryMetricsSettings(_Section):
     @field_validator("global_tags")
     @classmethod
     def _valid_tags(cls, value: dict[str, str]) -> dict[str, str]:
-        from streamling.topology.labels import label_errors
+        from streamling.core.labels import label_errors
 
         problems = label_errors("open_telemetry_metrics.global_tags", value, (), what="tag", origin="global_tags")
         if problems:

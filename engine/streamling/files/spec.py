@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from streamling.config.units import Seconds
 from streamling.files.listing import SCHEMES, scheme_of
-from streamling.topology.spec import ErrorHandlingSpec, SourceSpec
+from streamling.spec import ErrorHandlingSpec, SourceSpec
 
 FORMATS = ("parquet", "csv", "json", "avro")
 ALIASES = {"ndjson": "json", "jsonl": "json", "parq": "parquet"}

@@ -27,8 +27,8 @@ from streamling.http.client import Endpoint, exchange
 from streamling.http.options import HttpRequestOptions
 from streamling.http.payloads import PayloadError, PayloadFormat, decode_response, to_record_batch
 from streamling.plugin import Epoch, Operator, RunContext, Transform
+from streamling.spec import TransformSpec, split_columns
 from streamling.telemetry.tasks import NodeRecorder
-from streamling.topology.spec import TransformSpec, split_columns
 from streamling.types import parse_type, spread, with_gs_op
 
 OUTPUT_BATCH_ROWS = 10_000

@@ -23,8 +23,8 @@ from streamling.http.client import Endpoint, Skipped, exchange, log_skipped
 from streamling.http.options import HttpRequestOptions
 from streamling.http.payloads import PayloadFormat
 from streamling.plugin import Epoch, RunContext, Sink, Written, rows_of
+from streamling.spec import SinkSpec
 from streamling.telemetry.tasks import NodeRecorder
-from streamling.topology.spec import SinkSpec
 from streamling.types import spread
 
 log = logging.getLogger("streamling.http")

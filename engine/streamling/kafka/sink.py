@@ -33,7 +33,7 @@ from streamling.kafka.objects import topic_object
 from streamling.kafka.transactions import EpochTransactions
 from streamling.plugin import AppliedEpoch, Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.postgres.writer import ORDER_COLUMN, merge_rounds
-from streamling.topology.spec import SinkSpec
+from streamling.spec import SinkSpec
 from streamling.types import exact_columns, map_in_arrow, spread
 
 log = logging.getLogger("streamling.kafka")

@@ -4,7 +4,7 @@ runtime keeps epochs, commits and replays exactly as for the built-ins.
 Every call into plugin code names the plugin and the node when it fails (``plugin 'acme.x' (node 'n'): …``),
 on the driver and inside Spark tasks alike. What runs on the executors (a transform, a source's reads)
 rebuilds the plugin instance there from a `PluginRef`, once per Python worker, by importing the plugin's
-module by name: installed, or shipped with the job (`streamling.plugins.shipping`).
+module by name: installed, or shipped with the job (`streamling.spark.shipping`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from streamling.core.labels import label_errors
 from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError, StreamlingNodeError, first_line
 from streamling.operators import DriverSink, Epoch, Operator, RunContext, Source, Transform
@@ -43,10 +44,9 @@ from streamling.plugin import (
 )
 from streamling.plugins.state import NodeState
 from streamling.runtime.held import HELD
+from streamling.spec import ignored_fields
 from streamling.state import StateBackend
 from streamling.telemetry.logs import configure_worker_logging
-from streamling.topology.labels import label_errors
-from streamling.topology.spec import ignored_fields
 from streamling.types import with_gs_op
 
 log = logging.getLogger("streamling.plugins")
@@ -214,7 +214,7 @@ class PluginNode(Operator[Any]):
 
     def ref(self) -> PluginRef:
         cls = self.plugin_class
-        from streamling.plugins.shipping import local_archives
+        from streamling.spark.shipping import local_archives
 
         options = pickle.dumps(self.spec.options)
         app = self.settings.application_id

@@ -3,7 +3,7 @@
 directory, or a directory of them; several joined by the OS path separator).
 
 A path plugin is imported under its own name (file stem or directory name), the name Spark's Python workers
-import it by from the archive `streamling.plugins.shipping` sends them; so two plugins cannot share a name.
+import it by from the archive `streamling.spark.shipping` sends them; so two plugins cannot share a name.
 Errors name what failed and where: the file and line of a syntax error, both origins of an id defined twice.
 """
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from streamling.plugins.registry import OperatorRegistry
 
 GROUP = "streamling.plugins"
-BUILTINS = "streamling.plugins.builtins:PLUGIN"
+BUILTINS = "streamling.builtins.plugin:PLUGIN"
 SECTION = {
     "source": "source",
     "polled source": "source",

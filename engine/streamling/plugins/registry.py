@@ -19,7 +19,7 @@ from streamling.errors import StreamlingError
 if TYPE_CHECKING:
     from streamling.operators import Operator
     from streamling.plugin import Preprocessor, SqlFunction
-    from streamling.topology.spec import NodeSpec
+    from streamling.spec import NodeSpec
 
 KINDS = ("source", "transform", "sink")
 

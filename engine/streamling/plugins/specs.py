@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, PositiveInt, create_model, model_validator
 
 from streamling.config.units import Milliseconds
-from streamling.topology.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec
+from streamling.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec
 
 BASES: dict[str, type[NodeSpec]] = {
     "source": SourceSpec,

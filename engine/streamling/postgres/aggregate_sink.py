@@ -30,7 +30,7 @@ from streamling.plugin import Epoch, RunContext
 from streamling.postgres import catalog, progress
 from streamling.postgres.sink import PostgresWriterSink
 from streamling.postgres.writer import EPOCH_COLUMN
-from streamling.topology.spec import SinkSpec, ignored_field
+from streamling.spec import SinkSpec, ignored_field
 
 log = logging.getLogger("streamling.postgres")
 SENTINEL_KEY = "_gs_group"

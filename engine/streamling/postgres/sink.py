@@ -29,7 +29,7 @@ from streamling.postgres.objects import table_object
 from streamling.postgres.progress import ProgressKey
 from streamling.postgres.types import Column, columns_of
 from streamling.postgres.writer import ORDER_COLUMN, WritePlan, write_partition, write_stream
-from streamling.topology.spec import ErrorHandlingSpec, SinkSpec, flush_interval, ignored_field
+from streamling.spec import ErrorHandlingSpec, SinkSpec, flush_interval, ignored_field
 from streamling.types import exact_columns, map_in_arrow, select_exact
 
 log = logging.getLogger("streamling.postgres")

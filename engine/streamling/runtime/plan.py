@@ -17,8 +17,8 @@ from pyspark.sql.types import StructType
 from streamling.config import Settings
 from streamling.errors import InvalidPipelineError, StreamlingError
 from streamling.operators import Epoch, Operator, Sink, Source, Transform
+from streamling.spec import event_time_warning
 from streamling.topology.pipeline import Node, Pipeline
-from streamling.topology.spec import event_time_warning
 
 if TYPE_CHECKING:
     from streamling.telemetry.observe import EpochTap

@@ -38,8 +38,8 @@ from streamling.script.sandbox import (
     discard,
     sandbox_for,
 )
+from streamling.spec import TransformSpec, split_columns
 from streamling.telemetry.tasks import OFF, NodeRecorder
-from streamling.topology.spec import TransformSpec, split_columns
 from streamling.types import parse_type, spread
 
 INPUT_ROW_CHARS = 300

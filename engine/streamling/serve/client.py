@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from streamling.core.guard import read_token, token_path
 from streamling.errors import StreamlingError
-from streamling.serve.guard import read_token, token_path
 
 if TYPE_CHECKING:
     from streamling.clickhouse.marks import KeyMark

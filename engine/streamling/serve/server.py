@@ -3,7 +3,7 @@
 One driver keeps its JVM, SparkContext and Spark's Python workers up between pipelines, so a submitted pipeline
 starts in about a second instead of a cold start's several (bench scenario 3), and fifty pipelines cost one JVM
 (bench scenario 6). Its HTTP API (JSON, loopback by default; every path but the probes needs the engine's token,
-and requests under another Host name or from another origin are refused: `serve/guard.py`):
+and requests under another Host name or from another origin are refused: `core/guard.py`):
 
 - ``POST /runs`` ``{"pipeline": path, "settings": {…}}``: start a run (201, its view). The pipeline file is read
   on the engine's host; the settings document is the run's whole settings, secrets included (`settings_document`).
@@ -42,10 +42,10 @@ from starlette.routing import Route
 
 from streamling.clickhouse.marks import KeyMark, key_marks
 from streamling.config.model import SparkSettings
+from streamling.core.guard import Guard, host_names, token_for
 from streamling.errors import StreamlingError
 from streamling.runtime.held import HELD
 from streamling.serve.directory import PipelineDirectory
-from streamling.serve.guard import Guard, host_names, token_for
 from streamling.serve.runs import LIVE_STATES, Run, RunLogHandler, Runs, Submission
 from streamling.telemetry.admin import listen
 

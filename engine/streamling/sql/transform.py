@@ -11,15 +11,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamling.core.rows import GS_OP
-from streamling.dynamic_tables.transform import DynamicTable, DynamicTableSpec
 from streamling.errors import StreamlingError, first_line
 from streamling.plugin import Epoch, Operator, Transform
 from streamling.plugins import functions as plugin_functions
+from streamling.spec import NodeSpec, TransformSpec
+from streamling.sql.dynamic_tables.transform import DynamicTable, DynamicTableSpec
 from streamling.sql.functions import numeric_rewrite
 from streamling.sql.functions.diagnose import culprit
 from streamling.sql.rewrite import SqlProgram, spark_name, undefined_dynamic_table
 from streamling.sql.stateless import forbidden_operations
-from streamling.topology.spec import NodeSpec, TransformSpec
 from streamling.types import spread
 
 

@@ -2,7 +2,7 @@
 
 It shows the pipeline's rows, so every path but the probes needs its token (``admin_api_token``, else generated
 into ``~/.streamling/admin-<port>.token``; a browser opens ``/?token=…`` once and keeps it in a cookie), and
-requests under another Host name or from another origin are refused (`serve/guard.py`, as the engine's API).
+requests under another Host name or from another origin are refused (`core/guard.py`, as the engine's API).
 
 - ``GET /health`` — liveness: 200 while no source is stalled past ``source_stall_timeout_sec`` (and the run did not
   fail), else 503 naming the stalled sources.
@@ -80,7 +80,7 @@ class AdminServer:
     def start(self) -> None:
         import uvicorn
 
-        from streamling.serve.guard import Guard, host_names, token_for
+        from streamling.core.guard import Guard, host_names, token_for
 
         sock = listen(
             self.host,

@@ -54,7 +54,7 @@ def show(doc: dict[str, Any], out: TextIO) -> None:
 def main(argv: list[str], out: TextIO = sys.stdout) -> int:
     args = parser().parse_args(argv)
     from streamling.config import load_settings
-    from streamling.serve.guard import read_token
+    from streamling.core.guard import read_token
 
     settings = load_settings(args.config)
     url = args.url or f"http://127.0.0.1:{settings.admin_api_port or 3000}"

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
+from streamling.config import yaml_input
+from streamling.core.labels import label_errors
 from streamling.core.messages import quoted, shown
 from streamling.errors import StreamlingError
 from streamling.plugins import loader
 from streamling.plugins.registry import REGISTRY, OperatorType
-from streamling.topology import yaml_input
-from streamling.topology.labels import label_errors
-from streamling.topology.spec import NodeSpec
+from streamling.spec import NodeSpec
 
 if TYPE_CHECKING:
     from streamling.config.model import Settings

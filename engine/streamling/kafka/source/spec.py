@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
 
 from streamling.config.units import Milliseconds
-from streamling.topology.spec import ErrorHandlingSpec, SourceSpec, ignored_field
+from streamling.spec import ErrorHandlingSpec, SourceSpec, ignored_field
 from streamling.types import check_column_types
 
 log = logging.getLogger("streamling.kafka")

@@ -7,7 +7,6 @@ from streamling.builtins.hybrid import HybridSource
 from streamling.builtins.print_sink import OriginalPrintSink, PrintSink
 from streamling.clickhouse.sink import ClickHouseSink
 from streamling.clickhouse.source import ClickHouseSource
-from streamling.dynamic_tables.transform import DynamicTable
 from streamling.files.source import FileSource
 from streamling.http.handler import HandlerTransform
 from streamling.http.webhook import WebhookSink
@@ -17,6 +16,7 @@ from streamling.plugin import Plugin
 from streamling.postgres.aggregate_sink import PostgresAggregateSink
 from streamling.postgres.sink import PostgresSink
 from streamling.script.transform import ScriptTransform
+from streamling.sql.dynamic_tables.transform import DynamicTable
 from streamling.sql.functions.catalogue import ARROW_CLASSES
 from streamling.sql.transform import SqlTransform
 

@@ -26,16 +26,16 @@ from pyspark.sql.types import StringType, StructField, StructType
 from streamling.config.units import Milliseconds
 from streamling.core.identifiers import check_identifier
 from streamling.core.rows import GS_OP
-from streamling.dynamic_tables import udf
-from streamling.dynamic_tables.memory import MemorySet
 from streamling.errors import StreamlingError, first_line
 from streamling.plugin import Epoch, ExternalObject, RunContext, Transform
 from streamling.plugins import functions as plugin_functions
 from streamling.postgres.dynamic_tables import PostgresLookup, PostgresTable, PostgresWriter
 from streamling.postgres.objects import table_object
+from streamling.spec import TransformSpec, ignored_field, split_columns
+from streamling.sql.dynamic_tables import udf
+from streamling.sql.dynamic_tables.memory import MemorySet
 from streamling.sql.rewrite import SqlProgram, spark_name
 from streamling.sql.stateless import forbidden_operations
-from streamling.topology.spec import TransformSpec, ignored_field, split_columns
 from streamling.types import exact_column
 
 BackendType = Literal["Postgres", "InMemory"]
