@@ -106,6 +106,7 @@ def produce(producer: Any, topic: str, **message: Any) -> None:
     try:
         producer.produce(topic, **message)
     except BufferError:
+        producer.poll(QUEUE_FULL_POLL_SEC)
         queue_full = RetryPolicy(None, float("inf"), QUEUE_FULL_POLL_SEC, QUEUE_FULL_POLL_SEC)
         queue_full.retrying(
             retry_if_exception_type(BufferError),
