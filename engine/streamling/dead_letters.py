@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from streamling.errors import StreamlingError
-from streamling.kafka.availability import produce
+from streamling.kafka.availability import produce_when_room
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, producer
 from streamling.types import json_default
 
@@ -244,7 +244,7 @@ class DeadLetterTarget:
             headers = [*letter.headers, *self._headers(letter, failed_at)]
             key = letter.key if letter.topic is not None else (letter.primary_key or "").encode()
             value = letter.value if letter.topic is not None else (letter.row or "").encode()
-            produce(out, self.topic, value=value, key=key, headers=headers, on_delivery=delivered)
+            produce_when_room(out, self.topic, value=value, key=key, headers=headers, on_delivery=delivered)
         remaining = out.flush(FLUSH_TIMEOUT_SEC)
         if remaining:
             failures.append(f"{remaining} messages still undelivered after {FLUSH_TIMEOUT_SEC:.0f}s")

@@ -99,7 +99,7 @@ def patience(options: Mapping[str, str]) -> float:
     return float(options.get("unavailable_timeout_sec", "300"))
 
 
-def produce(producer: Any, topic: str, **message: Any) -> None:
+def produce_when_room(producer: Any, topic: str, **message: Any) -> None:
     """``producer.produce(topic, **message)``. While the producer's local queue is full (``BufferError``) it serves
     deliveries for a while and tries again, for as long as that takes: the queue empties as messages are delivered,
     or fail once ``message.timeout.ms`` is up."""

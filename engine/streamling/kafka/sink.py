@@ -27,7 +27,7 @@ from streamling.config.units import Milliseconds
 from streamling.core.outage import stop_when_patience_is_used_up
 from streamling.core.retry import RetryPolicy
 from streamling.errors import StreamlingError
-from streamling.kafka.availability import Outage, produce, wait_out
+from streamling.kafka.availability import Outage, produce_when_room, wait_out
 from streamling.kafka.avro import avro_schema_for
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, registry
 from streamling.kafka.clients import producer as cached_producer
@@ -135,7 +135,7 @@ def produce_batch(producer: Any, batch: pa.RecordBatch, plan: Mapping[str, Any],
         value = encode(row)
         headers = [("dbz.op", OPS_TO_DBZ.get(op or "i", b"c"))]
         try:
-            produce(producer, topic, value=value, key=key, headers=headers, on_delivery=delivered)
+            produce_when_room(producer, topic, value=value, key=key, headers=headers, on_delivery=delivered)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                 raise
