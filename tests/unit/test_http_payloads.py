@@ -11,6 +11,7 @@ from email.utils import format_datetime
 
 import pyarrow as pa
 import pytest
+from tenacity import RetryCallState, Retrying
 
 from streamling.core.retry import RetryPolicy, is_retriable, retry_after
 from streamling.http.options import redact_url
@@ -231,11 +232,22 @@ def test_retry_rules() -> None:
     assert retry_after("soon", now) is None
     assert retry_after(None, now) is None
     policy = RetryPolicy(max_retries=3, retry_timeout_sec=10, backoff_sec=1, backoff_max_sec=4)
+    wait, stop = policy.wait(), policy.stop()
     for retry, (low, high) in enumerate([(0.5, 1), (1, 2), (2, 4), (2, 4), (2, 4)]):
-        assert all(low <= policy.backoff(retry) <= high for _ in range(50))
-    assert not policy.gives_up(attempts=3, elapsed_sec=1, wait_sec=1)
-    assert policy.gives_up(attempts=4, elapsed_sec=1, wait_sec=1)  # 3 retries used
-    assert policy.gives_up(attempts=1, elapsed_sec=9, wait_sec=2)  # would start after retry_timeout_sec
+        assert all(low <= wait(attempt(retry + 1)) <= high for _ in range(50))
+    assert not stop(attempt(3, elapsed_sec=1, wait_sec=1))
+    assert stop(attempt(4, elapsed_sec=1, wait_sec=1))  # 3 retries used
+    assert stop(attempt(1, elapsed_sec=9, wait_sec=2))  # would start after retry_timeout_sec
+
+
+def attempt(number: int, elapsed_sec: float = 0.0, wait_sec: float = 0.0) -> RetryCallState:
+    """Tenacity's view of a failed attempt: its number, how long after the first one began it ended, and the wait
+    before the next."""
+    state = RetryCallState(Retrying(), None, (), {})
+    state.attempt_number = number
+    state.outcome_timestamp = state.start_time + elapsed_sec
+    state.upcoming_sleep = wait_sec
+    return state
 
 
 def test_urls_are_shown_without_credentials_or_query_values() -> None:

@@ -25,10 +25,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from tenacity import RetryCallState, retry_if_exception_type
+
 from streamling.config.model import ClickHouseConnectionSettings
+from streamling.core.retry import RetryPolicy, log_first_failure, on_success
 from streamling.errors import StreamlingError, first_line
 
 _EMBEDDED: dict[str, Any] = {}
@@ -36,6 +39,8 @@ _LOCK = threading.RLock()
 _HELD: list[int] = []
 """The descriptors holding this process's data path locks: closed by `release_embedded`, else at exit."""
 log = logging.getLogger(__name__)
+LOCK_POLL_SEC = 0.5
+"""The longest wait between two attempts to take an embedded data path another process holds."""
 
 
 def quote(identifier: str) -> str:
@@ -139,32 +144,33 @@ def _hold(path: Path, wait_sec: float = 0.0) -> None:
     it; else raise naming that process."""
     lock, owner = path.with_name(path.name + ".lock"), path.with_name(path.name + ".owner.json")
     fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
-    started = time.monotonic()
-    waiting = False
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            waited = time.monotonic() - started
-            if waited >= wait_sec:
-                os.close(fd)
-                after = f"; waited {waited:.0f} s for it" if wait_sec else ""
-                raise StreamlingError.retry(
-                    f"the embedded ClickHouse data path {path} is open in another process ({_holder(owner)}){after}; "
-                    "chdb opens a data path in one process at a time: run this pipeline in that process (streamling "
-                    "submit to its engine), stop it, or use a ClickHouse server (clickhouse_source.url, "
-                    "clickhouse_sink.url)"
-                ) from None
-            if not waiting:
-                log.warning(
-                    f"the embedded ClickHouse data path {path} is open in another process ({_holder(owner)}); "
-                    f"waiting up to {wait_sec:.0f} s for it"
-                )
-                waiting = True
-            time.sleep(0.5)
-    if waiting:
-        log.info(f"the embedded ClickHouse data path {path} is free after {time.monotonic() - started:.1f} s")
+
+    def waiting(_state: RetryCallState) -> str:
+        return (
+            f"the embedded ClickHouse data path {path} is open in another process ({_holder(owner)}); "
+            f"waiting up to {wait_sec:.0f} s for it"
+        )
+
+    def free(state: RetryCallState) -> None:
+        if state.attempt_number > 1:
+            log.info(f"the embedded ClickHouse data path {path} is free after {state.seconds_since_start or 0.0:.1f} s")
+
+    def give_up(state: RetryCallState) -> NoReturn:
+        os.close(fd)
+        after = f"; waited {state.seconds_since_start or 0.0:.0f} s for it" if wait_sec else ""
+        raise StreamlingError.retry(
+            f"the embedded ClickHouse data path {path} is open in another process ({_holder(owner)}){after}; "
+            "chdb opens a data path in one process at a time: run this pipeline in that process (streamling "
+            "submit to its engine), stop it, or use a ClickHouse server (clickhouse_source.url, "
+            "clickhouse_sink.url)"
+        ) from None
+
+    policy = RetryPolicy(None, wait_sec, LOCK_POLL_SEC, LOCK_POLL_SEC)
+    policy.retrying(
+        on_success(retry_if_exception_type(BlockingIOError), free),
+        before_sleep=log_first_failure(log, waiting),
+        give_up=give_up,
+    )(fcntl.flock, fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     _HELD.append(fd)
     from streamling.telemetry.logs import RUN_SCOPE
 

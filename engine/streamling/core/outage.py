@@ -1,7 +1,9 @@
 """Waiting out a service that is unreachable for a while: a broker, a registry, a ClickHouse server.
 
 Callers keep trying for their patience and only then fail with the retriable error they would raise at once. An
-outage costs two log lines, one WARNING when the waiting starts and one INFO when it ends, not one per attempt.
+outage costs two log lines, one WARNING when the waiting starts and one INFO when it ends, not one per attempt. The
+`Outage` keeps that state for every caller that shares it (one sink's calls, from several threads); `wait_out` is the
+loop, tenacity's, with the waits of `core.retry.RetryPolicy` and the outage's patience as its stop.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from streamling.core.retry import RetryPolicy
+from tenacity import RetryCallState, retry_if_exception
+from tenacity.stop import stop_base
+
+from streamling.core.retry import RetryPolicy, failure, on_success
 from streamling.errors import first_line
 
 T = TypeVar("T")
@@ -57,6 +62,19 @@ class Outage:
             self.since = None
 
 
+class stop_when_patience_is_used_up(stop_base):
+    """Tenacity's stop for an outage: each failed attempt is recorded with `outage` (`Outage.failed`, told why by
+    `reason(state)`: the first one logs that the waiting starts), and the loop stops once the outage has lasted its
+    patience."""
+
+    def __init__(self, outage: Outage, reason: Callable[[RetryCallState], str]) -> None:
+        self.outage = outage
+        self.reason = reason
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return not self.outage.failed(self.reason(retry_state))
+
+
 def wait_out(
     attempt: Callable[[], T],
     outage: Outage,
@@ -66,20 +84,10 @@ def wait_out(
     """`attempt()`, retried with jittered exponential backoff while it fails because the service is unreachable;
     any other failure, or the last one after the patience, is raised as it is."""
     policy = RetryPolicy(
-        max_retries=1 << 30,
-        retry_timeout_sec=outage.timeout_sec,
-        backoff_sec=BACKOFF_SEC,
-        backoff_max_sec=BACKOFF_MAX_SEC,
+        max_retries=None, retry_timeout_sec=outage.timeout_sec, backoff_sec=BACKOFF_SEC, backoff_max_sec=BACKOFF_MAX_SEC
     )
-    retry = 0
-    while True:
-        try:
-            result = attempt()
-        except Exception as exc:
-            if not unavailable(exc) or not outage.failed(describe(exc)):
-                raise
-            time.sleep(policy.backoff(retry))
-            retry += 1
-            continue
-        outage.recovered()
-        return result
+    retrying = policy.retrying(
+        on_success(retry_if_exception(unavailable), lambda _state: outage.recovered()),
+        stop=stop_when_patience_is_used_up(outage, lambda state: describe(failure(state))),
+    )
+    return retrying(attempt)

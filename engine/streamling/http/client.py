@@ -25,11 +25,12 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa
+from tenacity import RetryCallState, retry_if_exception_type
 
-from streamling.core.retry import RetryPolicy, is_retriable, retry_after
+from streamling.core.retry import RetryPolicy, failure, is_retriable, retry_after, wait_retry_after
 from streamling.errors import StreamlingError
 from streamling.http.options import REDACTED, redact_url
 from streamling.http.payloads import Outgoing, PayloadFormat, excerpt
@@ -123,6 +124,16 @@ def session() -> _Session:
         return _SESSION
 
 
+class _Retriable(Exception):
+    """An attempt that failed in a way worth another: `failure` says how; `retry_after_sec` is the server's
+    ``Retry-After``, which replaces the backoff (`core.retry.wait_retry_after`)."""
+
+    def __init__(self, failure: str, retry_after_sec: float | None = None) -> None:
+        super().__init__(failure)
+        self.failure = failure
+        self.retry_after_sec = retry_after_sec
+
+
 async def _post(
     client: httpx.AsyncClient, endpoint: Endpoint, body: bytes, limiter: asyncio.Semaphore
 ) -> Delivered | Skipped:
@@ -130,42 +141,53 @@ async def _post(
 
     policy = endpoint.retry
     headers = dict(endpoint.headers)
-    started = time.monotonic()
-    attempts = 0
-    while True:
-        attempts += 1
-        wait: float | None = None
+
+    async def attempt() -> Delivered | Skipped:
         async with limiter:
             sent = time.monotonic()
             try:
                 async with asyncio.timeout(endpoint.timeout_sec):
                     response = await client.post(endpoint.url, content=body, headers=headers)
             except (httpx.TransportError, TimeoutError) as exc:
-                response = None
-                failure = _transport_failure(exc, endpoint)
-            endpoint.recorder.latency((time.monotonic() - sent) * 1000)
-        if response is not None:
-            status = response.status_code
-            if 200 <= status < 300:
-                return Delivered(response.content)
-            text = excerpt(response.content, scrub=endpoint.scrub)
-            if not is_retriable(status):
-                message = f"{endpoint.what} POST {endpoint.shown_url}: non-retriable HTTP {status} - {text}"
-                return _failed(endpoint, StreamlingError.user(message))
-            failure = f"HTTP {status} - {text}"
-            wait = retry_after(response.headers.get("retry-after"))
-        if wait is None:
-            wait = policy.backoff(attempts - 1)
-        elapsed = time.monotonic() - started
-        if policy.gives_up(attempts, elapsed, wait):
-            message = (
-                f"{endpoint.label}: {endpoint.what} POST {endpoint.shown_url}: retries exhausted after {attempts} "
-                f"attempt{'s' if attempts > 1 else ''} in {elapsed:.1f}s; last failure: {failure}"
-            )
-            return _failed(endpoint, StreamlingError.retry(message))
-        log.debug("%s: POST %s failed (%s); retrying in %.2fs", endpoint.label, endpoint.shown_url, failure, wait)
+                raise _Retriable(_transport_failure(exc, endpoint)) from None
+            finally:
+                endpoint.recorder.latency((time.monotonic() - sent) * 1000)
+        status = response.status_code
+        if 200 <= status < 300:
+            return Delivered(response.content)
+        text = excerpt(response.content, scrub=endpoint.scrub)
+        if not is_retriable(status):
+            message = f"{endpoint.what} POST {endpoint.shown_url}: non-retriable HTTP {status} - {text}"
+            return _failed(endpoint, StreamlingError.user(message))
+        raise _Retriable(f"HTTP {status} - {text}", retry_after(response.headers.get("retry-after")))
+
+    def retrying(state: RetryCallState) -> None:
+        reason = cast(_Retriable, failure(state)).failure
+        log.debug(
+            "%s: POST %s failed (%s); retrying in %.2fs",
+            endpoint.label,
+            endpoint.shown_url,
+            reason,
+            state.upcoming_sleep,
+        )
         endpoint.recorder.count("retries")
-        await asyncio.sleep(wait)
+
+    def give_up(state: RetryCallState) -> Skipped:
+        attempts = state.attempt_number
+        message = (
+            f"{endpoint.label}: {endpoint.what} POST {endpoint.shown_url}: retries exhausted after {attempts} "
+            f"attempt{'s' if attempts > 1 else ''} in {state.seconds_since_start or 0.0:.1f}s; last failure: "
+            f"{cast(_Retriable, failure(state)).failure}"
+        )
+        return _failed(endpoint, StreamlingError.retry(message))
+
+    post = policy.async_retrying(
+        retry_if_exception_type(_Retriable),
+        wait=wait_retry_after(policy.wait()),
+        before_sleep=retrying,
+        give_up=give_up,
+    )
+    return await post(attempt)
 
 
 def _transport_failure(exc: BaseException, endpoint: Endpoint) -> str:

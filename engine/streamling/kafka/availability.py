@@ -12,15 +12,19 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from tenacity import retry_if_exception_type, stop_never, wait_fixed
 
 from streamling.core import outage
 from streamling.core.outage import wait_out as _wait_out
-from streamling.core.retry import is_retriable
+from streamling.core.retry import RetryPolicy, is_retriable
 from streamling.errors import StreamlingUnavailableError, first_line
 
 log = logging.getLogger("streamling.kafka")
 T = TypeVar("T")
+QUEUE_FULL_POLL_SEC = 0.5
+"""How long a producer whose local queue is full serves deliveries before it tries to produce again."""
 
 
 @functools.cache
@@ -93,3 +97,20 @@ def wait_out(attempt: Callable[[], T], outage: Outage) -> T:
 def patience(options: Mapping[str, str]) -> float:
     """How long an unreachable broker or registry is waited out (`unavailable_timeout_sec`)."""
     return float(options.get("unavailable_timeout_sec", "300"))
+
+
+def produce_when_room(producer: Any, topic: str, **message: Any) -> None:
+    """``producer.produce(topic, **message)``. While the producer's local queue is full (``BufferError``) it serves
+    deliveries for a while and tries again, for as long as that takes: the queue empties as messages are delivered,
+    or fail once ``message.timeout.ms`` is up."""
+    try:
+        producer.produce(topic, **message)
+    except BufferError:
+        producer.poll(QUEUE_FULL_POLL_SEC)
+        queue_full = RetryPolicy(None, float("inf"), QUEUE_FULL_POLL_SEC, QUEUE_FULL_POLL_SEC)
+        queue_full.retrying(
+            retry_if_exception_type(BufferError),
+            wait=wait_fixed(QUEUE_FULL_POLL_SEC),
+            stop=stop_never,
+            sleep=producer.poll,
+        )(producer.produce, topic, **message)

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from streamling.errors import StreamlingError
+from streamling.kafka.availability import produce_when_room
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, producer
 
 if TYPE_CHECKING:
@@ -42,12 +43,7 @@ def produce(target: DeadLetterTarget, letters: Sequence[DeadLetter], failed_at: 
         headers = [*letter.headers, *target.headers(letter, failed_at)]
         key = letter.key if letter.topic is not None else (letter.primary_key or "").encode()
         value = letter.value if letter.topic is not None else (letter.row or "").encode()
-        while True:
-            try:
-                out.produce(target.topic, value=value, key=key, headers=headers, on_delivery=delivered)
-                break
-            except BufferError:
-                out.poll(0.5)
+        produce_when_room(out, target.topic, value=value, key=key, headers=headers, on_delivery=delivered)
     remaining = out.flush(FLUSH_TIMEOUT_SEC)
     if remaining:
         failures.append(f"{remaining} messages still undelivered after {FLUSH_TIMEOUT_SEC:.0f}s")

@@ -21,11 +21,14 @@ from pydantic import Field, PositiveInt, field_validator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
+from tenacity import retry_if_result, wait_none
 
 from streamling.config.units import Milliseconds
+from streamling.core.outage import stop_when_patience_is_used_up
+from streamling.core.retry import RetryPolicy
 from streamling.core.rows import GS_OP, json_default
 from streamling.errors import StreamlingError
-from streamling.kafka.availability import Outage, wait_out
+from streamling.kafka.availability import Outage, produce_when_room, wait_out
 from streamling.kafka.avro import avro_schema_for
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, registry
 from streamling.kafka.clients import producer as cached_producer
@@ -94,11 +97,7 @@ def produce_partition(batches: Iterator[pa.RecordBatch], plan: Mapping[str, Any]
             written += Written.of(batch)
         sent += produce_batch(producer, batch, plan, encode, delivered)
     outage = Outage(label, "broker", plan["unavailable_timeout_sec"])
-    remaining = producer.flush(FLUSH_STEP_SEC)
-    while remaining and not failures:
-        if not outage.failed(f"{remaining} messages not delivered after {FLUSH_STEP_SEC:.0f} s"):
-            break
-        remaining = producer.flush(FLUSH_STEP_SEC)
+    remaining = flush(producer, outage, failures)
     if remaining:
         failures.append(f"{remaining} messages still undelivered after {plan['unavailable_timeout_sec']:.0f}s")
     elif not failures:
@@ -108,6 +107,21 @@ def produce_partition(batches: Iterator[pa.RecordBatch], plan: Mapping[str, Any]
     yield pa.RecordBatch.from_pydict(
         {"sent": [sent], "inserts": [written.inserts], "updates": [written.updates], "deletes": [written.deletes]}
     )
+
+
+def flush(producer: Any, outage: Outage, failures: list[str]) -> int:
+    """Flush `producer` in steps of `FLUSH_STEP_SEC` while messages are still undelivered and none failed, for up
+    to the outage's patience (`Outage.failed` logs when the waiting starts); the messages left undelivered."""
+    policy = RetryPolicy(None, outage.timeout_sec, 0.0, 0.0)
+    flushing = policy.retrying(
+        retry_if_result(lambda remaining: bool(remaining) and not failures),
+        wait=wait_none(),
+        stop=stop_when_patience_is_used_up(
+            outage, lambda state: f"{state.outcome.result()} messages not delivered after {FLUSH_STEP_SEC:.0f} s"
+        ),
+        give_up=lambda state: state.outcome.result(),
+    )
+    return int(flushing(producer.flush, FLUSH_STEP_SEC))
 
 
 def produce_batch(producer: Any, batch: pa.RecordBatch, plan: Mapping[str, Any], encode: Any, delivered: Any) -> int:
@@ -121,20 +135,16 @@ def produce_batch(producer: Any, batch: pa.RecordBatch, plan: Mapping[str, Any],
         key = _key(row, keys)
         value = encode(row)
         headers = [("dbz.op", OPS_TO_DBZ.get(op or "i", b"c"))]
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.5)  # local queue full: let deliveries drain
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                    raise
-                raise StreamlingError.user(
-                    f"{label}: the message for key {key.decode('utf-8', 'replace')!r} is {len(value)} bytes, more "
-                    f"than the producer's message.max.bytes ({plan['producer'].get('message.max.bytes', 1_000_000)}"
-                    "); raise message_max_bytes"
-                ) from None
+        try:
+            produce_when_room(producer, topic, value=value, key=key, headers=headers, on_delivery=delivered)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                raise
+            raise StreamlingError.user(
+                f"{label}: the message for key {key.decode('utf-8', 'replace')!r} is {len(value)} bytes, more "
+                f"than the producer's message.max.bytes ({plan['producer'].get('message.max.bytes', 1_000_000)}"
+                "); raise message_max_bytes"
+            ) from None
     producer.poll(0)
     return len(rows)
 

@@ -18,13 +18,14 @@ import base64
 import json
 import logging
 import threading
-import time
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
+from tenacity import RetryCallState, retry_if_exception_type
 
+from streamling.core.retry import RetryPolicy
 from streamling.errors import StreamlingError
 from streamling.kafka.availability import Outage, describe, is_unavailable, wait_out
 from streamling.plugin import AppliedEpoch, Epoch
@@ -36,6 +37,10 @@ PROGRESS_PARTITION = 0
 TRANSACTION_TIMEOUT_SEC = 60.0
 STUCK_TRANSACTION_SEC = 30.0
 """How long one attempt at an epoch's transaction may take before its producer is given up for a new one."""
+
+
+class _Stuck(Exception):
+    """An attempt at a transaction that did not complete within `STUCK_TRANSACTION_SEC`."""
 
 
 def _pack(epoch: Epoch) -> str:
@@ -184,29 +189,27 @@ class EpochTransactions:
         the local broker left `send_offsets_to_transaction` waiting forever, its own timeout notwithstanding) is
         abandoned: a new producer takes the transactional id over, which fences the old one and aborts its
         transaction, and the epoch is written again — for up to the broker patience."""
-        deadline = time.monotonic() + self.patience
-        while True:
+
+        def attempt() -> None:
             producer = self._producer
             outcome: list[BaseException | None] = []
 
-            def attempt(producer: Any = producer, outcome: list[BaseException | None] = outcome) -> None:
+            def run() -> None:
                 try:
                     transaction(producer)
                     outcome.append(None)
                 except BaseException as exc:
                     outcome.append(exc)
 
-            worker = threading.Thread(target=attempt, name=f"streamling-txn-{self.label}", daemon=True)
+            worker = threading.Thread(target=run, name=f"streamling-txn-{self.label}", daemon=True)
             worker.start()
             worker.join(STUCK_TRANSACTION_SEC)
-            if outcome:
-                if outcome[0] is not None:
-                    raise outcome[0]
-                return
-            if time.monotonic() > deadline:
-                raise StreamlingError.retry(
-                    f"{self.label}: the transaction of epoch {epoch.id} did not complete within {self.patience:.0f} s"
-                )
+            if not outcome:
+                raise _Stuck
+            if outcome[0] is not None:
+                raise outcome[0]
+
+        def replace_producer(_state: RetryCallState) -> None:
             log.warning(
                 "%s: the transaction of epoch %d did not complete within %.0f s; a new producer takes "
                 "transactional.id %s over and writes it again",
@@ -216,6 +219,15 @@ class EpochTransactions:
                 self.transactional_id,
             )
             self.open()
+
+        def give_up(_state: RetryCallState) -> NoReturn:
+            raise StreamlingError.retry(
+                f"{self.label}: the transaction of epoch {epoch.id} did not complete within {self.patience:.0f} s"
+            )
+
+        # No wait between attempts: each one already waited STUCK_TRANSACTION_SEC.
+        policy = RetryPolicy(None, self.patience, 0.0, 0.0)
+        policy.retrying(retry_if_exception_type(_Stuck), before_sleep=replace_producer, give_up=give_up)(attempt)
 
     def _abort(self) -> None:
         try:

@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import re
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
+from tenacity import RetryCallState, retry_if_exception
 
 from streamling.config.model import PostgresConnectionSettings
+from streamling.core.retry import RetryPolicy, failure, log_first_failure, on_success
 from streamling.errors import StreamlingError
 from streamling.runtime.held import HELD
 from streamling.state.base import LeaseLostError
@@ -45,6 +45,7 @@ TRANSIENT_SQLSTATES = {
     "40P01",  # deadlock_detected
     "55P03",  # lock_not_available
 }
+BACKOFF_SEC = 0.2
 MAX_BACKOFF_SEC = 10.0
 POOL_MAX_SIZE = 16
 """Connections one process may hold per destination: the driver's committer threads (one per source) and the
@@ -248,37 +249,52 @@ def with_retries(
     for up to `timeout_sec`; other failures raise at once as user-facing errors naming `where`. `on_retry` is
     told of each retry (a node's retry count). An outage is one WARNING when it starts and one when it ends;
     the attempts between are logged at debug level."""
-    started = time.monotonic()
-    deadline = started + timeout_sec
-    delay = 0.2
-    failures = 0
-    while True:
+
+    def once() -> T:
         try:
-            result = attempt()
-            if failures:
-                log.warning(
-                    "%s: recovered after %d failed attempts in %.1fs", where, failures, time.monotonic() - started
-                )
-            return result
-        except LeaseLostError:
-            raise  # fenced: no retry can succeed
-        except StreamlingError as exc:
-            if not exc.retriable:
-                raise
-            problem: BaseException = exc
+            return attempt()
         except psycopg.Error as exc:
             if not is_transient(exc):
                 raise StreamlingError.user(f"{where}: {reason(exc)}") from None
-            problem = exc
-        failures += 1
-        text = problem.message.removeprefix(f"{where}: ") if isinstance(problem, StreamlingError) else reason(problem)
-        if time.monotonic() + delay > deadline:
-            raise StreamlingError.retry(f"{where}: still failing after {failures} attempts: {text}") from None
-        if failures == 1:
-            log.warning("%s: %s; retrying for up to %gs", where, text, timeout_sec)
-        else:
-            log.debug("%s: %s; retrying in %.1fs (attempt %d)", where, text, delay, failures)
-        if on_retry is not None:
-            on_retry()
-        time.sleep(delay * (0.75 + random.random() / 2))
-        delay = min(delay * 2, MAX_BACKOFF_SEC)
+            raise
+
+    def text(state: RetryCallState) -> str:
+        problem = failure(state)
+        return problem.message.removeprefix(f"{where}: ") if isinstance(problem, StreamlingError) else reason(problem)
+
+    def give_up(state: RetryCallState) -> NoReturn:
+        raise StreamlingError.retry(f"{where}: still failing after {state.attempt_number} attempts: {text(state)}")
+
+    def recovered(state: RetryCallState) -> None:
+        if state.attempt_number > 1:
+            log.warning(
+                "%s: recovered after %d failed attempts in %.1fs",
+                where,
+                state.attempt_number - 1,
+                state.seconds_since_start or 0.0,
+            )
+
+    policy = RetryPolicy(None, timeout_sec, BACKOFF_SEC, MAX_BACKOFF_SEC)
+    retrying = policy.retrying(
+        on_success(retry_if_exception(_retried), recovered),
+        before_sleep=log_first_failure(
+            log,
+            lambda state: f"{where}: {text(state)}; retrying for up to {timeout_sec:g}s",
+            lambda state: (
+                f"{where}: {text(state)}; retrying in {state.upcoming_sleep:.1f}s (attempt {state.attempt_number})"
+            ),
+            (lambda _state: on_retry()) if on_retry is not None else None,
+        ),
+        give_up=give_up,
+    )
+    return retrying(once)
+
+
+def _retried(exc: BaseException) -> bool:
+    """Worth another attempt: a retriable error, or a transient Postgres one (`with_retries` turned the others into
+    user errors); never a lost lease, which no retry can win back."""
+    if isinstance(exc, LeaseLostError):
+        return False
+    if isinstance(exc, StreamlingError):
+        return exc.retriable
+    return isinstance(exc, psycopg.Error)

@@ -10,6 +10,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
+from tenacity import retry_if_exception
+
+from streamling.core.retry import RetryPolicy
 from streamling.errors import StreamlingError
 from streamling.state.base import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend
 
@@ -43,6 +46,12 @@ CREATE TABLE IF NOT EXISTS leases (
 
 
 BUSY_TIMEOUT_MS = 10_000
+WAL_RETRY_SEC = 0.05
+"""The longest wait between two attempts to switch to WAL while another connection holds the lock."""
+
+
+def _locked(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
 
 
 class SqliteStateBackend(StateBackend):
@@ -69,16 +78,13 @@ class SqliteStateBackend(StateBackend):
         a second run opening the file while another writes (two pipelines on one engine, two CLI runs) would fail
         with "database is locked": the mode is read first (a file already in WAL is left alone) and a switch that
         meets a lock is retried."""
-        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-        while True:
-            try:
-                if self._conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                    self._conn.execute("PRAGMA journal_mode=WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+
+        def switch() -> None:
+            if self._conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                self._conn.execute("PRAGMA journal_mode=WAL")
+
+        policy = RetryPolicy(None, BUSY_TIMEOUT_MS / 1000, WAL_RETRY_SEC, WAL_RETRY_SEC)
+        policy.retrying(retry_if_exception(_locked))(switch)
 
     def get(self, key: str) -> JsonDoc | None:
         with self._lock:
