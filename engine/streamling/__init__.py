@@ -16,9 +16,11 @@ if TYPE_CHECKING:
         reset_positions,
         run_pipeline,
         source_status,
+        table_marks,
         validate_pipeline,
     )
     from streamling.clickhouse.client import release_embedded
+    from streamling.clickhouse.marks import KeyMark
     from streamling.config import Settings, load_settings
     from streamling.errors import StreamlingError
     from streamling.runtime.summary import RunSummary
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "EngineClient": "streamling.serve.client",
+    "KeyMark": "streamling.clickhouse.marks",
     "RunSummary": "streamling.runtime.summary",
     "Settings": "streamling.config",
     "SourceStatus": "streamling.api",
@@ -41,11 +44,13 @@ _HOMES = {
     "run_on_engine": "streamling.serve.client",
     "run_pipeline": "streamling.api",
     "source_status": "streamling.api",
+    "table_marks": "streamling.api",
     "validate_pipeline": "streamling.api",
 }
 
 __all__ = [
     "EngineClient",
+    "KeyMark",
     "RunSummary",
     "Settings",
     "SourceStatus",
@@ -60,6 +65,7 @@ __all__ = [
     "run_on_engine",
     "run_pipeline",
     "source_status",
+    "table_marks",
     "validate_pipeline",
 ]
 
