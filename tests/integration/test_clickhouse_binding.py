@@ -110,6 +110,15 @@ def test_the_pager_pages_awkward_string_keys_and_big_decimals_every_row_once(cli
     expected = sorted(zip(names, amounts, strict=True), key=lambda r: (r[0].encode(), Decimal(r[1])))
     assert [(n, Decimal(a)) for n, a in seen] == [(n, Decimal(a)) for n, a in expected]
 
+    # a user's filter is SQL, sent as written next to the bound values: its % and braces are its own
+    awkward_filter = "name != '{p0:String}' AND name NOT LIKE '%(x)s%'"
+    reader = Pager(client, info, list(info.columns), awkward_filter, page_size=2, width=10)
+    position, kept = reader.initial(), []
+    while (page := reader.next_page(position)) is not None:
+        kept += page[0].column("name").to_pylist()
+        position = page[1]
+    assert kept == [n for n, _ in expected if n not in ("{p0:String}", "%(x)s and %s")]
+
     # start_at is a bound value too: the rows from an awkward name on
     start = "it's"
     reader = Pager(client, info, list(info.columns), None, page_size=100, width=10, start_at=start)

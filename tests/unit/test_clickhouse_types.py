@@ -35,6 +35,7 @@ from streamling.errors import StreamlingError
         ("Nullable(DateTime64(3, 'Europe/Berlin'))", "DateTime64(3, 'Europe/Berlin')", True),
         ("Array(Nullable(Int64))", "Array(Nullable(Int64))", False),
         ("Object('json')", "Object('json')", False),  # unknown to the registry: as written
+        ("LowCardinality(Nullable(NoSuchType(1)))", "NoSuchType(1)", True),  # wrappers peeled as the registry does
     ],
 )
 def test_unwrap_nullable_reads_the_wrappers(text: str, bare: str, is_nullable: bool) -> None:
@@ -53,6 +54,7 @@ def test_precision_scale_and_families_come_from_the_registry() -> None:
     assert datetime_digits("Date32") is None
     assert base_type("LowCardinality(Nullable(FixedString(3)))") == "FixedString"
     assert base_type("Object('json')") == "Object"
+    assert base_type("Nullable(NoSuchType(1))") == "NoSuchType"
     assert parse_type("Strin") is None and parse_type("Decimal(80, 2)") is None
 
 

@@ -106,18 +106,28 @@ def bare_name(kind: ClickHouseType) -> str:
     return name
 
 
+def _peeled(ch: str) -> tuple[str, tuple[str, ...]]:
+    """For a name the registry has no class for: the text inside its wrappers, and the wrappers, peeled as the
+    registry's own `parse_name` does (``LowCardinality`` outside ``Nullable``)."""
+    text, wrappers = " ".join(ch.split()), ()
+    for wrapper in ("LowCardinality", "Nullable"):
+        if text.startswith(f"{wrapper}(") and text.endswith(")"):
+            text, wrappers = text[len(wrapper) + 1 : -1].strip(), (*wrappers, wrapper)
+    return text, wrappers
+
+
 def base_type(ch: str) -> str:
     """The type's family (``Decimal`` for ``Decimal128(5)``, ``DateTime64`` for ``Nullable(DateTime64(3))``); for
     a name the registry does not know, the text before its arguments."""
     kind = parse_type(ch)
     if kind is not None and kind.base_type is not None:
         return kind.base_type
-    return " ".join(ch.split()).partition("(")[0]
+    return _peeled(ch)[0].partition("(")[0]
 
 
 def normalize(ch: str) -> str:
-    """Canonical spelling for comparisons: the registry's name, no LowCardinality (a name it does not know: with
-    its whitespace collapsed)."""
+    """Canonical spelling for comparisons: the registry's name, no LowCardinality (a name it does not know: as
+    written, its whitespace collapsed)."""
     text, is_nullable = unwrap_nullable(ch)
     return f"Nullable({text})" if is_nullable else text
 
@@ -126,7 +136,8 @@ def unwrap_nullable(ch: str) -> tuple[str, bool]:
     """The canonical type inside ``Nullable``/``LowCardinality``, and whether it is Nullable."""
     kind = parse_type(ch)
     if kind is None:
-        return " ".join(ch.split()), False
+        text, wrappers = _peeled(ch)
+        return text, "Nullable" in wrappers
     return bare_name(kind), "Nullable" in kind.wrappers
 
 
