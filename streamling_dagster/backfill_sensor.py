@@ -18,8 +18,9 @@ rows request nothing (ranges are launched from the partition view).
 The cursor is the fingerprint (JSON): each node's digest and, per table, the largest first sort-key value seen
 (a high-water mark, kept when the table shrinks). A run's key is derived from the fingerprint, so one state
 never launches two runs. When ClickHouse cannot be read the tick is skipped with the reason and the cursor kept.
-With a warm engine (`engine_url`) and the embedded ClickHouse, the engine reads the tables (`table_marks`): its
-runs hold the data path, which chdb lets no other process open.
+The tables' marks come from the engine's public `streamling.table_marks` (no ClickHouse SQL or client here): with a
+warm engine (`engine_url`) and the embedded ClickHouse, the engine reads the tables, its runs holding the data path,
+which chdb lets no other process open.
 A cursor of an older version (a digest of the file's bytes) is taken over without a run.
 """
 
@@ -27,18 +28,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from streamling import EngineClient
-from streamling.clickhouse.client import describe, get_client, redact
-from streamling.clickhouse.marks import KeyMark, key_marks
+from streamling import table_marks
 from streamling.config import Settings
-from streamling.config.model import ClickHouseConnectionSettings
 from streamling.errors import StreamlingError, first_line
 from streamling.topology.pipeline import load_pipeline, read_pipeline_text
 from streamling_dagster.backfill import REPROCESS_TAG
@@ -46,6 +41,9 @@ from streamling_dagster.guard import stream_skip_reason
 from streamling_dagster.nodes import operator_of
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.resources import StreamlingResource
+
+if TYPE_CHECKING:
+    from streamling import KeyMark
 
 BACKFILL_INTERVAL_SEC = 60
 PIPELINE_TAG = "streamling/pipeline"
@@ -66,54 +64,6 @@ def bounded_tables(pf: PipelineFile, settings: Settings) -> list[tuple[str, str]
             if read.system == CLICKHOUSE and len(read.path) == 2:
                 found[(read.path[0], read.path[1])] = None
     return list(found)
-
-
-@contextmanager
-def connected(settings: ClickHouseConnectionSettings, where: str) -> Iterator[Any]:
-    """A client for one tick, closed afterwards.
-
-    A server (`url`) is reached with the engine's `get_client`. The embedded engine is opened here rather than
-    through the engine's per-process cache: chdb lets only one process hold a data directory, and a sensor
-    runs in the long-lived code-location server, so keeping it open there would lock every backfill run out."""
-    if settings.url:
-        client = get_client(settings, where)
-    else:
-        import clickhouse_connect
-
-        path = Path(settings.path).resolve()
-        if not path.is_dir():
-            raise StreamlingError.user(f"{where}: no embedded ClickHouse data at {path}")
-        try:
-            client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
-        except Exception as exc:
-            problem = redact(first_line(exc), settings)
-            raise StreamlingError.retry(f"{where}: cannot open {describe(settings)}: {problem}") from None
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def table_marks(
-    settings: Settings,
-    targets: list[tuple[str, str]],
-    recorded: dict[str, str | None],
-    where: str,
-    checking: Callable[[str], None],
-) -> list[KeyMark]:
-    """The tables' marks, read by the warm engine when `engine_url` is set and the tables are embedded (its
-    process holds the data path while its runs go on: chdb lets no other process open it), else here. An engine
-    that cannot be reached does not hold the path: then it is read here too."""
-    source = settings.clickhouse_source
-    if settings.engine_url and not source.url:
-        try:
-            with EngineClient.for_settings(settings) as engine:
-                return engine.key_marks(settings, targets, recorded)
-        except StreamlingError as exc:
-            if exc.user_facing:
-                raise
-    with connected(source, where) as client:
-        return key_marks(client, targets, recorded, where, checking)
 
 
 def definition_digests(pf: PipelineFile, settings: Settings) -> dict[str, str]:
@@ -178,7 +128,6 @@ def evaluate(
     unchanged = [] if advanced else ["pipeline definition unchanged"]
     tables: dict[str, str | None] = {}
     targets = bounded_tables(pf, settings)
-    source = settings.clickhouse_source
     marks: list[KeyMark] = []
     checking = ".".join(targets[0]) if targets else ""
 
@@ -189,8 +138,8 @@ def evaluate(
     try:
         if targets:
             marks = table_marks(settings, targets, recorded_tables, where, check)
-    except Exception as exc:
-        problem = redact(first_line(exc), source).removeprefix(f"{where}: ")
+    except StreamlingError as exc:  # its message has no credentials (`table_marks`)
+        problem = first_line(exc).removeprefix(f"{where}: ")
         return dg.SkipReason(f"cannot check clickhouse {checking} (cursor kept): {problem}")
     for mark in marks:
         component, now = mark.component, mark.now

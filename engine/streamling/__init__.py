@@ -18,9 +18,11 @@ if TYPE_CHECKING:
         source_status,
         spark_conf,
         start_spark_session,
+        table_marks,
         validate_pipeline,
     )
     from streamling.clickhouse.client import release_embedded
+    from streamling.clickhouse.marks import KeyMark
     from streamling.config import Settings, load_settings
     from streamling.errors import StreamlingError
     from streamling.runtime.summary import RunSummary
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "EngineClient": "streamling.serve.client",
+    "KeyMark": "streamling.clickhouse.marks",
     "RunSummary": "streamling.runtime.summary",
     "Settings": "streamling.config",
     "SourceStatus": "streamling.api",
@@ -45,11 +48,13 @@ _HOMES = {
     "source_status": "streamling.api",
     "spark_conf": "streamling.api",
     "start_spark_session": "streamling.api",
+    "table_marks": "streamling.api",
     "validate_pipeline": "streamling.api",
 }
 
 __all__ = [
     "EngineClient",
+    "KeyMark",
     "RunSummary",
     "Settings",
     "SourceStatus",
@@ -66,6 +71,7 @@ __all__ = [
     "source_status",
     "spark_conf",
     "start_spark_session",
+    "table_marks",
     "validate_pipeline",
 ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from streamling.topology.pipeline import Pipeline, ValidationReport, load_pipeli
 if TYPE_CHECKING:  # the control plane imports this module to ask for positions, which needs no Spark
     from pyspark.sql import SparkSession
 
+    from streamling.clickhouse.marks import KeyMark
     from streamling.runtime.executor import PipelineRunner
     from streamling.runtime.plan import Plan
 
@@ -240,3 +241,23 @@ def reset_positions(location: str | Path, settings: Settings, streams: bool = Fa
                 source.terminate()
     log.info("Positions reset in namespace %s: %s", settings.application_id, ", ".join(removed) or "none saved")
     return removed
+
+
+def table_marks(
+    settings: Settings,
+    tables: Sequence[tuple[str, str]],
+    recorded: Mapping[str, str | None] | None = None,
+    where: str = "clickhouse_source",
+    checking: Callable[[str], None] | None = None,
+) -> list[KeyMark]:
+    """How far each ClickHouse table (``(database, table)`` on `settings.clickhouse_source`) has grown for a backfill:
+    the largest value of its first sort-key column, and whether it is beyond `recorded` (by `KeyMark.component`) in
+    ClickHouse's own order. What the Dagster backfill sensor watches, answered by the engine so the control plane
+    builds no ClickHouse SQL: the warm engine reads the tables when `engine_url` is set and they are embedded (its
+    runs hold the data path), else this process does, with a client it closes. `checking` is told each table before
+    it is read, `where` names the caller in messages. Failures are StreamlingErrors without credentials.
+
+    The ClickHouse modules are imported here, when called: ``import streamling`` stays free of the driver."""
+    from streamling.clickhouse.marks import read_marks
+
+    return read_marks(settings, list(tables), dict(recorded or {}), where, checking or (lambda _: None))

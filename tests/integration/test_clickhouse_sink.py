@@ -472,6 +472,29 @@ def test_compression_applies_to_the_arrow_insert_on_the_wire(
     assert all("s3cret-pw" not in str(r["params"]) + r["query"] for r in fake_clickhouse.requests)
 
 
+def test_table_look_ups_send_the_names_as_query_parameters(spark, make_settings, fake_clickhouse) -> None:
+    """Over HTTP, as on the embedded engine, the sink's ``system`` look-ups carry the database and table names as
+    server-side parameters (``param_*`` URL parameters), never inside the SQL text."""
+    settings = make_settings(environ={"STREAMLING__CLICKHOUSE_SINK__URL": fake_clickhouse.url})
+    table = "it's a \\ table"
+    spec = ClickHouseSinkSpec.model_validate({"type": "clickhouse", "from": "x", "table": table})
+    sink = ClickHouseSink("out", spec, settings)
+    schema = T.StructType([T.StructField("id", T.LongType(), False), T.StructField("_gs_op", T.StringType())])
+    assert sink.check(schema, ["id"]) == []
+    sink.initialize(RunContext(settings, InMemoryStateBackend("app"), spark))
+    sink.terminate()
+    looked_up = [
+        r for r in fake_clickhouse.requests if "FROM system.tables" in r["query"] or "system.columns" in r["query"]
+    ]
+    assert len(looked_up) >= 2 and any("system.tables" in r["query"] for r in looked_up)
+    for request in looked_up:
+        assert "{db:String}" in request["query"] and "{t:String}" in request["query"], request["query"]
+        assert table not in request["query"] and "it\\'s" not in request["query"]
+        # the driver's escaping of a parameter value (its TSV form: backslash before ' and \\)
+        assert request["params"]["param_t"] == "it\\'s a \\\\ table"
+        assert request["params"]["param_db"] == "default"
+
+
 def test_a_server_outage_mid_run_is_waited_out_and_inserts_carry_deduplication_tokens(
     spark, make_settings, fake_clickhouse, caplog
 ) -> None:

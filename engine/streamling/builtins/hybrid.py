@@ -25,8 +25,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceStreamReader
 
-from streamling.clickhouse.client import qualified, quote
 from streamling.clickhouse.objects import split_table_name
+from streamling.clickhouse.offsets import recorded_offsets
 from streamling.clickhouse.source import ClickHouseSource, ClickHouseSourceSpec
 from streamling.errors import StreamlingError, first_line
 from streamling.kafka.source.operator import KafkaSource
@@ -277,14 +277,17 @@ class HybridSource(Source[HybridSourceSpec]):
             return
         backfill = next(c for c in self.children if isinstance(c, ClickHouseSource))
         name = table.table_name or self.spec.bounded_sources[-1].table_name
-        target = qualified(*split_table_name(name, self.settings.clickhouse_source.database))
-        where = f" WHERE {quote(table.topic_column)} = {{topic:String}}" if table.topic_column else ""
-        query = (
-            f"SELECT toInt64({quote(table.partition_column)}) AS p, max(toInt64({quote(table.offset_column)})) AS o "
-            f"FROM {target}{where} GROUP BY p ORDER BY p"
-        )
+        database, target = split_table_name(name, self.settings.clickhouse_source.database)
         try:
-            found = backfill.client.query(query, parameters={"topic": table.topic_name}).result_rows
+            found = recorded_offsets(
+                backfill.client,
+                database,
+                target,
+                table.partition_column,
+                table.offset_column,
+                table.topic_column,
+                table.topic_name,
+            )
         except Exception as exc:
             raise StreamlingError.user(
                 f"{self.label}: offset_table {name}: cannot read the recorded offsets "
@@ -293,7 +296,7 @@ class HybridSource(Source[HybridSourceSpec]):
         if not found:
             log.info("%s: offset_table %s records no offsets; the stream starts at start_at", self.label, name)
             return
-        position = {str(p): int(o) + 1 for p, o in found}
+        position = {str(p): o + 1 for p, o in found.items()}
         state.put_many(stream.position_entries({}, position, int(time.time() * 1000)))
         log.info("%s: the stream continues after the offsets in %s: %s", self.label, name, position)
 

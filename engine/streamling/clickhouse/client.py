@@ -24,6 +24,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -100,6 +101,33 @@ def get_client(settings: ClickHouseConnectionSettings, where: str, *, compress: 
         raise StreamlingError.retry(
             f"{where}: cannot connect to {describe(settings)}: {redact(first_line(exc), settings)}"
         ) from None
+
+
+@contextlib.contextmanager
+def transient_client(settings: ClickHouseConnectionSettings, where: str) -> Iterator[Any]:
+    """A client for one look-up, closed afterwards, for a process that runs no pipelines (the Dagster code-location
+    server's sensors).
+
+    A server (`url`) is reached with `get_client`. The embedded engine is opened here rather than through this
+    process's shared client: chdb lets only one process hold a data directory, and keeping it open in a long-lived
+    process would lock every run it launches out of it."""
+    if settings.url:
+        client = get_client(settings, where)
+    else:
+        import clickhouse_connect
+
+        path = Path(settings.path).resolve()
+        if not path.is_dir():
+            raise StreamlingError.user(f"{where}: no embedded ClickHouse data at {path}")
+        try:
+            client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
+        except Exception as exc:
+            problem = redact(first_line(exc), settings)
+            raise StreamlingError.retry(f"{where}: cannot open {describe(settings)}: {problem}") from None
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def _embedded(path: str, wait_sec: float = 0.0) -> Any:

@@ -17,6 +17,10 @@ delete winning a version tie, deleted keys dropped — whether or not the versio
 Page and count queries run with ``max_execution_time`` = `timeout_sec` (``clickhouse_source.query_timeout_sec``):
 a range that takes longer is read again at half the width; a page that cannot shrink (one key value, or
 tuple mode) fails the run with a retriable error.
+
+Every value in a query — a cursor's key text, `start_at`, range bounds, the page size — is a server-side query
+parameter (``{name:Type}``, `Params`), which clickhouse-connect binds for a server and the embedded engine alike;
+identifiers are quoted (`client.quote`). A key holding quotes or backslashes is a value like any other.
 """
 
 from __future__ import annotations
@@ -43,8 +47,13 @@ _KEY = "__sl_key_"
 _NUM = "__sl_key_num"
 
 
-def literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+class Params(dict[str, Any]):
+    """One query's parameters, filled while its text is built: `bind` adds a value and returns its placeholder."""
+
+    def bind(self, value: Any, kind: str) -> str:
+        name = f"p{len(self)}"
+        self[name] = value
+        return f"{{{name}:{kind}}}"
 
 
 def is_timeout(exc: BaseException) -> bool:
@@ -122,25 +131,35 @@ class Pager:
     def initial(self) -> dict[str, Any]:
         if not self.range_mode:
             return {"key": None, "min": self.start_at}
+        params = Params()
         if self.start_at is None:
-            low = self.client.query(f"SELECT min({self._num()}) FROM {self._table}{self._within()}").result_rows[0][0]
-            first = int(low or 0)
+            sql = f"SELECT min({self._num()}) FROM {self._table}{self._within(params)}"
+            first = int(self._query(sql, params)[0][0] or 0)
         else:
-            cast = f"CAST({literal(self.start_at)} AS {self._key_type(self.keys[0])})"
-            first = int(self.client.query(f"SELECT toInt64({cast})").result_rows[0][0])
+            cast = f"CAST({params.bind(self.start_at, 'String')} AS {self._key_type(self.keys[0])})"
+            first = int(self._query(f"SELECT toInt64({cast})", params)[0][0])
         return {"from": max(first, self.bounds[0]) if self.bounds else first}
 
     def snapshot(self) -> None:
         """The end of a bounded read: the largest first key now (rows added later past it are not read)."""
         if self.range_mode:
-            sql = f"SELECT max({self._num()}), count() FROM {self._table}{self._within()}"
-            value = self.client.query(sql).result_rows[0]
+            params = Params()
+            sql = f"SELECT max({self._num()}), count() FROM {self._table}{self._within(params)}"
+            value = self._query(sql, params)[0]
             self.max_num = int(value[0]) if value[1] else None
 
-    def _within(self) -> str:
+    def _within(self, params: Params) -> str:
         if self.bounds is None:
             return ""
-        return f" WHERE {self._num()} >= {int(self.bounds[0])} AND {self._num()} < {int(self.bounds[1])}"
+        return f" WHERE {self._range(params, self.bounds[0], self.bounds[1])}"
+
+    def _range(self, params: Params, low: int, high: int) -> str:
+        """[low, high) of the first key's number."""
+        low_value, high_value = params.bind(int(low), "Int64"), params.bind(int(high), "Int64")
+        return f"{self._num()} >= {low_value} AND {self._num()} < {high_value}"
+
+    def _query(self, sql: str, params: Params, **settings: Any) -> list[Any]:
+        return self.client.query(sql, parameters=params or None, settings=settings or None).result_rows
 
     def exhausted(self, position: Mapping[str, Any]) -> bool:
         if not self.range_mode:
@@ -155,14 +174,16 @@ class Pager:
 
     def next_page(self, start: Mapping[str, Any]) -> tuple[pa.Table, dict[str, Any]] | None:
         """The next page after `start` and the position at its end; None when nothing is left."""
+        params = Params()
         if not self.range_mode:
-            table = self._read(self._lower(start), None, limit=self.page_size)
+            table = self._read(params, self._lower(start, params), None, limit=self.page_size)
             if table.num_rows == 0:
                 return None
             return self._output(table), {"key": self._last_key(table), "min": start.get("min")}
         if start.get("key") is not None:  # inside a hot key
             low = int(start["from"])
-            table = self._read(self._lower(start), f"{self._num()} = {low}", limit=self.page_size)
+            inside = f"{self._num()} = {params.bind(low, 'Int64')}"
+            table = self._read(params, self._lower(start, params), inside, limit=self.page_size)
             if table.num_rows >= self.page_size:
                 return self._output(table), {"from": low, "key": self._last_key(table)}
             if table.num_rows:
@@ -180,7 +201,8 @@ class Pager:
                     low, width = high, width * 2
                     continue
                 if count <= self.page_size:
-                    table = self._read(f"{self._num()} >= {low}", f"{self._num()} < {high}")
+                    params = Params()
+                    table = self._read(params, self._range(params, low, high), None)
                     self.width = width * 2 if count < self.page_size // 2 else width
                     return self._output(table), {"from": high}
             except Exception as exc:
@@ -202,7 +224,8 @@ class Pager:
                 width = max(1, (high - low) * self.page_size // count)
                 continue
             # one key value holds more than a page: page through it on the remaining sort keys
-            table = self._read(f"{self._num()} = {low}", None, limit=self.page_size)
+            params = Params()
+            table = self._read(params, f"{self._num()} = {params.bind(low, 'Int64')}", None, limit=self.page_size)
             if table.num_rows >= self.page_size:
                 return self._output(table), {"from": low, "key": self._last_key(table)}
             return self._output(table), {"from": low + 1}
@@ -210,46 +233,53 @@ class Pager:
 
     def read_between(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> pa.Table:
         """Exactly the rows of an epoch that ran from `start` to `end` (a replay after a crash)."""
-        return self._output(self._read(self._lower(start), self._upper(end)))
+        params = Params()
+        return self._output(self._read(params, self._lower(start, params), self._upper(end, params)))
 
-    def _lower(self, start: Mapping[str, Any]) -> str | None:
+    def _lower(self, start: Mapping[str, Any], params: Params) -> str | None:
         key = start.get("key")
         if not self.range_mode:
             if key is not None:
-                return self._tuple_after(list(self.keys), key)
+                return self._tuple_after(list(self.keys), key, params)
             if start.get("min") is not None:
                 first = self.keys[0]
-                return f"{quote(first)} >= CAST({literal(start['min'])} AS {self._key_type(first)})"
+                return f"{quote(first)} >= CAST({params.bind(start['min'], 'String')} AS {self._key_type(first)})"
             return None
-        low = int(start["from"])
+        low = params.bind(int(start["from"]), "Int64")
         if key is None:
             return f"{self._num()} >= {low}"
-        inside = f"{self._num()} = {low} AND {self._tuple_after(list(self.keys), key)}"
+        inside = f"{self._num()} = {low} AND {self._tuple_after(list(self.keys), key, params)}"
         return f"(({inside}) OR {self._num()} > {low})"
 
-    def _upper(self, end: Mapping[str, Any]) -> str | None:
+    def _upper(self, end: Mapping[str, Any], params: Params) -> str | None:
         key = end.get("key")
         if not self.range_mode:
-            return None if key is None else f"NOT ({self._tuple_after(list(self.keys), key)})"
-        high = int(end["from"])
+            return None if key is None else f"NOT ({self._tuple_after(list(self.keys), key, params)})"
+        high = params.bind(int(end["from"]), "Int64")
         if key is None:
             return f"{self._num()} < {high}"
-        inside = f"{self._num()} = {high} AND NOT ({self._tuple_after(list(self.keys), key)})"
+        inside = f"{self._num()} = {high} AND NOT ({self._tuple_after(list(self.keys), key, params)})"
         return f"(({inside}) OR {self._num()} < {high})"
 
-    def _tuple_after(self, names: list[str], values: list[str]) -> str:
+    def _tuple_after(self, names: list[str], values: list[str], params: Params) -> str:
+        """The sort tuple after a cursor's key (each value as ``toString`` printed it, cast back to its column's
+        type in ClickHouse, so it compares in the column's own order)."""
         cols = ", ".join(quote(n) for n in names)
-        vals = ", ".join(f"CAST({literal(v)} AS {self._key_type(n)})" for n, v in zip(names, values, strict=True))
+        vals = ", ".join(
+            f"CAST({params.bind(v, 'String')} AS {self._key_type(n)})" for n, v in zip(names, values, strict=True)
+        )
         return f"tuple({cols}) > tuple({vals})"
 
     def _settings(self) -> dict[str, Any]:
         return {"max_execution_time": self.timeout_sec} if self.timeout_sec else {}
 
     def _count(self, low: int, high: int) -> int:
-        sql = f"SELECT count() FROM {self._table} WHERE {self._num()} >= {low} AND {self._num()} < {high}"
-        return int(self.client.query(sql, settings=self._settings()).result_rows[0][0])
+        params = Params()
+        sql = f"SELECT count() FROM {self._table} WHERE {self._range(params, low, high)}"
+        return int(self._query(sql, params, **self._settings())[0][0])
 
-    def _read(self, lower: str | None, upper: str | None, limit: int | None = None) -> pa.Table:
+    def _read(self, params: Params, lower: str | None, upper: str | None, limit: int | None = None) -> pa.Table:
+        """Rows matching `lower` and `upper` (fragments whose values are in `params`), in sort-key order."""
         where = " AND ".join(c for c in (lower, upper) if c) or "1"
         keys = ", ".join(quote(k) for k in self.keys)
         inner = self._final_rows(where)
@@ -261,10 +291,10 @@ class Pager:
             f"FROM ({inner}) WHERE {deleted} = 0"
             + (f" AND ({self.filter})" if self.filter else "")
             + f" ORDER BY {keys}"
-            + (f" LIMIT {limit} WITH TIES" if limit else "")
+            + (f" LIMIT {params.bind(int(limit), 'UInt64')} WITH TIES" if limit else "")
         )
         try:
-            return self.client.query_arrow(sql, settings=self._settings())
+            return self.client.query_arrow(sql, parameters=params or None, settings=self._settings())
         except Exception as exc:
             if is_timeout(exc) and (limit or not self.range_mode):
                 raise self._too_slow() from None

@@ -37,7 +37,6 @@ import hashlib
 import itertools
 import json
 import logging
-import re
 import threading
 import time
 import uuid
@@ -61,6 +60,7 @@ from streamling.clickhouse.types import (
     can_hold,
     check_type_text,
     columns_of,
+    datetime_digits,
     is_composite,
     normalize,
     unwrap_nullable,
@@ -80,7 +80,6 @@ VERSION_TYPE = "DateTime64(6, 'UTC')"
 DEDUPLICATION_WINDOW = 1000
 """Insert tokens a non-replicated table the sink creates remembers (``non_replicated_deduplication_window``): a
 replayed epoch's inserts carry the tokens of their first attempt and are dropped."""
-_DATETIME = re.compile(r"^DateTime(?:64\((\d+)(?:,.*)?\)|\(.*\))?$")
 Compression = Literal["none", "gzip", "zstd", "lz4"]
 
 
@@ -136,10 +135,6 @@ class ClickHouseSinkSpec(SinkSpec):
             except ValueError as exc:
                 raise ValueError(f"column '{column}': {exc}") from None
         return checked
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 class ClickHouseSink(Sink[ClickHouseSinkSpec]):
@@ -366,21 +361,29 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
 
     def _engine(self) -> tuple[str, str]:
         """The table's engine and full engine clause, from ``system.tables`` (empty when not told)."""
-        query = (
-            "SELECT engine, engine_full FROM system.tables "
-            f"WHERE database = {_literal(self.database)} AND name = {_literal(self.spec.table)}"
+        query = "SELECT engine, engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}"
+        raw = self._call(
+            f"describing table {self.target}",
+            lambda: self._client.raw_query(query, parameters=self._table_parameters, fmt="JSONEachRow"),
         )
-        raw = self._call(f"describing table {self.target}", lambda: self._client.raw_query(query, fmt="JSONEachRow"))
         text = raw.decode() if isinstance(raw, bytes | bytearray) else str(raw)
         rows = [json.loads(line) for line in text.splitlines() if line.strip()]
         return (rows[0].get("engine", ""), rows[0].get("engine_full", "")) if rows else ("", "")
 
+    @property
+    def _table_parameters(self) -> dict[str, str]:
+        """The target's names as query parameters of the ``system`` tables' look-ups (values, never SQL text)."""
+        return {"db": self.database, "t": self.spec.table}
+
     def _describe(self) -> list[dict[str, Any]]:
         query = (
             "SELECT name, type, default_kind, is_in_sorting_key FROM system.columns "
-            f"WHERE database = {_literal(self.database)} AND table = {_literal(self.spec.table)} ORDER BY position"
+            "WHERE database = {db:String} AND table = {t:String} ORDER BY position"
         )
-        raw = self._call(f"describing table {self.target}", lambda: self._client.raw_query(query, fmt="JSONEachRow"))
+        raw = self._call(
+            f"describing table {self.target}",
+            lambda: self._client.raw_query(query, parameters=self._table_parameters, fmt="JSONEachRow"),
+        )
         text = raw.decode() if isinstance(raw, bytes | bytearray) else str(raw)
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
@@ -468,16 +471,16 @@ class ClickHouseSink(Sink[ClickHouseSinkSpec]):
                 problems.append(f"{where} column '{self.deleted}' has type {kind}; append_only_mode needs UInt8")
         if wanted is None and self.version not in {c.name for c in self.columns}:
             have = table.get(self.version)
-            match = _DATETIME.match(unwrap_nullable(have["type"])[0]) if have else None
+            digits = datetime_digits(have["type"]) if have else None
             if have is None:
                 problems.append(f"{where} has no column '{self.version}', which append_only_mode writes")
-            elif match is None:
+            elif digits is None:
                 problems.append(
                     f"{where} column '{self.version}' has type {have['type']}; append_only_mode stamps a DateTime or "
                     "DateTime64 version (or set version_column_name to an input column)"
                 )
             else:
-                self.version_unit = 10 ** max(0, 6 - int(match.group(1) or 0))
+                self.version_unit = 10 ** max(0, 6 - digits)
         return problems
 
     # ---- writing ----

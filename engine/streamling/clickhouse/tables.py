@@ -1,5 +1,6 @@
 """What a ClickHouse table looks like to a reader: columns, sorting key, ReplacingMergeTree parameters,
-and how each column is selected so that it arrives as the Arrow type Spark expects."""
+and how each column is selected so that it arrives as the Arrow type Spark expects. Column types are read with
+clickhouse-connect's type registry (`types.parse_type`)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ from typing import Any
 from pyspark.sql import types as T
 
 from streamling.clickhouse.client import quote
+from streamling.clickhouse.types import base_type, decimal_digits, parse_type, unwrap_nullable
 from streamling.core.markers import I256, U256, WIDE_DECIMAL_KEY
 from streamling.errors import StreamlingError
 
-_DECIMAL = re.compile(r"^Decimal(?:32|64|128|256)?\((\d+),\s*(\d+)\)$")
-_WRAPPERS = re.compile(r"^(Nullable|LowCardinality)\((.*)\)$")
 _INTS = {
     "Int8": T.ByteType(),
     "Int16": T.ShortType(),
@@ -37,18 +37,27 @@ class ColumnInfo:
 
     @property
     def nullable(self) -> bool:
-        return "Nullable(" in self.type
+        """Whether the column itself is Nullable (not a member of it: ``Array(Nullable(T))`` is not)."""
+        return unwrap_nullable(self.type)[1]
+
+    @property
+    def low_cardinality(self) -> bool:
+        kind = parse_type(self.type)
+        return kind is not None and kind.low_card
 
     @property
     def base(self) -> str:
-        kind = self.type
-        while match := _WRAPPERS.match(kind):
-            kind = match.group(2)
-        return kind
+        """The type without ``Nullable``/``LowCardinality``, as the registry spells it (``Decimal(18, 3)``)."""
+        return unwrap_nullable(self.type)[0]
+
+    @property
+    def family(self) -> str:
+        """The type's family: ``DateTime64`` for ``Nullable(DateTime64(3))``, ``Decimal`` for ``Decimal(40, 2)``."""
+        return base_type(self.type)
 
 
 def spark_field(column: ColumnInfo) -> T.StructField:
-    kind = column.base
+    kind = column.family
     metadata: dict[str, Any] = {}
     if kind in _INTS:
         data: T.DataType = _INTS[kind]
@@ -63,14 +72,14 @@ def spark_field(column: ColumnInfo) -> T.StructField:
         data = T.DoubleType()
     elif kind == "Bool":
         data = T.BooleanType()
-    elif kind.startswith(_TEXT):
+    elif kind in _TEXT:
         data = T.StringType()
     elif kind in ("Date", "Date32"):
         data = T.DateType()
-    elif kind.startswith("DateTime"):
+    elif kind in ("DateTime", "DateTime64"):
         data = T.TimestampType()
-    elif match := _DECIMAL.match(kind):
-        precision, scale = int(match.group(1)), int(match.group(2))
+    elif digits := decimal_digits(column.type):
+        precision, scale = digits
         if precision <= 38:
             data = T.DecimalType(precision, scale)
         else:
@@ -87,21 +96,21 @@ def spark_field(column: ColumnInfo) -> T.StructField:
 def select_expression(column: ColumnInfo) -> str:
     """The column converted in ClickHouse to the Arrow type of its Spark field (no per-row Python)."""
     name = quote(column.name)
-    kind = column.base
+    kind = column.family
     if kind in ("UInt8", "UInt16", "UInt32"):
         target = {"UInt8": "Int16", "UInt16": "Int32", "UInt32": "Int64"}[kind]
         expr = f"CAST({name} AS Nullable({target}))"
     elif kind == "UInt64":
         expr = f"CAST({name} AS Nullable(Decimal(20, 0)))"
-    elif kind in _WIDE or kind.startswith(_TEXT) or column.type.startswith("LowCardinality"):
+    elif kind in _WIDE or kind in _TEXT or column.low_cardinality:
         expr = f"toString({name})" if not column.nullable else f"CAST({name} AS Nullable(String))"
     elif kind in ("Date", "Date32"):
         expr = f"toDate32({name})"
-    elif kind.startswith("DateTime"):
+    elif kind in ("DateTime", "DateTime64"):
         expr = f"toDateTime64({name}, 6, 'UTC')"
-    elif (match := _DECIMAL.match(kind)) and int(match.group(1)) > 38:
+    elif (digits := decimal_digits(column.type)) and digits[0] > 38:
         # every fractional digit, as the marker's decimal(p,s) promises (toString drops trailing zeros)
-        expr = f"toDecimalString({name}, {int(match.group(2))})"
+        expr = f"toDecimalString({name}, {digits[1]})"
     else:
         return name
     return f"{expr} AS {name}"

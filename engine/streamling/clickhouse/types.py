@@ -17,25 +17,33 @@ converted first, carrying the wide-decimal marker. Choices:
   empty value, while NULL members keep Nullable types inside;
 - binary → ``String`` (ClickHouse strings are bytes); a nullable input column is ``Nullable(T)``, a key
   column never is.
+
+ClickHouse type names (``system.columns.type``, ``schema_override``) are read with clickhouse-connect's type
+registry (`parse_type`), the parser its own driver decodes columns with: wrappers, precision, scale and element
+types come from one grammar instead of patterns of our own that drift from it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_type
 
+from streamling.clickhouse.client import quote
 from streamling.core.markers import WIDE_DECIMAL_KEY, wide_type
+
+if TYPE_CHECKING:
+    from clickhouse_connect.datatypes.base import ClickHouseType
 
 MAX_DECIMAL_DIGITS = 76
 _TYPE_CHARS = re.compile(r"^[A-Za-z][A-Za-z0-9_ ,()'=.+/\-]*$")
-_COMPOSITE = ("Array(", "Map(", "Tuple(", "Nested(", "JSON", "Object(", "Variant(", "Dynamic")
-_INT = re.compile(r"^(U?)Int(8|16|32|64|128|256)$")
-_DEC = re.compile(r"^Decimal(?:32|64|128|256)?\((\d+)(?:,(\d+))?\)$")
-_DT64 = re.compile(r"^DateTime64\((\d+)(?:,'[^']*')?\)$")
+_COMPOSITE = {"Array", "Map", "Tuple", "Nested", "JSON", "Object", "Variant", "Dynamic"}
+_INTS = {f"{sign}Int{bits}": (sign == "", bits) for sign in ("", "U") for bits in (8, 16, 32, 64, 128, 256)}
+"""Integer type → (signed, bits)."""
 
 
 @dataclass(frozen=True)
@@ -70,35 +78,92 @@ def check_type_text(text: str) -> str:
     return value
 
 
-def normalize(ch: str) -> str:
-    """Canonical spelling for comparisons: no spaces after commas/parentheses, no LowCardinality."""
+def parse_type(ch: str) -> ClickHouseType | None:
+    """`ch` as clickhouse-connect's type registry reads it, or None for a name it does not know (a type newer than
+    the driver, ``Object('json')``, a misspelling): callers then treat it as a type they cannot compare or read.
+
+    Names the registry has no class for are told apart before asking it, because it logs an ERROR for each
+    (a column the source rejects with its own message would otherwise log twice). Imported here, not at module
+    level: every pipeline imports the sink to register it, and only ClickHouse pipelines need the driver."""
+    from clickhouse_connect.datatypes.base import type_map
+    from clickhouse_connect.datatypes.registry import get_from_name, parse_name
+
     text = " ".join(ch.split())
-    text = re.sub(r"\s*([(),])\s*", r"\1", text)
-    changed = True
-    while changed:
-        changed = False
-        match = re.match(r"^LowCardinality\((.*)\)$", text)
-        if match:
-            text, changed = match.group(1), True
-        if text.startswith("LowCardinality(Nullable(") and text.endswith("))"):
-            text, changed = "Nullable(" + text[len("LowCardinality(Nullable(") : -2] + ")", True
-    return text
+    try:
+        if parse_name(text)[0] not in type_map:
+            return None
+        return get_from_name(text)
+    except Exception:  # InternalError, ArithmeticError, IndexError: the registry's ways of saying "not a type"
+        return None
+
+
+def bare_name(kind: ClickHouseType) -> str:
+    """`kind`'s canonical name without its ``Nullable``/``LowCardinality`` wrappers: the registry's `name` is the
+    bare name wrapped in them, outermost first, so peeling them off in that order gives it exactly."""
+    name = kind.name
+    for wrapper in kind.wrappers:
+        name = name[len(wrapper) + 1 : -1]
+    return name
+
+
+def _peeled(ch: str) -> tuple[str, tuple[str, ...]]:
+    """For a name the registry has no class for: the text inside its wrappers, and the wrappers, peeled as the
+    registry's own `parse_name` does (``LowCardinality`` outside ``Nullable``)."""
+    text, wrappers = " ".join(ch.split()), ()
+    for wrapper in ("LowCardinality", "Nullable"):
+        if text.startswith(f"{wrapper}(") and text.endswith(")"):
+            text, wrappers = text[len(wrapper) + 1 : -1].strip(), (*wrappers, wrapper)
+    return text, wrappers
+
+
+def base_type(ch: str) -> str:
+    """The type's family (``Decimal`` for ``Decimal128(5)``, ``DateTime64`` for ``Nullable(DateTime64(3))``); for
+    a name the registry does not know, the text before its arguments."""
+    kind = parse_type(ch)
+    if kind is not None and kind.base_type is not None:
+        return kind.base_type
+    return _peeled(ch)[0].partition("(")[0]
+
+
+def normalize(ch: str) -> str:
+    """Canonical spelling for comparisons: the registry's name, no LowCardinality (a name it does not know: as
+    written, its whitespace collapsed)."""
+    text, is_nullable = unwrap_nullable(ch)
+    return f"Nullable({text})" if is_nullable else text
 
 
 def unwrap_nullable(ch: str) -> tuple[str, bool]:
-    text = normalize(ch)
-    if text.startswith("Nullable(") and text.endswith(")"):
-        return text[len("Nullable(") : -1], True
-    return text, False
+    """The canonical type inside ``Nullable``/``LowCardinality``, and whether it is Nullable."""
+    kind = parse_type(ch)
+    if kind is None:
+        text, wrappers = _peeled(ch)
+        return text, "Nullable" in wrappers
+    return bare_name(kind), "Nullable" in kind.wrappers
 
 
 def is_composite(ch: str) -> bool:
-    return normalize(ch).startswith(_COMPOSITE)
+    return base_type(ch) in _COMPOSITE
+
+
+def decimal_digits(ch: str) -> tuple[int, int] | None:
+    """(precision, scale) of a decimal type (any of ``Decimal(p, s)``, ``Decimal32(s)`` … ``Decimal256(s)``)."""
+    kind = parse_type(ch)
+    if kind is None or kind.base_type != "Decimal":
+        return None
+    return int(kind.prec), int(kind.scale)  # type: ignore[attr-defined]
+
+
+def datetime_digits(ch: str) -> int | None:
+    """Fractional-second digits of a ``DateTime`` (0) or ``DateTime64(n)`` (n) type; None for other types."""
+    kind = parse_type(ch)
+    if kind is None or kind.base_type not in ("DateTime", "DateTime64"):
+        return None
+    return int(kind.scale) if kind.base_type == "DateTime64" else 0  # type: ignore[attr-defined]
 
 
 def nullable(ch: str, is_nullable: bool) -> str:
     """``Nullable(T)`` where ClickHouse allows it (not around arrays, maps, tuples)."""
-    if not is_nullable or is_composite(ch) or ch.startswith("Nullable("):
+    if not is_nullable or is_composite(ch) or unwrap_nullable(ch)[1]:
         return ch
     return f"Nullable({ch})"
 
@@ -153,9 +218,10 @@ def ch_type(arrow: pa.DataType, wide_decimal: str | None = None) -> str:
 
 
 def _tuple_name(name: str) -> str:
-    if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+    """A bare word as it is (how ClickHouse prints tuple members), anything else quoted."""
+    if name.isascii() and name.isidentifier():
         return name
-    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+    return quote(name)
 
 
 def columns_of(
@@ -180,16 +246,6 @@ def columns_of(
     return out
 
 
-def _int(ch: str) -> tuple[bool, int] | None:
-    match = _INT.match(ch)
-    return (match.group(1) == "", int(match.group(2))) if match else None
-
-
-def _dec(ch: str) -> tuple[int, int] | None:
-    match = _DEC.match(ch)
-    return (int(match.group(1)), int(match.group(2) or 0)) if match else None
-
-
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 20, 128: 39, 256: 78}
 
 
@@ -201,33 +257,32 @@ def can_hold(existing: str, required: str) -> bool:
     need, _ = unwrap_nullable(required)
     if have == need:
         return True
-    if need in ("UInt256", "Int256") and have == "String":
+    have_base, need_base = base_type(have), base_type(need)
+    if need_base in ("UInt256", "Int256") and have_base == "String":
         return True  # the exact decimal text, as tables made before 256-bit columns were typed hold it
-    need_int, have_int = _int(need), _int(have)
+    need_int, have_int = _INTS.get(need_base), _INTS.get(have_base)
+    have_dec = decimal_digits(have)
     if need_int:
         signed, bits = need_int
         if have_int:
             if have_int[0] == signed:
                 return have_int[1] >= bits
             return have_int[0] and have_int[1] > bits  # unsigned into a wider signed
-        have_dec = _dec(have)
         return bool(have_dec and have_dec[1] == 0 and have_dec[0] >= _INT_DIGITS[bits])
-    if need == "Float32":
-        return have == "Float64"
-    if need == "Bool":
-        return have == "UInt8" or (have_int is not None and have_int[1] >= 8)
-    need_dec = _dec(need)
+    if need_base == "Float32":
+        return have_base == "Float64"
+    if need_base == "Bool":
+        return have_int is not None and have_int[1] >= 8
+    need_dec = decimal_digits(need)
     if need_dec:
-        have_dec = _dec(have)
         return bool(have_dec and have_dec[1] >= need_dec[1] and have_dec[0] - have_dec[1] >= need_dec[0] - need_dec[1])
-    if need == "String":
+    if need_base == "String":
         # Strings also go into FixedString/Enum/UUID and, as exact decimal text, into wide numbers;
         # a value that does not fit fails its insert with ClickHouse's message naming the column.
-        wide = ("FixedString(", "Enum8(", "Enum16(", "UUID", "Int128", "Int256", "UInt128", "UInt256")
-        return have.startswith(wide) or _dec(have) is not None
-    if need == "Date32":
-        return have == "Date32" or bool(_DT64.match(have))
-    if _DT64.match(need):
-        match = _DT64.match(have)
-        return bool(match and int(match.group(1)) >= 6)
+        wide = ("FixedString", "Enum8", "Enum16", "UUID", "Int128", "Int256", "UInt128", "UInt256")
+        return have_base in wide or have_dec is not None
+    if need_base == "Date32":
+        return have_base == "Date32" or have_base == "DateTime64"
+    if need_base == "DateTime64":
+        return have_base == "DateTime64" and (datetime_digits(have) or 0) >= 6
     return False
