@@ -544,19 +544,19 @@ class SparkSettings(_Section):
     or `auto` (built into `<venv>/share/streamling/environments` when anything that goes in it changed; ~10 s, 195 MB).
     It is shipped with `spark.archives` (after any of your own) and `spark.pyspark.python` points into it, so the
     workers need only Java, Spark and the same CPython at the same path. The driver's JVM then starts in a folder of the
-    engine's cache, so relative paths in `spark.archives`, `spark.files`, `spark.jars`, `spark.submit.pyFiles`,
-    `spark.eventLog.dir`, `spark.sql.warehouse.dir` and `spark.local.dir` are made absolute against the run's working
-    directory first. `auto` archives nobody used for 7 days are deleted when a new one is packed. A local master ignores
-    the setting."""
+    engine's cache (where that relative `bin/python` is this venv's, for the Python Spark runs on the driver), so
+    relative paths in `spark.archives`, `spark.files`, `spark.jars`, `spark.submit.pyFiles`, `spark.eventLog.dir`,
+    `spark.sql.warehouse.dir` and `spark.local.dir` are made absolute against the run's working directory first. `auto`
+    archives nobody used for 7 days are deleted when a new one is packed. A local master ignores the setting."""
     conf: dict[str, str] = Field(default_factory=dict)
     """Extra Spark configuration. Spark keys are case-sensitive, so set them in a config file, or as one JSON map in
     `STREAMLING__SPARK__CONF` (`'{"spark.eventLog.enabled": "true"}'`), rather than one environment variable per key,
     whose names are lowercased. `spark.driver.extraJavaOptions` is added after the engine's own driver JVM options, so a
-    flag given here wins: the engine sets `-XX:CompileThresholdScaling=5` (less JIT work on code that runs a few times)
-    and, for a driver heap (`spark.driver.memory`) of at most 2 GB, the serial collector (half the resident memory of
-    G1); a collector named here replaces it. In local mode the engine also turns on
-    `spark.python.unix.domain.socket.enabled` (Python workers and Arrow transfers talk to the JVM over Unix domain
-    sockets, ~50 ms less per epoch than loopback TCP); `spark.conf` may turn it off."""
+    flag given here wins: the engine sets `-XX:CompileThresholdScaling=5` (less JIT work on code that runs a few times;
+    about a quarter of a bounded run's JVM CPU) and, for a driver heap (`spark.driver.memory`) of at most 2 GB, the
+    serial collector (half the resident memory of G1); a collector named here replaces it. In local mode the engine also
+    turns on `spark.python.unix.domain.socket.enabled` (Python workers and Arrow transfers talk to the JVM over Unix
+    domain sockets, ~50 ms less per epoch than loopback TCP); `spark.conf` may turn it off."""
 
     @field_validator("conf", mode="before")
     @classmethod
@@ -606,7 +606,8 @@ class KafkaSourceSettings(KafkaConnectionSettings):
     """How often each Kafka source logs its lag at INFO: `kafka source 'src' lag on topic 't': 120 records after the
     committed offsets (partition 0: 100, partition 1: 20)`, the high watermarks minus the positions last committed to
     the state backend. With metrics or the admin API on, the same figures are the `consumer_lag` metric per partition
-    and the source's `backlog` in `/api/positions`. `0` turns it off."""
+    and the source's `backlog` in `/api/positions` (`source_status` and the Dagster observations give them on demand
+    too). `0` turns it off."""
     consumer_fetch_timeout_sec: Seconds = 1.0
     """How long one poll of a reading task's consumer waits for records before the task looks at its deadlines again
     (the broker probe, the stall watchdog)."""
