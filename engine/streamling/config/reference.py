@@ -156,6 +156,12 @@ def _spellings(parts: list[str]) -> dict[str, str]:
     return {}
 
 
+def _keys(section: str) -> set[str]:
+    """The keys of a top-level section, as a config file spells them."""
+    model = _section_model(Settings.model_fields[section].annotation)
+    return {field.alias or name for name, field in model.model_fields.items()} if model else set()
+
+
 class _Row(typing.NamedTuple):
     key: str
     type: str
@@ -179,7 +185,7 @@ def _rows(model: type[BaseModel], values: Any, parts: list[str], sections: list[
             continue
         value = getattr(values, name) if values is not None else field.get_default(call_default_factory=True)
         default = "required" if field.is_required() else _default(value, field)
-        if dotted in LAYERED:
+        if dotted in LAYERED and key in _keys(LAYERED[dotted]):
             default = f"`{LAYERED[dotted]}.{key}`"
         description = _describe(field.description)
         other = spellings.get(key)
