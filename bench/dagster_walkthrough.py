@@ -1,4 +1,4 @@
-"""A scripted run of README.md's Dagster walkthrough against the running local services and its own `dagster dev`.
+"""A scripted run of docs/dagster.md's walkthrough against the running local services and its own `dagster dev`.
 
 Why: the walkthrough promises that an operator clicking through it (materialize, re-run a range, stream, try to
 break it, terminate, let the keeper restart a crash, run a backfill from a script) is left with no failed run that

@@ -1,4 +1,4 @@
-"""Benchmark: generator → script transform (the README example) → blackhole, next to the same logic as SQL.
+"""Benchmark: generator → script transform (docs/transforms.md's example) → blackhole, next to the same logic as SQL.
 
     .venv/bin/python bench/script_transform.py [--rows N] [--runs K] [--batch N] [--master local[2]]
 

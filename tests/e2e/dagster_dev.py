@@ -35,7 +35,7 @@ DAGSTER = str(Path(sys.executable).with_name("dagster"))
 LOCATION = "streamling_dagster"
 START_TIMEOUT_SEC = 180
 STOP_TIMEOUT_SEC = 60
-"""How long `dagster dev` may take to end on SIGTERM to its process group (README, Dagster section)."""
+"""How long `dagster dev` may take to end on SIGTERM to its process group (docs/dagster.md, walkthrough step 5)."""
 STRAY_GRACE_SEC = 5.0
 """How long a process started from `dagster dev` may take to end on its own once the group is gone."""
 DAEMONS = ("QUEUED_RUN_COORDINATOR", "SCHEDULER", "SENSOR")

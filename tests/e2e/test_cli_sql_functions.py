@@ -1,5 +1,5 @@
 """pipelines/token_transfers.yaml through the `streamling` CLI: the original's SQL functions as a user calls them
-(the README's wei-to-ether division, the documented Transfer topic hash, `::VARCHAR`, `REGEXP(...)` in WHERE)."""
+(docs/transforms.md's wei-to-ether division, the documented Transfer topic hash, `::VARCHAR`, `REGEXP(...)` in WHERE)."""
 
 from __future__ import annotations
 

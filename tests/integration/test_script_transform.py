@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +11,7 @@ from streamling import run_pipeline, validate_pipeline
 from streamling.errors import StreamlingError
 from tests.integration.collect_sink import COLLECTED
 
-README_EXAMPLE = """
+DOC_EXAMPLE = """
 sources:
   raw.transactions: {type: generator, rows: 1000}
 transforms:
@@ -28,6 +29,8 @@ transforms:
 sinks:
   out: {type: print, from: tiered}
 """
+"""docs/transforms.md's `script` example (its `tiered` transform, kept verbatim: see
+`test_the_example_is_the_documented_one`) with a source and a sink around it."""
 
 
 def collect(text: str, sink: str = "out") -> tuple[str, str]:
@@ -38,8 +41,13 @@ def collect(text: str, sink: str = "out") -> tuple[str, str]:
     return text.replace(old, f"{sink}: {{type: test.collect, options: {{key: {key}}}, from: "), key
 
 
-def test_readme_example(spark, make_settings, write_pipeline) -> None:
-    text, key = collect(README_EXAMPLE)
+def test_the_example_is_the_documented_one() -> None:
+    transform = DOC_EXAMPLE[DOC_EXAMPLE.index("  tiered:") : DOC_EXAMPLE.index("sinks:")]
+    assert transform in (Path(__file__).resolve().parents[2] / "docs" / "transforms.md").read_text()
+
+
+def test_the_documented_example(spark, make_settings, write_pipeline) -> None:
+    text, key = collect(DOC_EXAMPLE)
     summary = run_pipeline(write_pipeline(text), make_settings(job_mode=True), spark)
     rows = [row for _, row in COLLECTED[key]]
     assert summary.sink_rows == {"out": 1000}
@@ -50,8 +58,8 @@ def test_readme_example(spark, make_settings, write_pipeline) -> None:
     assert rows[0]["created_at"].tzinfo is not None and isinstance(rows[0]["name"], str)
 
 
-def test_readme_example_prints(spark, make_settings, write_pipeline, capsys) -> None:
-    run_pipeline(write_pipeline(README_EXAMPLE.replace("rows: 1000", "rows: 2")), make_settings(job_mode=True), spark)
+def test_the_documented_example_prints(spark, make_settings, write_pipeline, capsys) -> None:
+    run_pipeline(write_pipeline(DOC_EXAMPLE.replace("rows: 1000", "rows: 2")), make_settings(job_mode=True), spark)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith('1 -> (sample_every=1) [Insert] {"id": 1, "amount": 814.59, "name": "')
     assert lines[0].endswith('"tier": "standard", "_gs_op": "i"}')
@@ -404,7 +412,7 @@ def test_dagster_shows_the_script_and_reports_an_invalid_script_transform(tmp_pa
 
     from streamling_dagster import build_definitions
 
-    (tmp_path / "tiers.yaml").write_text(README_EXAMPLE)
+    (tmp_path / "tiers.yaml").write_text(DOC_EXAMPLE)
     (tmp_path / "broken.yaml").write_text(VALIDATION.replace("LANGUAGE", "javascript").replace("PRIMARY_KEY", ""))
     defs = build_definitions(tmp_path)
     tiered = defs.resolve_asset_graph().get(dg.AssetKey(["tiers", "tiered"]))

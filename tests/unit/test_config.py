@@ -50,7 +50,7 @@ def test_missing_config_file_is_not_an_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["nothere.yaml", "nothere"])
 def test_a_named_config_file_that_is_missing_runs_on_defaults_with_a_warning(tmp_path: Path, name: str) -> None:
-    """As in the original (and the README): a missing file is not an error, with or without an extension; the
+    """As in the original (and docs/configuration.md): a missing file is not an error, with or without an extension; the
     file named explicitly gets one warning at start."""
     settings = load_settings(config=str(tmp_path / name), environ={"STREAMLING__JOB_MODE": "true"})
     assert settings.job_mode is True

@@ -91,7 +91,7 @@ def test_the_originals_documented_examples(spark) -> None:
 
 
 def test_the_reference_tables_examples_hold(spark) -> None:
-    """Each function's README example that shows its result (``-- result``) gives that result."""
+    """Each function's example in the reference table (docs/transforms.md) that shows its result (``-- result``) gives that result."""
     examples = [c.example.removeprefix("SELECT ").split(" -- ") for c in json_functions.ARROW_FUNCTIONS]
     shown = [pair for pair in examples if len(pair) == 2]
     assert len(shown) >= 12

@@ -81,7 +81,7 @@ def hidden_of(text: str) -> tuple[str, list[str]]:
 
 
 def test_any_other_traceback_is_hidden_and_kept_as_detail() -> None:
-    """The README promises no Python traceback: a failing worker's goes to the debug log, whatever it ends in."""
+    """docs/configuration.md promises no Python traceback: a failing worker's goes to the debug log, whatever it ends in."""
     assert hidden_of("before\n" + OUR_READER + "after\n") == ("before\nafter\n", [OUR_READER])
     assert hidden_of(SPARK_BUG) == ("", [SPARK_BUG])
     assert hidden_of(DAEMON_CUT + SPARK_BUG) == ("", [SPARK_BUG])

@@ -1,7 +1,7 @@
 """The JVM's standard error (and its Python helpers', which inherit it) onto the driver's, without Spark's noise.
 
 Dropped: the JVM's start-up warning, printed while the driver still validates the pipeline, whose errors are then
-the only output of an invalid run; and every Python traceback, which the README promises the user never sees. A
+the only output of an invalid run; and every Python traceback, which the docs promise the user never sees. A
 Python process of Spark's prints one when it fails: a worker whose task raised or whose JVM side went away (the
 daemon's "failed to flush" report), a helper cut when a run stops a query in the middle of an epoch, a JVM log
 record whose exception carries a Python worker's traceback. A failure that matters fails its task, and the engine

@@ -1,6 +1,7 @@
 """The two kinds of catalogue function: a `SparkFunction` is rewritten into Spark built-ins before Spark sees
 the SQL (it runs in the JVM, at no Python cost); an `ArrowFunction` is a `SqlFunction` like a plugin's,
-registered as a vectorised Arrow UDF. Both carry the documentation the README reference table is built from."""
+registered as a vectorised Arrow UDF. Both carry the documentation the reference table of docs/transforms.md is built
+from."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ ARG = "__sl_arg"
 
 @dataclass(frozen=True)
 class Doc:
-    """One row of the README's function reference."""
+    """One row of the function reference in docs/transforms.md."""
 
     name: str
     family: str

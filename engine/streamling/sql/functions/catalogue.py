@@ -1,7 +1,8 @@
-"""Every catalogue function by its lower-case SQL name (aliases included), and the README reference table.
+"""Every catalogue function by its lower-case SQL name (aliases included), and the reference table of
+docs/transforms.md.
 
-``python -m streamling.sql.functions.catalogue`` prints the table (``--readme`` writes it into README.md between
-its markers); a unit test keeps the README's copy equal."""
+``python -m streamling.sql.functions.catalogue`` prints the table (``--write`` writes it into docs/transforms.md
+between its markers); a unit test keeps the page's copy equal."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def _cell(text: str) -> str:
 
 
 def markdown() -> str:
-    """The README's reference table."""
+    """The reference table of docs/transforms.md."""
     lines = [
         "| Family | Function | Arguments | Result | NULL and bad input | Runs as |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -78,14 +79,17 @@ def markdown() -> str:
 BEGIN, END = "<!-- sql-functions:begin -->", "<!-- sql-functions:end -->"
 
 
-def write_readme(path: Path) -> None:
+DOC = Path(__file__).resolve().parents[4] / "docs" / "transforms.md"
+
+
+def write_doc(path: Path = DOC) -> None:
     text = path.read_text()
     start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
     path.write_text(f"{text[:start]}\n{markdown()}{text[stop:]}")
 
 
 if __name__ == "__main__":
-    if "--readme" in sys.argv:
-        write_readme(Path(__file__).resolve().parents[4] / "README.md")
+    if "--write" in sys.argv:
+        write_doc()
     else:
         print(markdown(), end="")
