@@ -269,7 +269,7 @@ class Cell:
         import httpx
 
         from streamling.config import load_settings
-        from streamling.serve.client import submitted_settings
+        from streamling.engine_client import submitted_settings
 
         env = self.ours_env(app)
         self._spawn([*streamling_cmd(), "serve", "--port", "0"], env)

@@ -24,14 +24,14 @@ if TYPE_CHECKING:
     from streamling.clickhouse.client import release_embedded
     from streamling.clickhouse.marks import KeyMark
     from streamling.config import Settings, load_settings
+    from streamling.engine_client import EngineClient, run_on_engine
     from streamling.errors import StreamlingError
     from streamling.runtime.summary import RunSummary
-    from streamling.serve.client import EngineClient, run_on_engine
     from streamling.topology.pipeline import ValidationReport, load_pipeline
 
 
 _HOMES = {
-    "EngineClient": "streamling.serve.client",
+    "EngineClient": "streamling.engine_client",
     "KeyMark": "streamling.clickhouse.marks",
     "RunSummary": "streamling.runtime.summary",
     "Settings": "streamling.config",
@@ -43,7 +43,7 @@ _HOMES = {
     "plan_pipeline": "streamling.api",
     "release_embedded": "streamling.clickhouse.client",
     "reset_positions": "streamling.api",
-    "run_on_engine": "streamling.serve.client",
+    "run_on_engine": "streamling.engine_client",
     "run_pipeline": "streamling.api",
     "source_status": "streamling.api",
     "spark_conf": "streamling.api",

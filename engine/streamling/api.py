@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from streamling.config import Settings, load_settings
 from streamling.config.layers import resolve_location
 from streamling.config.model import SparkSettings
-from streamling.errors import InvalidPipelineError
+from streamling.errors import InvalidPipelineError, StreamlingError
 from streamling.runtime.summary import RunSummary
 from streamling.state import epoch_key, open_state_backend, phase_key
 from streamling.topology.pipeline import Pipeline, ValidationReport, load_pipeline, read_pipeline_text
@@ -257,7 +257,18 @@ def table_marks(
     runs hold the data path), else this process does, with a client it closes. `checking` is told each table before
     it is read, `where` names the caller in messages. Failures are StreamlingErrors without credentials.
 
-    The ClickHouse modules are imported here, when called: ``import streamling`` stays free of the driver."""
-    from streamling.clickhouse.marks import read_marks
+    The ClickHouse modules are imported here, when called: ``import streamling`` stays free of the driver.
+    An engine that cannot be reached does not hold the data path: then the tables are read here too."""
+    from streamling.clickhouse.client import redact
+    from streamling.clickhouse.marks import KeyMark, read_marks
+    from streamling.engine_client import EngineClient
 
-    return read_marks(settings, list(tables), dict(recorded or {}), where, checking or (lambda _: None))
+    targets, known = list(tables), dict(recorded or {})
+    if settings.engine_url and not settings.clickhouse_source.url:
+        try:
+            with EngineClient.for_settings(settings) as engine:
+                return [KeyMark(**mark) for mark in engine.key_marks(settings, targets, known)]
+        except StreamlingError as exc:
+            if exc.user_facing:
+                raise StreamlingError.user(redact(exc.message, settings.clickhouse_source)) from None
+    return read_marks(settings, targets, known, where, checking or (lambda _: None))

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return package(argv[1:])
     if argv[:1] == ["submit"]:
-        from streamling.serve.client import main as submit
+        from streamling.engine_client import main as submit
 
         return submit(argv[1:])
     args = parser().parse_args(argv)

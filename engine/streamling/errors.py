@@ -68,6 +68,12 @@ class StreamlingRetriableError(StreamlingError):
     """A retriable error; a class of its own for the same reason as StreamlingUserError."""
 
 
+class LeaseLostError(StreamlingRetriableError):
+    """The run may no longer hold its pipeline's lease: it stops without committing, and is not restarted in place
+    (another run may hold the pipeline by then). Raised by the run's own check before a commit, and by a state
+    backend or a sink that refuses a fenced write."""
+
+
 class StreamlingUnavailableError(StreamlingRetriableError):
     """A retriable error raised because a service could not be reached (see `StreamlingError.unavailable`)."""
 

@@ -68,7 +68,7 @@ def submit(cwd: Path, engine: Engine, pipeline: Path, env: dict[str, str]) -> su
 def settings_document(cwd: Path, env: dict[str, str]) -> dict:
     """The settings a submitter in `cwd` with `env` (its STREAMLING__ variables over `cli_env`'s) sends."""
     from streamling.config import load_settings
-    from streamling.serve.client import submitted_settings
+    from streamling.engine_client import submitted_settings
     from tests.e2e.cli import cli_env
 
     variables = {k: v for k, v in cli_env(cwd, env).items() if k.startswith("STREAMLING__")}

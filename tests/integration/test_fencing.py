@@ -10,10 +10,11 @@ import uuid
 import pytest
 
 from streamling.config.model import PostgresConnectionSettings
+from streamling.errors import LeaseLostError
 from streamling.operators import Epoch
 from streamling.postgres import progress
 from streamling.postgres.connection import transact
-from streamling.state import Fence, LeaseLostError
+from streamling.state import Fence
 from streamling.state.postgres import PostgresStateBackend
 
 PREFIX = "STREAMLING__STATE_BACKEND__POSTGRES__"

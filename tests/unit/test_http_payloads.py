@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 from tenacity import RetryCallState, Retrying
 
+from streamling.core.redaction import redact_url
 from streamling.core.retry import RetryPolicy, is_retriable, retry_after
-from streamling.http.options import redact_url
 from streamling.http.payloads import PayloadError, PayloadFormat, decode_response, to_record_batch
 from streamling.topology.pipeline import load_pipeline
 

@@ -10,8 +10,7 @@ import time
 import pytest
 
 from streamling.config.model import RestartStrategySettings
-from streamling.errors import InvalidPipelineError, StreamlingError
-from streamling.runtime.lease import LeaseLostError
+from streamling.errors import InvalidPipelineError, LeaseLostError, StreamlingError
 from streamling.runtime.restarts import RestartPolicy, Restarts, restartable
 
 

@@ -16,9 +16,8 @@ from tenacity import retry_if_exception_type
 
 from streamling.core.outage import Outage, wait_out
 from streamling.core.retry import RetryPolicy, wait_retry_after
-from streamling.errors import StreamlingError
+from streamling.errors import LeaseLostError, StreamlingError
 from streamling.postgres.connection import with_retries
-from streamling.state.base import LeaseLostError
 
 
 class Down(ConnectionError):

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from streamling.config.model import PostgresConnectionSettings
-from streamling.state import Fence, InMemoryStateBackend, LeaseLostError, StateBackend
+from streamling.errors import LeaseLostError
+from streamling.state import Fence, InMemoryStateBackend, StateBackend
 from streamling.state.sqlite import SqliteStateBackend
 
 

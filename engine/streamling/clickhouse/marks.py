@@ -38,27 +38,15 @@ def read_marks(
     where: str,
     checking: Callable[[str], None] = lambda _: None,
 ) -> list[KeyMark]:
-    """`key_marks` of `settings.clickhouse_source`'s `tables`, for a process that does not run pipelines (the
-    Dagster code-location server): read by the warm engine when `engine_url` is set and the tables are embedded
-    (its process holds the data path while its runs go on, and chdb lets no other process open it), else here
-    through a client closed afterwards, so this process never keeps the data path from the runs it launches. An
-    engine that cannot be reached does not hold the path: then the tables are read here too.
+    """`key_marks` of `settings.clickhouse_source`'s `tables`, read in this process through a client closed
+    afterwards, so a process that does not run pipelines (the Dagster code-location server) never keeps the data
+    path from the runs it launches (`streamling.table_marks` asks a warm engine first, which holds it).
 
     Every failure is a StreamlingError whose message has no credentials (`redact`): the caller shows it as it is."""
-    from streamling.serve.client import EngineClient
-
     source = settings.clickhouse_source
-    targets = list(tables)
     try:
-        if settings.engine_url and not source.url:
-            try:
-                with EngineClient.for_settings(settings) as engine:
-                    return engine.key_marks(settings, targets, dict(recorded))
-            except StreamlingError as exc:
-                if exc.user_facing:
-                    raise
         with transient_client(source, where) as client:
-            return key_marks(client, targets, recorded, where, checking)
+            return key_marks(client, list(tables), recorded, where, checking)
     except StreamlingError as exc:
         text = redact(exc.message, source)
         raise (StreamlingError.user(text) if exc.user_facing else StreamlingError.retry(text)) from None

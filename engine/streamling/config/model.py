@@ -537,8 +537,9 @@ class SparkSettings(_Section):
     class_archive: bool = True
     """Start the driver's JVM from a class-data-sharing archive of Spark's classes (a JVM + session start ~2 s shorter).
     `./dev setup` builds it (`python -m streamling.class_archive_build`); otherwise the first run that finds it missing
-    builds it in the background after it exits. It lives in `<venv>/share/streamling` (`$STREAMLING_CACHE_DIR` overrides), named for the Java binary, the pyspark
-    version and the class path, so an upgrade of either builds a new one."""
+    builds it in the background after it exits. It lives in `<venv>/share/streamling` (`$STREAMLING_CACHE_DIR`
+    overrides), named for the Java binary, the pyspark version and the class path, so an upgrade of either builds a
+    new one."""
     environment_archive: str | None = None
     """On a cluster master, the Python environment the executors run: a path to the archive `streamling package` built,
     or `auto` (built into `<venv>/share/streamling/environments` when anything that goes in it changed; ~10 s, 195 MB).

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, cast
 import pyarrow as pa
 from tenacity import RetryCallState, retry_if_exception_type
 
+from streamling.core.redaction import REDACTED, redact_url
 from streamling.core.retry import RetryPolicy, failure, is_retriable, retry_after, wait_retry_after
 from streamling.errors import StreamlingError
-from streamling.http.options import REDACTED, redact_url
 from streamling.http.payloads import Outgoing, PayloadFormat, excerpt
 from streamling.telemetry.tasks import OFF, NodeRecorder
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING, Literal
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_serializer, field_validator, model_validator
 
+from streamling.core.redaction import redact_url, shown_headers
 from streamling.core.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -21,28 +22,7 @@ if TYPE_CHECKING:
     from streamling.http.client import Endpoint
     from streamling.telemetry.tasks import NodeRecorder
 
-REDACTED = "***"
-SENSITIVE_HEADER = re.compile(r"auth|cookie|token|secret|key|pass|signature|session|credential", re.IGNORECASE)
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-
-
-def redact_url(url: str) -> str:
-    """`url` safe to show: no user or password, every query value replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return REDACTED
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{REDACTED}@{host}{port}" if "@" in parts.netloc else f"{host}{port}"
-    query = "&".join(f"{key}={REDACTED}" for key, _ in parse_qsl(parts.query, keep_blank_values=True))
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-
-
-def shown_headers(headers: dict[str, str]) -> dict[str, str]:
-    return {name: REDACTED if SENSITIVE_HEADER.search(name) else value for name, value in headers.items()}
 
 
 class HttpRequestOptions(BaseModel):

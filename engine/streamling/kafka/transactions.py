@@ -26,11 +26,10 @@ import pyarrow as pa
 from tenacity import RetryCallState, retry_if_exception_type
 
 from streamling.core.retry import RetryPolicy
-from streamling.errors import StreamlingError
+from streamling.errors import LeaseLostError, StreamlingError
 from streamling.kafka.availability import Outage, describe, is_unavailable, wait_out
 from streamling.plugin import AppliedEpoch, Epoch
 from streamling.runtime.faults import crash_point
-from streamling.state.base import LeaseLostError
 
 log = logging.getLogger("streamling.kafka")
 PROGRESS_PARTITION = 0

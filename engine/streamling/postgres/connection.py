@@ -30,9 +30,8 @@ from tenacity import RetryCallState, retry_if_exception
 
 from streamling.config.model import PostgresConnectionSettings
 from streamling.core.retry import RetryPolicy, failure, log_first_failure, on_success
-from streamling.errors import StreamlingError
+from streamling.errors import LeaseLostError, StreamlingError
 from streamling.runtime.held import HELD
-from streamling.state.base import LeaseLostError
 
 log = logging.getLogger("streamling.postgres")
 T = TypeVar("T")

@@ -16,8 +16,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from streamling.errors import LeaseLostError
 from streamling.plugin import AppliedEpoch, Epoch
-from streamling.state.base import LeaseLostError
 
 TABLE = "_streamling_progress"
 

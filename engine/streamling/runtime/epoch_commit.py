@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from streamling.errors import error_context
+from streamling.errors import LeaseLostError, error_context
 from streamling.operators import Epoch, Operator, Source, Written, rows_of
 from streamling.runtime.faults import crash_point
-from streamling.state import LeaseLostError, epoch_key
+from streamling.state import epoch_key
 
 if TYPE_CHECKING:
     from streamling.runtime.protocols import Runner

@@ -22,8 +22,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from streamling.errors import StreamlingError, first_line
-from streamling.state import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend
+from streamling.errors import LeaseLostError, StreamlingError, first_line
+from streamling.state import Fence, JsonDoc, LeaseHolder, StateBackend
 from streamling.telemetry.logs import in_this_run
 
 log = logging.getLogger("streamling.runtime")

@@ -27,8 +27,7 @@ from typing import TypeVar
 from tenacity import RetryCallState, Retrying
 
 from streamling.config.model import RestartStrategySettings
-from streamling.errors import InvalidPipelineError, StreamlingError, first_line
-from streamling.state import LeaseLostError
+from streamling.errors import InvalidPipelineError, LeaseLostError, StreamlingError, first_line
 
 log = logging.getLogger("streamling.runtime")
 T = TypeVar("T")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streamling.config.model import StateBackendSettings
-from streamling.state.base import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend, epoch_key, phase_key
+from streamling.state.base import Fence, JsonDoc, LeaseHolder, StateBackend, epoch_key, phase_key
 from streamling.state.memory import InMemoryStateBackend
 
 
@@ -24,7 +24,6 @@ __all__ = [
     "InMemoryStateBackend",
     "JsonDoc",
     "LeaseHolder",
-    "LeaseLostError",
     "StateBackend",
     "epoch_key",
     "open_state_backend",

@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from streamling.errors import StreamlingRetriableError
-
 
 def epoch_key(source: str) -> str:
     """The key of a source's last committed epoch number, kept beside its positions by the runtime's commits."""
@@ -26,12 +24,6 @@ def phase_key(source: str) -> str:
 
 
 JsonDoc = dict[str, Any]
-
-
-class LeaseLostError(StreamlingRetriableError):
-    """The run may no longer hold its pipeline's lease: it stops without committing, and is not restarted in place
-    (another run may hold the pipeline by then). Raised by the run's own check before a commit, and by a state
-    backend or a sink that refuses a fenced write."""
 
 
 @dataclass(frozen=True)

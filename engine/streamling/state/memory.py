@@ -10,7 +10,8 @@ import threading
 import time
 from collections.abc import Mapping
 
-from streamling.state.base import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend
+from streamling.errors import LeaseLostError
+from streamling.state.base import Fence, JsonDoc, LeaseHolder, StateBackend
 
 
 class InMemoryStateBackend(StateBackend):

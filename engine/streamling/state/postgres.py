@@ -15,9 +15,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from streamling.config.model import PostgresConnectionSettings
-from streamling.errors import StreamlingError
+from streamling.errors import LeaseLostError, StreamlingError
 from streamling.postgres.connection import connection, reason, transact
-from streamling.state.base import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend
+from streamling.state.base import Fence, JsonDoc, LeaseHolder, StateBackend
 
 DDL = (
     "CREATE SCHEMA IF NOT EXISTS streamling",

@@ -13,8 +13,8 @@ from typing import TypeVar
 from tenacity import retry_if_exception
 
 from streamling.core.retry import RetryPolicy
-from streamling.errors import StreamlingError
-from streamling.state.base import Fence, JsonDoc, LeaseHolder, LeaseLostError, StateBackend
+from streamling.errors import LeaseLostError, StreamlingError
+from streamling.state.base import Fence, JsonDoc, LeaseHolder, StateBackend
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from streamling.http.options import REDACTED, redact_url, shown_headers
+from streamling.core.redaction import REDACTED, redact_url, shown_headers
 from streamling.topology.pipeline import identity_keys
 
 if TYPE_CHECKING:

@@ -25,7 +25,6 @@ from streamling.core.guard import read_token, token_path
 from streamling.errors import StreamlingError
 
 if TYPE_CHECKING:
-    from streamling.clickhouse.marks import KeyMark
     from streamling.config.model import Settings
     from streamling.runtime.summary import RunSummary
 
@@ -95,13 +94,12 @@ class EngineClient:
 
     def key_marks(
         self, settings: Settings, tables: list[tuple[str, str]], recorded: dict[str, str | None]
-    ) -> list[KeyMark]:
-        """`streamling.clickhouse.marks.key_marks` of `settings.clickhouse_source`'s tables, read by the engine in
+    ) -> list[dict[str, Any]]:
+        """The ClickHouse tables' marks (`streamling.table_marks`, as ``KeyMark`` fields), read by the engine in
         its process (the one holding the embedded ClickHouse while its runs go on)."""
-        from streamling.clickhouse.marks import KeyMark
-
         body = {"settings": submitted_settings(settings), "tables": [list(t) for t in tables], "recorded": recorded}
-        return [KeyMark(**mark) for mark in self._call("POST", "/clickhouse/marks", json=body)["marks"]]
+        marks: list[dict[str, Any]] = self._call("POST", "/clickhouse/marks", json=body)["marks"]
+        return marks
 
     def status(self, run_id: str, logs_from: int = 0) -> dict[str, Any]:
         return self._call("GET", f"/runs/{run_id}", params={"logs_from": logs_from})
