@@ -32,10 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from streamling import table_marks
+from streamling import load_pipeline, read_pipeline_text, table_marks
 from streamling.config import Settings
 from streamling.errors import StreamlingError, first_line
-from streamling.topology.pipeline import load_pipeline, read_pipeline_text
 from streamling_dagster.backfill import REPROCESS_TAG
 from streamling_dagster.guard import stream_skip_reason
 from streamling_dagster.nodes import operator_of

@@ -60,7 +60,7 @@ class ConfiguredTranslator(StreamlingTranslator):
 def _shared_resources() -> tuple[Settings, dict[str, Any]]:
     """One set of resources for every component of a code location: Dagster refuses to merge definitions that
     bind different objects to the same resource key."""
-    from streamling_dagster.definitions import default_resources
+    from streamling_dagster.resources import default_resources
 
     settings = load_settings()
     return settings, default_resources(settings)

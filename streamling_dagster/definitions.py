@@ -20,14 +20,10 @@ from streamling_dagster.assets import input_spec
 from streamling_dagster.factory import VALIDITY_CHECK, PipelineDefinitions, build_pipeline
 from streamling_dagster.observations import positions_sensor
 from streamling_dagster.pipelines import PipelineFile, discover, located_errors, pipelines_directory
-from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
+from streamling_dagster.resources import default_resources
 from streamling_dagster.translator import StreamlingObject, StreamlingTranslator
 
 FILES_SENSOR = "streamling_pipeline_files"
-
-
-def default_resources(settings: Settings) -> dict[str, Any]:
-    return {"streamling": StreamlingResource(), "spark": StreamlingSparkResource.from_settings(settings)}
 
 
 def files_sensor(directory: Path, loaded: list[PipelineFile], settings: Settings | None = None) -> dg.SensorDefinition:

@@ -204,8 +204,8 @@ def pipeline_definitions(
     dependencies) — for when another definition, another pipeline's sink say, is their producer.
     `resources` defaults to the `streamling` and `spark` resources built from the settings.
     """
-    from streamling_dagster.definitions import default_resources
     from streamling_dagster.observations import positions_sensor
+    from streamling_dagster.resources import default_resources
 
     settings = settings or load_settings()
     translator = translator or StreamlingTranslator()

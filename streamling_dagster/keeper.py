@@ -15,8 +15,7 @@ import time
 
 import dagster as dg
 
-from streamling_dagster.guard import REFUSED_TAG, invalid_now
-from streamling_dagster.jobs import STREAM_TAG
+from streamling_dagster.guard import REFUSED_TAG, STREAM_TAG, invalid_now
 from streamling_dagster.pipelines import PipelineFile
 from streamling_dagster.streaming import STOPPED_BY_TAG
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from streamling import Node
 from streamling.config import Settings
-from streamling.operators import ExternalObject, Operator, Source
-from streamling.topology.pipeline import Node
+from streamling.plugin import ExternalObject, Operator, Source
 
 
 def operator_of(node: Node, settings: Settings | None = None) -> Operator[Any]:

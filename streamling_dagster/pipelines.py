@@ -12,9 +12,9 @@ import dagster as dg
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from streamling import Node, Pipeline, load_pipeline, read_pipeline_text
 from streamling.config import Settings, load_settings, yaml_input
 from streamling.errors import StreamlingError, first_line
-from streamling.topology.pipeline import Node, Pipeline, load_pipeline, read_pipeline_text
 from streamling_dagster import nodes
 from streamling_dagster.partitions import BackfillPartitions
 

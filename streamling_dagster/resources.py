@@ -124,3 +124,9 @@ class StreamlingSparkResource(dg.ConfigurableResource):
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._spark_session is not None:
             self._spark_session.stop()
+
+
+def default_resources(settings: Settings) -> dict[str, Any]:
+    """What a code location binds when the user binds nothing: the engine's settings and a Spark session that
+    follows them."""
+    return {"streamling": StreamlingResource(), "spark": StreamlingSparkResource.from_settings(settings)}

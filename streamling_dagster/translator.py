@@ -28,9 +28,9 @@ from typing import Any, Literal
 import dagster as dg
 import yaml
 
+from streamling import Node
 from streamling.config import Settings
-from streamling.operators import ExternalObject
-from streamling.topology.pipeline import Node
+from streamling.plugin import ExternalObject
 from streamling_dagster.nodes import operator_of
 from streamling_dagster.pipelines import PipelineFile, asset_name
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from streamling.engine_client import EngineClient, run_on_engine
     from streamling.errors import StreamlingError
     from streamling.runtime.summary import RunSummary
-    from streamling.topology.pipeline import ValidationReport, load_pipeline
+    from streamling.topology.pipeline import Node, Pipeline, ValidationReport, load_pipeline, read_pipeline_text
 
 
 _HOMES = {
@@ -39,6 +39,9 @@ _HOMES = {
     "StreamlingError": "streamling.errors",
     "ValidationReport": "streamling.topology.pipeline",
     "load_pipeline": "streamling.topology.pipeline",
+    "Node": "streamling.topology.pipeline",
+    "Pipeline": "streamling.topology.pipeline",
+    "read_pipeline_text": "streamling.topology.pipeline",
     "load_settings": "streamling.config",
     "plan_pipeline": "streamling.api",
     "release_embedded": "streamling.clickhouse.client",
@@ -55,6 +58,8 @@ _HOMES = {
 __all__ = [
     "EngineClient",
     "KeyMark",
+    "Node",
+    "Pipeline",
     "RunSummary",
     "Settings",
     "SourceStatus",
@@ -64,6 +69,7 @@ __all__ = [
     "load_pipeline",
     "load_settings",
     "plan_pipeline",
+    "read_pipeline_text",
     "release_embedded",
     "reset_positions",
     "run_on_engine",

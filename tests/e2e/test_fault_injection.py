@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from streamling.runtime.faults import POINTS
+from streamling.core.faults import POINTS
 from tests.e2e.cli import run_cli, sqlite_state, write
 
 SEED = 20261122

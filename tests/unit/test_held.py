@@ -1,4 +1,4 @@
-"""Clients held per run (`runtime/held.py`), without Spark: shared by the runs that ask for the same key, closed
+"""Clients held per run (`core/held.py`), without Spark: shared by the runs that ask for the same key, closed
 when the last of them is retired (on the driver) or when a task carries the retirement (in a worker), and closed
 after `IDLE_SEC` unused in a worker."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from streamling.runtime import held
-from streamling.runtime.held import PROCESS, Held
-from streamling.telemetry.logs import RUN_SCOPE
+from streamling.core import held
+from streamling.core.held import PROCESS, Held
+from streamling.core.scope import RUN_SCOPE
 
 
 class Client:

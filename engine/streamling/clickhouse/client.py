@@ -200,7 +200,7 @@ def _hold(path: Path, wait_sec: float = 0.0) -> None:
         give_up=give_up,
     )(fcntl.flock, fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     _HELD.append(fd)
-    from streamling.telemetry.logs import RUN_SCOPE
+    from streamling.core.scope import RUN_SCOPE
 
     me = {
         "pid": os.getpid(),

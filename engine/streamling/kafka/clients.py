@@ -15,8 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from streamling.core.held import HELD
 from streamling.errors import StreamlingError
-from streamling.runtime.held import HELD
 
 if TYPE_CHECKING:  # the settings models are the driver's: workers get `connection_options`' strings
     from streamling.config.model import KafkaConnectionSettings
@@ -111,7 +111,7 @@ def registry(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
     Its cache of a subject's latest version is switched off (`cache.latest.ttl.sec` 0; by default it never
     expires): a process that runs pipelines one after another (`streamling serve`, a test session) would
     otherwise start every later run with the reader schema the first run fetched. Closed once no run uses it
-    (`runtime/held.py`)."""
+    (`core/held.py`)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     key = (options["registry_url"], options.get("registry_username"), options.get("registry_password"))
@@ -127,7 +127,7 @@ def registry(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
 
 def producer(config: Mapping[str, Any]):  # type: ignore[no-untyped-def]
     """One producer per Python worker and configuration, reused across epochs, closed once no run writes with it
-    (`runtime/held.py`; every epoch flushed its records before it committed, so nothing is pending then)."""
+    (`core/held.py`; every epoch flushed its records before it committed, so nothing is pending then)."""
     from confluent_kafka import Producer
 
     key = json.dumps({k: v for k, v in config.items() if k != "logger"}, sort_keys=True)

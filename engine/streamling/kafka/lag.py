@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from streamling.telemetry.logs import in_this_run
+from streamling.core.scope import in_this_run
 
 log = logging.getLogger("streamling.kafka")
 WATERMARK_TIMEOUT_SEC = 5.0

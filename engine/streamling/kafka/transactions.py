@@ -25,11 +25,11 @@ from typing import Any, NoReturn
 import pyarrow as pa
 from tenacity import RetryCallState, retry_if_exception_type
 
+from streamling.core.faults import crash_point
 from streamling.core.retry import RetryPolicy
 from streamling.errors import LeaseLostError, StreamlingError
 from streamling.kafka.availability import Outage, describe, is_unavailable, wait_out
 from streamling.plugin import AppliedEpoch, Epoch
-from streamling.runtime.faults import crash_point
 
 log = logging.getLogger("streamling.kafka")
 PROGRESS_PARTITION = 0

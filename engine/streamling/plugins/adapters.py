@@ -30,6 +30,7 @@ from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from streamling.core.held import HELD
 from streamling.core.labels import label_errors
 from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError, StreamlingNodeError, first_line
@@ -43,7 +44,6 @@ from streamling.plugin import (
     SideOutput,
 )
 from streamling.plugins.state import NodeState
-from streamling.runtime.held import HELD
 from streamling.spec import ignored_fields
 from streamling.state import StateBackend
 from streamling.telemetry.logs import configure_worker_logging
@@ -91,7 +91,7 @@ class PluginRef:
 
     def build(self) -> Any:
         """The instance for this process (built once per process and reused by its later tasks while a run uses it:
-        `runtime/held.py`)."""
+        `core/held.py`)."""
         key = (self.module, self.qualname, self.plugin_id, self.node, self.options)
         return HELD.get("plugin instance", key, self._instance)
 

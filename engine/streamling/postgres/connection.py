@@ -29,9 +29,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from tenacity import RetryCallState, retry_if_exception
 
 from streamling.config.model import PostgresConnectionSettings
+from streamling.core.held import HELD
 from streamling.core.retry import RetryPolicy, failure, log_first_failure, on_success
 from streamling.errors import LeaseLostError, StreamlingError
-from streamling.runtime.held import HELD
 
 log = logging.getLogger("streamling.postgres")
 T = TypeVar("T")
@@ -135,7 +135,7 @@ def pool(settings: PostgresConnectionSettings, *, autocommit: bool = True, where
 
     Before a pool is made, one connection is tried directly, so that a login the server turns down fails at once,
     naming `where`, rather than after the pool's acquire timeout (the pool connects in background threads). Closed
-    once no run uses it (`runtime/held.py`)."""
+    once no run uses it (`core/held.py`)."""
 
     def open_() -> _Pool:
         _probe(settings, where)

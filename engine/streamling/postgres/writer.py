@@ -31,6 +31,7 @@ from psycopg import sql
 
 from streamling.arrow_keys import int64_array, key_codes, last_rows, occurrences
 from streamling.config.model import PostgresSinkSettings
+from streamling.core.faults import crash_point
 from streamling.core.rows import GS_OP, json_default
 from streamling.dead_letters import DeadLetter, DeadLetterTarget, row_letter
 from streamling.errors import StreamlingError
@@ -39,7 +40,6 @@ from streamling.postgres import catalog
 from streamling.postgres.connection import connection, reason, with_retries
 from streamling.postgres.progress import ProgressKey, already_applied, record
 from streamling.postgres.types import Column
-from streamling.runtime.faults import crash_point
 from streamling.telemetry.tasks import OFF, NodeRecorder
 
 log = logging.getLogger("streamling.postgres")

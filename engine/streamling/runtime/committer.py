@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from streamling.telemetry.logs import in_this_run
+from streamling.core.scope import in_this_run
 
 
 class Committer:

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from streamling.core.faults import crash_point
 from streamling.errors import LeaseLostError, error_context
 from streamling.operators import Epoch, Operator, Source, Written, rows_of
-from streamling.runtime.faults import crash_point
 from streamling.state import epoch_key
 
 if TYPE_CHECKING:

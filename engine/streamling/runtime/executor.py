@@ -30,9 +30,10 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from streamling.config import Settings
+from streamling.core.held import PROCESS, RUN_PROPERTY
+from streamling.core.scope import RUN_SCOPE
 from streamling.errors import StreamlingError, error_context, first_line, wrap
 from streamling.operators import RunContext, Sink, Source, Written, rows_of
-from streamling.runtime.held import PROCESS, RUN_PROPERTY
 from streamling.runtime.lease import RunLease
 from streamling.runtime.plan import Plan
 from streamling.runtime.protocols import QueryDriver
@@ -40,7 +41,6 @@ from streamling.runtime.queries import SHUTDOWN_GRACE_SEC, PhasedQuery, SourceQu
 from streamling.runtime.restarts import Restarts
 from streamling.runtime.summary import RunSummary, SourceProgress
 from streamling.state import Fence, StateBackend, epoch_key
-from streamling.telemetry.logs import RUN_SCOPE
 from streamling.telemetry.run import RunTelemetry
 
 log = logging.getLogger("streamling.runtime")

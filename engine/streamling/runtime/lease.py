@@ -22,9 +22,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from streamling.core.scope import in_this_run
 from streamling.errors import LeaseLostError, StreamlingError, first_line
 from streamling.state import Fence, JsonDoc, LeaseHolder, StateBackend
-from streamling.telemetry.logs import in_this_run
 
 log = logging.getLogger("streamling.runtime")
 HEARTBEATS_PER_TTL = 6

@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING, Any
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
+from streamling.core.faults import crash_point
+from streamling.core.held import HELD, RETIRED_PROPERTY
+from streamling.core.scope import in_this_run
 from streamling.errors import error_context
 from streamling.operators import Epoch, Sink, Source
 from streamling.runtime.committer import Committer
 from streamling.runtime.epoch_commit import EpochCommit, EpochTiming, Staged
-from streamling.runtime.faults import crash_point
-from streamling.runtime.held import HELD, RETIRED_PROPERTY
 from streamling.runtime.protocols import Runner
 from streamling.runtime.reading import ReaderEpochs
 from streamling.runtime.summary import SourceProgress
 from streamling.state import epoch_key, phase_key
-from streamling.telemetry.logs import in_this_run
 
 if TYPE_CHECKING:
     from streamling.telemetry.observe import EpochFigures

@@ -13,7 +13,7 @@ log), so fifty submitted together all start, one pair after another and in the o
 (`admission.py`), instead of starving each other. A run leaves
 ``starting`` for ``running`` once every source's query started. A finished run's record is kept for
 ``engine.run_retention_sec``, then evicted; what it held in the engine's processes is released when it ends
-(`runtime/held.py`).
+(`core/held.py`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
+from streamling.core.held import HELD
+from streamling.core.scope import RUN_SCOPE
 from streamling.errors import StreamlingError, first_line
-from streamling.runtime.held import HELD
 from streamling.runtime.summary import RunSummary
 from streamling.serve.admission import Admission
-from streamling.telemetry.logs import RUN_SCOPE
 
 if TYPE_CHECKING:
     from streamling.config import Settings

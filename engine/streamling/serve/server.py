@@ -43,8 +43,8 @@ from starlette.routing import Route
 from streamling.clickhouse.marks import KeyMark, key_marks
 from streamling.config.model import SparkSettings
 from streamling.core.guard import Guard, host_names, token_for
+from streamling.core.held import HELD
 from streamling.errors import StreamlingError
-from streamling.runtime.held import HELD
 from streamling.serve.directory import PipelineDirectory
 from streamling.serve.runs import LIVE_STATES, Run, RunLogHandler, Runs, Submission
 from streamling.telemetry.admin import listen

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from streamling.core.held import HELD
 from streamling.core.rows import GS_OP
 from streamling.dead_letters import DeadLetter
 from streamling.errors import StreamlingError
@@ -17,7 +18,6 @@ from streamling.kafka.availability import Outage, patience, wait_out
 from streamling.kafka.avro import AvroDecoder
 from streamling.kafka.clients import registry, subject_of
 from streamling.kafka.source.metadata import METADATA_COLUMNS
-from streamling.runtime.held import HELD
 
 log = logging.getLogger("streamling.kafka")
 
@@ -26,7 +26,7 @@ DBZ_OPS = {b"c": "i", b"r": "i", b"u": "u", b"d": "d"}
 
 def decoder_for(options: Mapping[str, str]) -> AvroDecoder:
     """One decoder per process and source's reader schema (it caches the writer schemas it met), kept while a run
-    reads with it (`runtime/held.py`)."""
+    reads with it (`core/held.py`)."""
     overrides = options.get("schema_id_overrides", "{}")
     key = "/".join((options["reader_schema_id"], options["topic"], options["source"], overrides))
     return HELD.get("avro decoder", key, lambda: _decoder(options, overrides))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from streamling.core.held import HELD
 from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 from streamling.kafka.availability import Outage, is_unavailable, patience, transient_kafka_error
@@ -28,7 +29,6 @@ from streamling.kafka.source.offsets import (
     open_consumer,
     watermarks,
 )
-from streamling.runtime.held import HELD
 from streamling.runtime.pacing import Pacer
 from streamling.telemetry.logs import configure_worker_logging
 from streamling.telemetry.tasks import OFF, NodeRecorder
@@ -66,7 +66,7 @@ class Range(InputPartition):
 
 def _reader_consumer(options: Mapping[str, str]):  # type: ignore[no-untyped-def]
     """One consumer per Python worker and source, reused across epochs, closed once no run reads with it
-    (`runtime/held.py`)."""
+    (`core/held.py`)."""
     key = json.dumps({k: v for k, v in options.items() if k.startswith(("kafka_", "app", "source"))}, sort_keys=True)
     return HELD.get("kafka consumer", key, lambda: open_consumer(options, "read"), lambda c: c.close())
 

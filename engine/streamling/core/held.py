@@ -18,12 +18,15 @@ client is `held` under a key, by the runs that asked for it:
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from streamling.core.scope import RUN_SCOPE
 
 log = logging.getLogger("streamling.runtime")
 T = TypeVar("T")
@@ -129,14 +132,12 @@ class Held:
 def _asking() -> tuple[str, list[str], bool]:
     """The run asking (a task's ``streamling.run``, else the driver thread's run scope), the runs retired by the time
     a task was launched, and whether this is a task."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
+    pyspark = sys.modules.get("pyspark")  # a Spark task's worker has imported it; a process without it has no task
+    context = pyspark.TaskContext.get() if pyspark is not None else None
     if context is not None:
         owner = context.getLocalProperty(RUN_PROPERTY) or PROCESS
         retired = context.getLocalProperty(RETIRED_PROPERTY) or ""
         return owner, [r for r in retired.split(",") if r], True
-    from streamling.telemetry.logs import RUN_SCOPE
 
     return RUN_SCOPE.get() or PROCESS, [], False
 
