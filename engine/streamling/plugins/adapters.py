@@ -51,7 +51,11 @@ from streamling.types import GS_OP, with_gs_op
 log = logging.getLogger("streamling.plugins")
 
 
-def plugin_label(plugin_id: str, node: str) -> str:
+def plugin_label(plugin_id: str, node: str, kind: str) -> str:
+    """How messages name a plugin's node: ``plugin 'acme.x' (node 'n')``. An id without a namespace is a built-in
+    (only the built-ins have none), named as every built-in node is: ``print sink 'n'``."""
+    if "." not in plugin_id:
+        return f"{plugin_id} {kind} '{node}'"
     return f"plugin '{plugin_id}' (node '{node}')"
 
 
@@ -79,14 +83,12 @@ class PluginRef:
     application_id: str
     options: bytes
     """The pickled options model (pickled by reference to its class, like the plugin class)."""
+    label: str
+    """How messages name the node (`plugin_label`)."""
     archives: tuple[str, ...] = ()
     """Where the driver's machine keeps the shipped plugin archives (`shipping.local_archives`)."""
     log_level: str = "info"
     log_format: str = "text"
-
-    @property
-    def label(self) -> str:
-        return plugin_label(self.plugin_id, self.node)
 
     def build(self) -> Any:
         """The instance for this process (built once per process and reused by its later tasks while a run uses it:
@@ -173,7 +175,7 @@ class PluginNode(Operator[Any]):
 
     @property
     def label(self) -> str:
-        return plugin_label(self.plugin_id, self.name)
+        return plugin_label(self.plugin_id, self.name, self.kind)
 
     @cached_property
     def node_state(self) -> NodeState:
@@ -182,7 +184,7 @@ class PluginNode(Operator[Any]):
     @cached_property
     def plugin(self) -> Any:
         """The plugin instance on the driver; its identity labels are asked (and checked) once, as it is built."""
-        context = Context(self.name, self.plugin_id, self.settings.application_id, self.node_state)
+        context = Context(self.name, self.plugin_id, self.settings.application_id, self.node_state, self.settings)
         with plugin_errors(self.label):
             plugin = self.plugin_class(self.spec.options, context)
             labels = plugin.labels()
@@ -215,18 +217,17 @@ class PluginNode(Operator[Any]):
         cls = self.plugin_class
         from streamling.plugins.shipping import local_archives
 
-        options = pickle.dumps(self.spec.options)
-        app = self.settings.application_id
         return PluginRef(
-            cls.__module__,
-            cls.__qualname__,
-            self.plugin_id,
-            self.name,
-            app,
-            options,
-            local_archives(),
-            self.settings.log_level,
-            self.settings.log_format,
+            module=cls.__module__,
+            qualname=cls.__qualname__,
+            plugin_id=self.plugin_id,
+            node=self.name,
+            application_id=self.settings.application_id,
+            options=pickle.dumps(self.spec.options),
+            label=self.label,
+            archives=local_archives(),
+            log_level=self.settings.log_level,
+            log_format=self.settings.log_format,
         )
 
     def labels(self) -> dict[str, Any]:
@@ -238,8 +239,9 @@ class PluginNode(Operator[Any]):
         return self._declared_labels
 
     def warnings(self) -> list[str]:
-        """One warning per YAML label the plugin overrides with another value. A plugin that cannot be built or
-        whose labels break the rules has no warnings: analysis reports it as an error for its node."""
+        """The plugin's own warnings, then one per YAML label the plugin overrides with another value, each naming
+        the node. A plugin that cannot be built or whose labels break the rules has no warnings: analysis reports
+        it as an error for its node."""
         yaml_labels = self.spec.labels()
         out = ignored_fields(
             self.label,
@@ -253,6 +255,7 @@ class PluginNode(Operator[Any]):
         )
         try:
             plugin_labels = self._plugin_labels()
+            out += [f"{self.label}: {warning}" for warning in self.call("warnings")]
         except StreamlingError:
             return out
         for key, value in plugin_labels.items():
