@@ -86,3 +86,15 @@ def test_print_sink_mode_other_than_batch_is_named_with_its_value() -> None:
     assert report.errors == [
         "sink 'print.src' (type 'print_sink'): field 'options.mode': Input should be 'batch' (got 'row')"
     ]
+
+
+def test_the_control_plane_shows_a_print_node_as_written_when_it_sets_no_field() -> None:
+    """An Arrow-level node's spec holds its options; all defaults, they are not shown as an empty map."""
+    from pathlib import Path
+
+    from streamling_dagster.pipelines import PipelineFile
+
+    text = "sources: {src: {type: generator}}\nsinks: {out: {type: print, from: src}}\n"
+    pipeline, _ = load_pipeline(text)
+    pf = PipelineFile(name="p", path=Path("p.yaml"), text=text, pipeline=pipeline)
+    assert pf.node_yaml(pipeline.nodes["out"]) == "out:\n  type: print\n  from: src\n"

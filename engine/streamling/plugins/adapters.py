@@ -1,10 +1,18 @@
 """Spark-level operators for Arrow-level plugin classes (`streamling.plugin`): the plugin writes Arrow, the
 runtime keeps epochs, commits and replays exactly as for the built-ins.
 
-Every call into plugin code names the plugin and the node when it fails (``plugin 'acme.x' (node 'n'): …``),
-on the driver and inside Spark tasks alike. What runs on the executors (a transform, a source's reads)
-rebuilds the plugin instance there from a `PluginRef`, once per Python worker, by importing the plugin's
-module by name: installed, or shipped with the job (`streamling.plugins.shipping`).
+Why this module exists: the runtime drives one kind of node, the Spark-level `Operator` (it plans the Spark
+queries, stages sinks, commits positions with state), so that built-ins and plugins share one planner and one
+commit protocol. The Arrow level is the smaller contract most plugins need (`docs/writing-a-plugin.md`, "Two
+tiers"); each adapter here is the Spark side of one Arrow-level kind, written once instead of by every plugin:
+`ArrowSource` → a stream reader whose offsets wrap the plugin's positions, `PolledSource` → a driver-read source,
+`ArrowTransform` → ``mapInArrow``, `ArrowSink` → a `DriverSink`, `SideOutput` → a pass-through transform. Around
+them: the node's state staged per epoch (`NodeState`), the plugin's schema turned into Spark's and every batch
+conformed to it, its labels checked like the YAML's, and every call into plugin code naming the plugin and the
+node when it fails (``plugin 'acme.x' (node 'n'): …``), on the driver and inside Spark tasks alike. What runs on
+the executors (a transform, a source's reads) rebuilds the plugin instance there from a `PluginRef`, once per
+Python worker, by importing the plugin's module by name: installed, or shipped with the job
+(`streamling.plugins.shipping`).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from importlib import import_module
 from typing import Any, ClassVar
@@ -276,11 +284,16 @@ class PluginNode(Operator[Any]):
 
     def state_entries(self, epoch: Epoch) -> dict[str, dict[str, Any]]:
         """The state this node staged for `epoch`, for the epoch's commit (`put_many` with the position)."""
-        return self.node_state.entries((epoch.source, epoch.id))
+        return self.node_state.entries(_bucket(epoch))
 
 
 def _position_key(node: str) -> str:
     return f"{node}:position"
+
+
+def _bucket(epoch: Epoch) -> tuple[str, int]:
+    """Where a plugin's state puts during `epoch` are staged, to be committed with its position."""
+    return (epoch.source, epoch.id)
 
 
 class _PluginSource(PluginNode, Source[Any]):
@@ -309,18 +322,23 @@ class _PluginSource(PluginNode, Source[Any]):
     def epoch_committed(self, epoch: Epoch) -> None:
         self.call("finalize", epoch)
 
+    def position_entries(
+        self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
+    ) -> dict[str, dict[str, Any]]:
+        """The position `end` and the state the plugin staged for the epoch that ends there."""
+        entries = {_position_key(self.name): {"position": end.get("position"), "updated_at": now_ms}}
+        return {**entries, **self.node_state.entries(*self._buckets_ending(end))}
+
+    def _buckets_ending(self, end: Mapping[str, Any]) -> tuple[Any, ...]:
+        """Where the state staged for the epoch ending at `end` waits, besides the next-commit bucket."""
+        return ()
+
 
 class PluginArrowSource(_PluginSource):
     """An `ArrowSource` as a Spark stream reader: positions travel as offsets ``{"position": …}``."""
 
     def load_position(self, state: StateBackend) -> dict[str, Any]:
         return self.committed_position(state) or {"position": self.call("initial_position")}
-
-    def position_entries(
-        self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
-    ) -> dict[str, dict[str, Any]]:
-        entries = {_position_key(self.name): {"position": end.get("position"), "updated_at": now_ms}}
-        return {**entries, **self.node_state.entries()}
 
     def stream_reader(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
@@ -338,11 +356,9 @@ class PluginPolledSource(_PluginSource):
     def load_position(self, state: StateBackend) -> dict[str, Any]:
         return self.committed_position(state) or {"position": None}
 
-    def position_entries(
-        self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
-    ) -> dict[str, dict[str, Any]]:
-        entries = {_position_key(self.name): {"position": end.get("position"), "updated_at": now_ms}}
-        return {**entries, **self.node_state.entries(("poll", _text(end.get("position"))))}
+    def _buckets_ending(self, end: Mapping[str, Any]) -> tuple[Any, ...]:
+        """`poll`'s puts wait under the position it returned (`next_epoch`)."""
+        return (("poll", _text(end.get("position"))),)
 
     def next_epoch(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
@@ -375,7 +391,7 @@ class PluginPolledSource(_PluginSource):
         return spark.createDataFrame(table, schema=struct), {"position": position}
 
     def flush_epoch(self, epoch: Epoch) -> None:
-        self.call("flush", epoch, bucket=(epoch.source, epoch.id))
+        self.call("flush", epoch, bucket=_bucket(epoch))
 
 
 def _text(position: Any) -> str:
@@ -417,7 +433,7 @@ class _EpochHooks(PluginNode):
     `finalize` after, and the objects it writes."""
 
     def flush_epoch(self, epoch: Epoch) -> None:
-        self.call("flush", epoch, bucket=(epoch.source, epoch.id))
+        self.call("flush", epoch, bucket=_bucket(epoch))
 
     def epoch_committed(self, epoch: Epoch) -> None:
         self.call("finalize", epoch)
@@ -434,7 +450,7 @@ class PluginSink(_EpochHooks, DriverSink[Any]):
         return []
 
     def write_batch(self, batch: pa.RecordBatch, epoch: Epoch) -> None:
-        self.call("write", batch, epoch, bucket=(epoch.source, epoch.id))
+        self.call("write", batch, epoch, bucket=_bucket(epoch))
 
 
 class PluginSideOutput(_EpochHooks, Transform[Any]):
@@ -447,7 +463,7 @@ class PluginSideOutput(_EpochHooks, Transform[Any]):
             self.plugin  # noqa: B018 - validation builds the plugin (constructor, labels)
             return frame
         for batch in frame.toArrow().to_batches():
-            self.call("observe", batch, epoch, bucket=(epoch.source, epoch.id))
+            self.call("observe", batch, epoch, bucket=_bucket(epoch))
         return frame
 
 
@@ -460,13 +476,10 @@ ADAPTERS: dict[type, type[PluginNode]] = {
 }
 
 
-@dataclass
-class _AdapterCache:
-    classes: dict[tuple[type, str], type[PluginNode]] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-_cache = _AdapterCache()
+_adapters: dict[tuple[type, str], type[PluginNode]] = {}
+"""One adapter class per plugin class and id, so every node of that id shares it (its `OPTIONAL_ANSWERS` decided
+once)."""
+_adapters_lock = threading.Lock()
 
 
 OPTIONAL_ANSWERS = ("backlog", "rows_between")
@@ -477,8 +490,8 @@ reconciliation (`rows_between`) for it."""
 
 def adapter_for(cls: type, plugin_id: str) -> Callable[..., PluginNode]:
     """The operator class for plugin class `cls` registered as `plugin_id`."""
-    with _cache.lock:
-        found = _cache.classes.get((cls, plugin_id))
+    with _adapters_lock:
+        found = _adapters.get((cls, plugin_id))
         if found is None:
             base = next(adapter for abc, adapter in ADAPTERS.items() if issubclass(cls, abc))
             attributes: dict[str, Any] = {"plugin_class": cls, "plugin_id": plugin_id}
@@ -486,5 +499,5 @@ def adapter_for(cls: type, plugin_id: str) -> Callable[..., PluginNode]:
                 if getattr(cls, method) in (getattr(ArrowSource, method), getattr(PolledSource, method)):
                     attributes[method] = getattr(Source, method)
             found = type(f"{base.__name__}[{plugin_id}]", (base,), attributes)
-            _cache.classes[(cls, plugin_id)] = found
+            _adapters[(cls, plugin_id)] = found
         return found
