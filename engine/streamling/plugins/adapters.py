@@ -263,9 +263,9 @@ class PluginNode(Operator[Any]):
         )
         try:
             plugin_labels = self._plugin_labels()
-            out += [f"{self.label}: {warning}" for warning in self.call("warnings")]
         except StreamlingError:
             return out
+        out += [f"{self.label}: {warning}" for warning in self.call("warnings")]  # a failure here names the node
         for key, value in plugin_labels.items():
             if key in yaml_labels and str(yaml_labels[key]) != str(value):
                 out.append(
