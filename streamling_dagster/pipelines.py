@@ -89,8 +89,11 @@ class PipelineFile:
 
     def node_yaml(self, node: Node) -> str:
         """The node's own definition as the user wrote it (for asset descriptions), as YAML; URLs and headers
-        as the spec shows them (no credentials)."""
+        as the spec shows them (no credentials). An Arrow-level node's options (the print sink's among them) show
+        under ``options``, and not at all when all are defaults."""
         body = node.spec.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+        if body.get("options") == {}:
+            del body["options"]
         return yaml.safe_dump({node.name: body}, sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 

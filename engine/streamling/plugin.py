@@ -5,8 +5,17 @@ found through ``STREAMLING__PLUGIN__PATH`` (a ``.py`` file, a package directory,
 an installed distribution's entry point in the group ``streamling.plugins`` whose value is that ``PLUGIN``.
 Pipelines name its operators ``<namespace>.<name>``: ``type: acme.orders_source``.
 
-What an author writes are Arrow-level classes; the runtime turns them into Spark operators and owns epochs,
-commits, replays and delivery:
+Two tiers of operator classes live here (`docs/writing-a-plugin.md`, "Two tiers"):
+
+- **the Arrow level**, for most plugins: the classes below. A node gets and gives ``pyarrow`` record batches;
+  the runtime plans the Spark side (the reading tasks, ``mapInArrow``, collecting a sink's epoch to the driver)
+  and owns epochs, commits, replays and delivery. The adapters in `streamling.plugins.adapters` turn each class
+  into a Spark-level operator. The built-in print sink (`streamling.builtins.print_sink`) is written here.
+- **the Spark level**, for what needs planning control: `Operator`, `Source`, `Transform`, `Sink`, `DriverSink`.
+  A node gets DataFrames and Spark's stream-reader contract, so it decides partitioning, pushdown, what runs on
+  the executors and what is collected. The other built-ins are written there.
+
+The Arrow-level classes, and the other things a plugin may define:
 
 - `ArrowSource`: read on the executors by Spark tasks, planned on the driver. Say where reading starts
   (`initial_position`), how far data is available (`latest_position`) and how to read a range
@@ -26,10 +35,10 @@ the original's examples, its other top-level fields) is validated against it, an
 options per node and field. Constructors and `output_schema` must not do I/O: validation builds the classes
 to learn schemas. Open connections in `open` (driver, only when a run starts), release them in `close`.
 
-Importing this module imports neither pyspark nor psycopg. The Spark-level operator interface — the one the 14
-built-in operators are written against, importing it only from here (`Operator`, `Source`, `Transform`, `Sink`,
-`DriverSink`, `Epoch`, `AppliedEpoch`, `Written`, `rows_of`, `RunContext`, `ExternalObject`) — is re-exported on
-first use.
+Importing this module imports neither pyspark nor psycopg. The Spark-level operator interface — the one the
+built-in operators on that tier are written against, importing it only from here (`Operator`, `Source`,
+`Transform`, `Sink`, `DriverSink`, `Epoch`, `AppliedEpoch`, `Written`, `rows_of`, `RunContext`, `ExternalObject`)
+— is re-exported on first use.
 """
 
 from __future__ import annotations
@@ -129,12 +138,17 @@ class State(ABC):
 
 @dataclass(frozen=True)
 class Context:
-    """Where a plugin instance runs: its node, its plugin id, the application and (driver only) its state."""
+    """Where a plugin instance runs: its node, its plugin id, the application and (driver only) its state and the
+    run's settings."""
 
     node: str
     plugin_id: str
     application_id: str = "local_app_v1"
     state: State | None = None
+    settings: Any = None
+    """The run's settings (`streamling.config.Settings`, read-only) on the driver, None on the executors: for an
+    option whose default is a setting, as the built-in print sink's ``sample_every`` defaults to
+    ``print_sink.sample_every``."""
 
     def require_state(self) -> State:
         if self.state is None:
@@ -171,6 +185,11 @@ class _Node(ABC, Generic[OptionsT]):
         """This node's logger (``streamling.plugins.<id>``): its lines go wherever the runtime's do, in the same
         text or JSON format, on the driver and in Spark's workers."""
         return logging.getLogger(f"streamling.plugins.{self.context.plugin_id}")
+
+    def warnings(self) -> list[str]:
+        """What validation reports and a run logs once at start, never per epoch: an option accepted that changes
+        nothing here, say. The runtime puts the node's name in front of each. Like the constructor, no I/O."""
+        return []
 
     def labels(self) -> Mapping[str, str]:
         """Identity labels for telemetry (e.g. ``{"endpoint": ...}``). A YAML ``telemetry.labels`` entry with the
@@ -403,7 +422,8 @@ class Plugin:
     subclass with a ``spec_model``); a name used by both a source and a sink maps to a list of both.
     `side_outputs` maps names to `SideOutput` classes (they may also be listed in `operators`). `functions`
     lists `SqlFunction` classes or instances, `preprocessors` `Preprocessor` classes. `namespace` prefixes
-    every id; only the built-ins have none."""
+    every id; only the built-ins have none, and their Arrow-level nodes are named in messages as every built-in
+    node is (``print sink 'out'``), not as a plugin's (``plugin 'acme.x' (node 'out')``)."""
 
     namespace: str | None
     operators: Mapping[str, type | Sequence[type]] = field(default_factory=dict)

@@ -31,6 +31,7 @@ def test_every_code_block_is_a_verbatim_region_of_the_file_it_names() -> None:
     for name in ("__init__", "transform", "source", "sink", "functions", "side_output", "preprocessor"):
         assert f"plugins/basic_plugin/{name}.py" in checked
     for path in (
+        "engine/streamling/builtins/print_sink.py",  # the built-in written on the Arrow level ("Two tiers")
         "plugins/acme_api/source.py",
         "plugins/basic_plugin/pyproject.toml",
         "pipelines/plugin_random.yaml",
@@ -38,3 +39,14 @@ def test_every_code_block_is_a_verbatim_region_of_the_file_it_names() -> None:
         "pipelines/partner_orders.yaml",
     ):
         assert path in checked
+
+
+def test_the_guide_names_both_tiers_and_the_built_in_written_on_the_arrow_level() -> None:
+    from streamling.builtins.print_sink import PrintSink
+    from streamling.plugin import ArrowSink
+
+    text = GUIDE.read_text()
+    assert "## 3. Two tiers: the Arrow level and the Spark level" in text
+    assert "**The Arrow level — for most plugins.**" in text
+    assert "**The Spark level — for what needs planning control.**" in text
+    assert issubclass(PrintSink, ArrowSink)

@@ -235,3 +235,41 @@ def test_unknown_plugin_setting_is_gone(tmp_path: Path) -> None:
         config=str(tmp_path / "none.yaml"), environ={"STREAMLING__PLUGIN__PATH": str(tmp_path / "p.py")}
     )
     assert config.plugin.path == str(tmp_path / "p.py")
+
+
+def test_an_arrow_level_node_s_warnings_name_it_and_its_driver_context_has_the_run_s_settings(tmp_path: Path) -> None:
+    """What the built-in print sink uses on the Arrow level is there for every plugin: `warnings()`, reported with
+    the node's name in front, and the run's settings on the driver."""
+    from streamling.runtime.plan import Plan
+
+    name = unique()
+    path = write_plugin(
+        tmp_path,
+        name,
+        f"""
+        from streamling.plugin import ArrowSink, Options, Plugin
+
+        class Opts(Options):
+            legacy: int | None = None
+
+        class Out(ArrowSink[Opts]):
+            options_model = Opts
+
+            def warnings(self):
+                width = self.context.settings.record_batch_size
+                return [f"legacy = {{self.options.legacy}} has no effect here (batches up to {{width}} rows)"]
+
+            def write(self, batch, epoch):
+                pass
+
+        PLUGIN = Plugin(namespace="{name}", operators={{"out": Out}})
+        """,
+    )
+    config = settings(tmp_path, path=str(path))
+    pipeline, errors, _ = load(
+        f"sources: {{a: {{type: generator}}}}\nsinks: {{b: {{type: {name}.out, from: a, legacy: 1}}}}", config
+    )
+    assert errors == []
+    assert Plan(pipeline, config).warnings[-1] == (
+        f"plugin '{name}.out' (node 'b'): legacy = 1 has no effect here (batches up to {config.record_batch_size} rows)"
+    )

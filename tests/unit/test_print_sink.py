@@ -6,17 +6,18 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from streamling.builtins.print_sink import PrintSink, PrintSinkSpec
+from streamling.builtins.print_sink import PrintOptions, PrintSink
 from streamling.config import load_settings
-from streamling.operators import Epoch
+from streamling.plugin import ArrowSink, Context, Epoch
 from streamling.topology.pipeline import load_pipeline
 
 
 def sink(sample_every: int | None = None, global_every: int = 1) -> PrintSink:
+    """Built as a plugin's sink is tested: plain Python, its options and a driver context with the settings."""
     settings = load_settings(
         config="/nonexistent/x", environ={"STREAMLING__PRINT_SINK__SAMPLE_EVERY": str(global_every)}
     )
-    return PrintSink("p", PrintSinkSpec(type="print", **{"from": "x"}, sample_every=sample_every), settings)
+    return PrintSink(PrintOptions(sample_every=sample_every), Context("p", "print", settings=settings))
 
 
 EPOCH = Epoch("s", 1, {}, {})
@@ -30,7 +31,7 @@ def test_every_row_with_kind_and_json(capsys) -> None:
             {"id": 3, "price": Decimal("0"), "_gs_op": "d"},
         ]
     )
-    sink().write_batch(batch, EPOCH)
+    sink().write(batch, EPOCH)
     assert capsys.readouterr().out.splitlines() == [
         '1 -> (sample_every=1) [Insert] {"id": 1, "price": "1.50", "_gs_op": "i"}',
         '2 -> (sample_every=1) [Update] {"id": 2, "price": null, "_gs_op": "u"}',
@@ -42,7 +43,7 @@ def test_sampling_continues_across_batches(capsys) -> None:
     s = sink(sample_every=3)
     for lo in (0, 4, 5):  # batches of 4, 1 and 5 rows: ids 1..10
         hi = {0: 4, 4: 5, 5: 10}[lo]
-        s.write_batch(pa.RecordBatch.from_pylist([{"id": i + 1, "_gs_op": "i"} for i in range(lo, hi)]), EPOCH)
+        s.write(pa.RecordBatch.from_pylist([{"id": i + 1, "_gs_op": "i"} for i in range(lo, hi)]), EPOCH)
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" ")[0] for line in lines] == ["1", "4", "7", "10"]
     assert lines[1] == '4 -> (sample_every=3) [Insert] {"id": 4, "_gs_op": "i"}'
@@ -50,7 +51,7 @@ def test_sampling_continues_across_batches(capsys) -> None:
 
 def test_global_sample_every_applies_when_sink_sets_none(capsys) -> None:
     s = sink(global_every=2)
-    s.write_batch(pa.RecordBatch.from_pylist([{"id": i, "_gs_op": "i"} for i in range(5)]), EPOCH)
+    s.write(pa.RecordBatch.from_pylist([{"id": i, "_gs_op": "i"} for i in range(5)]), EPOCH)
     assert len(capsys.readouterr().out.splitlines()) == 3
 
 
@@ -70,7 +71,14 @@ def test_print_sink_is_the_original_plugin_examples_name_for_print() -> None:
     pipeline, report = load_pipeline(ORIGINAL_PRINT_SINK % "batch")
     assert report.errors == []
     node = pipeline.nodes["print.src"]
-    assert issubclass(node.optype.operator, PrintSink) and node.spec.options.mode == "batch"
+    assert issubclass(node.optype.operator.cls, PrintSink) and node.spec.options.mode == "batch"
+
+
+def test_the_print_sink_is_the_built_in_written_on_the_arrow_level() -> None:
+    """docs/writing-a-plugin.md points plugin authors at it as the living example of that tier."""
+    pipeline, report = load_pipeline("sources: {src: {type: generator}}\nsinks: {out: {type: print, from: src}}")
+    assert report.errors == []
+    assert issubclass(pipeline.nodes["out"].optype.operator.cls, ArrowSink)
 
 
 def test_print_sink_mode_other_than_batch_is_named_with_its_value() -> None:
@@ -78,3 +86,15 @@ def test_print_sink_mode_other_than_batch_is_named_with_its_value() -> None:
     assert report.errors == [
         "sink 'print.src' (type 'print_sink'): field 'options.mode': Input should be 'batch' (got 'row')"
     ]
+
+
+def test_the_control_plane_shows_a_print_node_as_written_when_it_sets_no_field() -> None:
+    """An Arrow-level node's spec holds its options; all defaults, they are not shown as an empty map."""
+    from pathlib import Path
+
+    from streamling_dagster.pipelines import PipelineFile
+
+    text = "sources: {src: {type: generator}}\nsinks: {out: {type: print, from: src}}\n"
+    pipeline, _ = load_pipeline(text)
+    pf = PipelineFile(name="p", path=Path("p.yaml"), text=text, pipeline=pipeline)
+    assert pf.node_yaml(pipeline.nodes["out"]) == "out:\n  type: print\n  from: src\n"

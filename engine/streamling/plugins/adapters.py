@@ -1,10 +1,18 @@
 """Spark-level operators for Arrow-level plugin classes (`streamling.plugin`): the plugin writes Arrow, the
 runtime keeps epochs, commits and replays exactly as for the built-ins.
 
-Every call into plugin code names the plugin and the node when it fails (``plugin 'acme.x' (node 'n'): …``),
-on the driver and inside Spark tasks alike. What runs on the executors (a transform, a source's reads)
-rebuilds the plugin instance there from a `PluginRef`, once per Python worker, by importing the plugin's
-module by name: installed, or shipped with the job (`streamling.spark.shipping`).
+Why this module exists: the runtime drives one kind of node, the Spark-level `Operator` (it plans the Spark
+queries, stages sinks, commits positions with state), so that built-ins and plugins share one planner and one
+commit protocol. The Arrow level is the smaller contract most plugins need (`docs/writing-a-plugin.md`, "Two
+tiers"); each adapter here is the Spark side of one Arrow-level kind, written once instead of by every plugin:
+`ArrowSource` → a stream reader whose offsets wrap the plugin's positions, `PolledSource` → a driver-read source,
+`ArrowTransform` → ``mapInArrow``, `ArrowSink` → a `DriverSink`, `SideOutput` → a pass-through transform. Around
+them: the node's state staged per epoch (`NodeState`), the plugin's schema turned into Spark's and every batch
+conformed to it, its labels checked like the YAML's, and every call into plugin code naming the plugin and the
+node when it fails (``plugin 'acme.x' (node 'n'): …``), on the driver and inside Spark tasks alike. What runs on
+the executors (a transform, a source's reads) rebuilds the plugin instance there from a `PluginRef`, once per
+Python worker, by importing the plugin's module by name: installed, or shipped with the job
+(`streamling.spark.shipping`).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from importlib import import_module
 from typing import Any, ClassVar
@@ -52,7 +60,11 @@ from streamling.types import with_gs_op
 log = logging.getLogger("streamling.plugins")
 
 
-def plugin_label(plugin_id: str, node: str) -> str:
+def plugin_label(plugin_id: str, node: str, kind: str) -> str:
+    """How messages name a plugin's node: ``plugin 'acme.x' (node 'n')``. An id without a namespace is a built-in
+    (only the built-ins have none), named as every built-in node is: ``print sink 'n'``."""
+    if "." not in plugin_id:
+        return f"{plugin_id} {kind} '{node}'"
     return f"plugin '{plugin_id}' (node '{node}')"
 
 
@@ -80,14 +92,12 @@ class PluginRef:
     application_id: str
     options: bytes
     """The pickled options model (pickled by reference to its class, like the plugin class)."""
+    label: str
+    """How messages name the node (`plugin_label`)."""
     archives: tuple[str, ...] = ()
     """Where the driver's machine keeps the shipped plugin archives (`shipping.local_archives`)."""
     log_level: str = "info"
     log_format: str = "text"
-
-    @property
-    def label(self) -> str:
-        return plugin_label(self.plugin_id, self.node)
 
     def build(self) -> Any:
         """The instance for this process (built once per process and reused by its later tasks while a run uses it:
@@ -174,7 +184,7 @@ class PluginNode(Operator[Any]):
 
     @property
     def label(self) -> str:
-        return plugin_label(self.plugin_id, self.name)
+        return plugin_label(self.plugin_id, self.name, self.kind)
 
     @cached_property
     def node_state(self) -> NodeState:
@@ -183,7 +193,7 @@ class PluginNode(Operator[Any]):
     @cached_property
     def plugin(self) -> Any:
         """The plugin instance on the driver; its identity labels are asked (and checked) once, as it is built."""
-        context = Context(self.name, self.plugin_id, self.settings.application_id, self.node_state)
+        context = Context(self.name, self.plugin_id, self.settings.application_id, self.node_state, self.settings)
         with plugin_errors(self.label):
             plugin = self.plugin_class(self.spec.options, context)
             labels = plugin.labels()
@@ -191,7 +201,7 @@ class PluginNode(Operator[Any]):
         return plugin
 
     def _checked_labels(self, labels: Any) -> dict[str, Any]:
-        """The plugin's identity labels under the rules of YAML ``telemetry.labels`` (`topology.labels`: they
+        """The plugin's identity labels under the rules of YAML ``telemetry.labels`` (`core/labels.py`: they
         become metric dimensions too), else a user-facing error naming plugin, node and key."""
         if labels is None:
             return {}
@@ -216,18 +226,17 @@ class PluginNode(Operator[Any]):
         cls = self.plugin_class
         from streamling.spark.shipping import local_archives
 
-        options = pickle.dumps(self.spec.options)
-        app = self.settings.application_id
         return PluginRef(
-            cls.__module__,
-            cls.__qualname__,
-            self.plugin_id,
-            self.name,
-            app,
-            options,
-            local_archives(),
-            self.settings.log_level,
-            self.settings.log_format,
+            module=cls.__module__,
+            qualname=cls.__qualname__,
+            plugin_id=self.plugin_id,
+            node=self.name,
+            application_id=self.settings.application_id,
+            options=pickle.dumps(self.spec.options),
+            label=self.label,
+            archives=local_archives(),
+            log_level=self.settings.log_level,
+            log_format=self.settings.log_format,
         )
 
     def labels(self) -> dict[str, Any]:
@@ -239,8 +248,9 @@ class PluginNode(Operator[Any]):
         return self._declared_labels
 
     def warnings(self) -> list[str]:
-        """One warning per YAML label the plugin overrides with another value. A plugin that cannot be built or
-        whose labels break the rules has no warnings: analysis reports it as an error for its node."""
+        """The plugin's own warnings, then one per YAML label the plugin overrides with another value, each naming
+        the node. A plugin that cannot be built or whose labels break the rules has no warnings: analysis reports
+        it as an error for its node."""
         yaml_labels = self.spec.labels()
         out = ignored_fields(
             self.label,
@@ -256,6 +266,7 @@ class PluginNode(Operator[Any]):
             plugin_labels = self._plugin_labels()
         except StreamlingError:
             return out
+        out += [f"{self.label}: {warning}" for warning in self.call("warnings")]  # a failure here names the node
         for key, value in plugin_labels.items():
             if key in yaml_labels and str(yaml_labels[key]) != str(value):
                 out.append(
@@ -274,11 +285,16 @@ class PluginNode(Operator[Any]):
 
     def state_entries(self, epoch: Epoch) -> dict[str, dict[str, Any]]:
         """The state this node staged for `epoch`, for the epoch's commit (`put_many` with the position)."""
-        return self.node_state.entries((epoch.source, epoch.id))
+        return self.node_state.entries(_bucket(epoch))
 
 
 def _position_key(node: str) -> str:
     return f"{node}:position"
+
+
+def _bucket(epoch: Epoch) -> tuple[str, int]:
+    """Where a plugin's state puts during `epoch` are staged, to be committed with its position."""
+    return (epoch.source, epoch.id)
 
 
 class _PluginSource(PluginNode, Source[Any]):
@@ -307,18 +323,23 @@ class _PluginSource(PluginNode, Source[Any]):
     def epoch_committed(self, epoch: Epoch) -> None:
         self.call("finalize", epoch)
 
+    def position_entries(
+        self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
+    ) -> dict[str, dict[str, Any]]:
+        """The position `end` and the state the plugin staged for the epoch that ends there."""
+        entries = {_position_key(self.name): {"position": end.get("position"), "updated_at": now_ms}}
+        return {**entries, **self.node_state.entries(*self._buckets_ending(end))}
+
+    def _buckets_ending(self, end: Mapping[str, Any]) -> tuple[Any, ...]:
+        """Where the state staged for the epoch ending at `end` waits, besides the next-commit bucket."""
+        return ()
+
 
 class PluginArrowSource(_PluginSource):
     """An `ArrowSource` as a Spark stream reader: positions travel as offsets ``{"position": …}``."""
 
     def load_position(self, state: StateBackend) -> dict[str, Any]:
         return self.committed_position(state) or {"position": self.call("initial_position")}
-
-    def position_entries(
-        self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
-    ) -> dict[str, dict[str, Any]]:
-        entries = {_position_key(self.name): {"position": end.get("position"), "updated_at": now_ms}}
-        return {**entries, **self.node_state.entries()}
 
     def stream_reader(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
@@ -336,11 +357,9 @@ class PluginPolledSource(_PluginSource):
     def load_position(self, state: StateBackend) -> dict[str, Any]:
         return self.committed_position(state) or {"position": None}
 
-    def position_entries(
-        self, start: Mapping[str, Any], end: Mapping[str, Any], now_ms: int
-    ) -> dict[str, dict[str, Any]]:
-        entries = {_position_key(self.name): {"position": end.get("position"), "updated_at": now_ms}}
-        return {**entries, **self.node_state.entries(("poll", _text(end.get("position"))))}
+    def _buckets_ending(self, end: Mapping[str, Any]) -> tuple[Any, ...]:
+        """`poll`'s puts wait under the position it returned (`next_epoch`)."""
+        return (("poll", _text(end.get("position"))),)
 
     def next_epoch(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
@@ -373,7 +392,7 @@ class PluginPolledSource(_PluginSource):
         return spark.createDataFrame(table, schema=struct), {"position": position}
 
     def flush_epoch(self, epoch: Epoch) -> None:
-        self.call("flush", epoch, bucket=(epoch.source, epoch.id))
+        self.call("flush", epoch, bucket=_bucket(epoch))
 
 
 def _text(position: Any) -> str:
@@ -415,7 +434,7 @@ class _EpochHooks(PluginNode):
     `finalize` after, and the objects it writes."""
 
     def flush_epoch(self, epoch: Epoch) -> None:
-        self.call("flush", epoch, bucket=(epoch.source, epoch.id))
+        self.call("flush", epoch, bucket=_bucket(epoch))
 
     def epoch_committed(self, epoch: Epoch) -> None:
         self.call("finalize", epoch)
@@ -432,7 +451,7 @@ class PluginSink(_EpochHooks, DriverSink[Any]):
         return []
 
     def write_batch(self, batch: pa.RecordBatch, epoch: Epoch) -> None:
-        self.call("write", batch, epoch, bucket=(epoch.source, epoch.id))
+        self.call("write", batch, epoch, bucket=_bucket(epoch))
 
 
 class PluginSideOutput(_EpochHooks, Transform[Any]):
@@ -445,7 +464,7 @@ class PluginSideOutput(_EpochHooks, Transform[Any]):
             self.plugin  # noqa: B018 - validation builds the plugin (constructor, labels)
             return frame
         for batch in frame.toArrow().to_batches():
-            self.call("observe", batch, epoch, bucket=(epoch.source, epoch.id))
+            self.call("observe", batch, epoch, bucket=_bucket(epoch))
         return frame
 
 
@@ -458,13 +477,10 @@ ADAPTERS: dict[type, type[PluginNode]] = {
 }
 
 
-@dataclass
-class _AdapterCache:
-    classes: dict[tuple[type, str], type[PluginNode]] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-_cache = _AdapterCache()
+_adapters: dict[tuple[type, str], type[PluginNode]] = {}
+"""One adapter class per plugin class and id, so every node of that id shares it (its `OPTIONAL_ANSWERS` decided
+once)."""
+_adapters_lock = threading.Lock()
 
 
 OPTIONAL_ANSWERS = ("backlog", "rows_between")
@@ -475,8 +491,8 @@ reconciliation (`rows_between`) for it."""
 
 def adapter_for(cls: type, plugin_id: str) -> Callable[..., PluginNode]:
     """The operator class for plugin class `cls` registered as `plugin_id`."""
-    with _cache.lock:
-        found = _cache.classes.get((cls, plugin_id))
+    with _adapters_lock:
+        found = _adapters.get((cls, plugin_id))
         if found is None:
             base = next(adapter for abc, adapter in ADAPTERS.items() if issubclass(cls, abc))
             attributes: dict[str, Any] = {"plugin_class": cls, "plugin_id": plugin_id}
@@ -484,5 +500,5 @@ def adapter_for(cls: type, plugin_id: str) -> Callable[..., PluginNode]:
                 if getattr(cls, method) in (getattr(ArrowSource, method), getattr(PolledSource, method)):
                     attributes[method] = getattr(Source, method)
             found = type(f"{base.__name__}[{plugin_id}]", (base,), attributes)
-            _cache.classes[(cls, plugin_id)] = found
+            _adapters[(cls, plugin_id)] = found
         return found

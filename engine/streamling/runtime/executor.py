@@ -103,10 +103,14 @@ class PipelineRunner:
         self._tick.set()
 
     def _stop_limit(self, sink: str) -> int | None:
-        """The sink's own ``num_records_before_stop`` (the original's print-sink field), else the setting, else
-        for a print sink ``print_sink.num_records_before_stop`` (the original's print-sink setting)."""
+        """The sink's own ``num_records_before_stop`` (the original's print-sink field: a field of its YAML, or an
+        option of an Arrow-level sink's, as the print sink's is), else the setting, else for a print sink
+        ``print_sink.num_records_before_stop`` (the original's print-sink setting)."""
         spec = getattr(self.plan.operators.get(sink), "spec", None)
-        limit = getattr(spec, "num_records_before_stop", None) or self.settings.num_records_before_stop
+        own = getattr(spec, "num_records_before_stop", None) or getattr(
+            getattr(spec, "options", None), "num_records_before_stop", None
+        )
+        limit = own or self.settings.num_records_before_stop
         if limit is None and getattr(spec, "type", None) in ("print", "print_sink"):
             limit = self.settings.print_sink.num_records_before_stop
         return limit

@@ -351,7 +351,7 @@ def driver_directory() -> str:
 def resolve(setting: str) -> Path:
     """The archive a run ships: `setting` is a path to one `streamling package` built, or ``auto`` for one built
     (once per content digest) into the engine's cache directory. A run's path plugins travel as zips
-    (`plugins.shipping`) unless the archive holds them, so ``auto`` packs the engine and the installed plugins."""
+    (`spark/shipping.py`) unless the archive holds them, so ``auto`` packs the engine and the installed plugins."""
     if setting != "auto":
         path = Path(setting).expanduser().resolve()
         if not path.is_file():
