@@ -7,7 +7,7 @@ import time
 import pyarrow as pa
 
 from streamling.builtins.generator import GeneratorSourceSpec, generate
-from streamling.runtime.pacing import FIRST_EPOCH_ROWS, Pacer
+from streamling.core.pacing import FIRST_EPOCH_ROWS, Pacer
 
 
 def config(**spec: object) -> dict:

@@ -63,7 +63,7 @@ def test_namespace_and_names_are_identifiers() -> None:
 def test_a_plugin_error_keeps_naming_its_own_node_through_outer_contexts() -> None:
     """A side output fails inside the evaluation its source's context wraps: the message names the plugin's node."""
     from streamling.errors import StreamlingError, error_context, wrap
-    from streamling.plugins.adapters import plugin_errors
+    from streamling.plugins.worker import plugin_errors
 
     with pytest.raises(StreamlingError) as caught, error_context("generator source 'src'"):
         with plugin_errors("plugin 'acme.audit' (node 'audit')"):

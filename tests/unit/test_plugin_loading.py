@@ -273,3 +273,30 @@ def test_an_arrow_level_node_s_warnings_name_it_and_its_driver_context_has_the_r
     assert Plan(pipeline, config).warnings[-1] == (
         f"plugin '{name}.out' (node 'b'): legacy = 1 has no effect here (batches up to {config.record_batch_size} rows)"
     )
+
+
+def test_every_built_in_type_is_registered_through_the_entry_point_group() -> None:
+    from importlib.metadata import entry_points
+
+    from streamling.builtins.plugin import PLUGIN
+
+    (builtins,) = [ep for ep in entry_points(group="streamling.plugins") if ep.name == "builtins"]
+    assert builtins.load() is PLUGIN
+    assert sorted(PLUGIN.operators) == [
+        "blackhole",
+        "clickhouse",
+        "dynamic_table",
+        "file",
+        "generator",
+        "handler",
+        "hybrid",
+        "kafka",
+        "memory",
+        "postgres",
+        "postgres_aggregate",
+        "print",
+        "print_sink",
+        "script",
+        "sql",
+        "webhook",
+    ]

@@ -24,10 +24,10 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from streamling.core.pacing import Pacer
 from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 from streamling.plugin import Source
-from streamling.runtime.pacing import Pacer
 from streamling.spec import SourceSpec
 from streamling.state import StateBackend
 from streamling.types import check_column_types, parse_type, with_gs_op

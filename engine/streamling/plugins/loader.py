@@ -27,13 +27,6 @@ if TYPE_CHECKING:
 
 GROUP = "streamling.plugins"
 BUILTINS = "streamling.builtins.plugin:PLUGIN"
-SECTION = {
-    "source": "source",
-    "polled source": "source",
-    "transform": "transform",
-    "side output": "transform",
-    "sink": "sink",
-}
 
 
 @dataclass(frozen=True)
@@ -203,20 +196,18 @@ def _as_plugin(value: Any, origin: str) -> Plugin:
 
 def register(registry: OperatorRegistry, plugin: Plugin, origin: str) -> None:
     """Enter everything `plugin` defines in `registry`."""
-    from streamling.plugins.registry import OperatorType
-
     for name, classes in plugin.node_classes():
         plugin_id = plugin.id(name)
         for cls in classes:
             kind = kind_of(cls)
             if kind == "operator":
                 spec = cls.spec_model
-                registry.add(OperatorType(spec.kind, plugin_id, spec, cls, origin))
+                registry.register(plugin_id, spec, cls, origin)
                 continue
             from streamling.plugins.specs import node_spec
 
             spec = node_spec(plugin_id, kind, cls)
-            registry.add(OperatorType(SECTION[kind], plugin_id, spec, PluginOperatorFactory(cls, plugin_id), origin))
+            registry.register(plugin_id, spec, PluginOperatorFactory(cls, plugin_id), origin)
     for function in plugin.functions:
         registry.add_function(function() if isinstance(function, type) else function, origin)
     for pre in plugin.preprocessors:

@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from streamling.plugins.adapters import PluginRef, arrow_schema_of, conform, plugin_errors
+from streamling.plugins.worker import PluginRef, arrow_schema_of, conform, plugin_errors
 
 
 class _Range(InputPartition):

@@ -1,12 +1,12 @@
 """Sending plugins loaded by path to Spark's Python workers.
 
-Workers rebuild plugin instances by importing the plugin's module by name (`adapters.PluginRef`), so every
+Workers rebuild plugin instances by importing the plugin's module by name (`plugins/worker.py`'s `PluginRef`), so every
 plugin loaded from ``STREAMLING__PLUGIN__PATH`` goes to them as an archive added with ``addPyFile``, in local
-mode as on a cluster (where `runtime.session` ships the ``streamling`` package the same way). On a cluster,
+mode as on a cluster (where `spark/session.py` ships the ``streamling`` package the same way). On a cluster,
 plugins installed as distributions (entry points) are shipped too, as their top-level package, when it is pure
 Python (zip imports cannot load compiled extensions: such a plugin must be installed where the workers run); in
 local mode the workers share the driver's environment and import them as installed. Executors that run the packed
-environment (`runtime.packed_env`) have the installed plugins in it, and the path plugins it was packed with.
+environment (`spark/packed_env.py`) have the installed plugins in it, and the path plugins it was packed with.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from streamling.plugins.archives import record_archive
 from streamling.plugins.loader import PathPlugin, installed_plugins, path_plugins
 from streamling.spark import packed_env
 
@@ -27,14 +28,6 @@ COMPILED = (".so", ".pyd", ".dylib")
 _lock = threading.Lock()
 _shipped: dict[int, set[tuple[str, Path]]] = {}
 """What each SparkContext (by its JVM object's id) has been sent already."""
-_archives: list[str] = []
-
-
-def local_archives() -> tuple[str, ...]:
-    """The archives built in this process: the Python worker that plans a plugin source's epochs runs beside
-    the driver and does not get ``addPyFile``'s files, so it imports plugins from these paths."""
-    with _lock:
-        return tuple(_archives)
 
 
 def ship_plugins(spark: SparkSession) -> None:
@@ -53,7 +46,7 @@ def ship_plugins(spark: SparkSession) -> None:
             return
         archive = _archive(fresh)
         context.addPyFile(str(archive))
-        _archives.append(str(archive))
+        record_archive(str(archive))
         sent.update((p.name, p.root) for p in fresh)
 
 

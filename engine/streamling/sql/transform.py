@@ -15,9 +15,9 @@ from streamling.errors import StreamlingError, first_line
 from streamling.plugin import Epoch, Operator, Transform
 from streamling.plugins import functions as plugin_functions
 from streamling.spec import NodeSpec, TransformSpec
+from streamling.sql.diagnose import culprit
 from streamling.sql.dynamic_tables.transform import DynamicTable, DynamicTableSpec
 from streamling.sql.functions import numeric_rewrite
-from streamling.sql.functions.diagnose import culprit
 from streamling.sql.rewrite import SqlProgram, spark_name, undefined_dynamic_table
 from streamling.sql.stateless import forbidden_operations
 from streamling.types import spread

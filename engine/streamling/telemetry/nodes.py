@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from streamling.core.redaction import REDACTED, redact_url, shown_headers
-from streamling.topology.pipeline import identity_keys
 
 if TYPE_CHECKING:
     from streamling.runtime.plan import Plan
@@ -69,7 +68,7 @@ def node_infos(plan: Plan) -> dict[str, NodeInfo]:
             node.kind,
             node.spec.type,
             inputs,
-            node_tags(name, node.kind, operator, identity_keys(node)),
+            node_tags(name, node.kind, operator, node.identity_keys),
             public_spec(node.spec.model_dump(mode="json", by_alias=True, exclude_none=True)),
             schema.jsonValue() if schema is not None else None,
         )

@@ -70,6 +70,15 @@ class Node:
     def label(self) -> str:
         return f"{self.kind} '{self.name}'"
 
+    @property
+    def identity_keys(self) -> tuple[str, ...]:
+        """The identity tag keys of this node's kind (``topic``, ``table``…; ``type`` for a plugin): its labels may
+        not use them."""
+        spec_identity = self.spec.identity_labels
+        if self.optype.type_name.count(".") or "options" in type(self.spec).model_fields:
+            return (*spec_identity, "type")
+        return spec_identity
+
 
 @dataclass
 class Pipeline:
@@ -182,7 +191,7 @@ def load_pipeline(
         return None, report
     _check_orphans(pipeline, report)
     for node in nodes.values():
-        report.errors += label_errors(node.label, node.spec.labels(), identity_keys(node))
+        report.errors += label_errors(node.label, node.spec.labels(), node.identity_keys)
     if job_mode:
         unbounded = [n.name for n in pipeline.sources if not getattr(n.spec, "bounded", False)]
         if unbounded:
@@ -435,12 +444,3 @@ def _check_orphans(pipeline: Pipeline, report: ValidationReport) -> None:
             f"Source(s) and/or transform(s) have no consumers: {', '.join(orphans)}. "
             "Remove them or connect them to a transform or sink."
         )
-
-
-def identity_keys(node: Node) -> tuple[str, ...]:
-    """The identity tag keys of `node`'s kind (``topic``, ``table``…; ``type`` for a plugin): its labels may not
-    use them."""
-    spec_identity = node.spec.identity_labels
-    if node.optype.type_name.count(".") or "options" in type(node.spec).model_fields:
-        return (*spec_identity, "type")
-    return spec_identity

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from streamling.core.pacing import FIRST_EPOCH_ROWS, Pacer
 from streamling.core.rows import GS_OP
 from streamling.dead_letters import DeadLetterTarget
 from streamling.errors import StreamlingError, first_line
@@ -39,7 +40,6 @@ from streamling.kafka.source.offsets import (
 from streamling.kafka.source.reader import KafkaStreamReader
 from streamling.kafka.source.spec import KafkaSourceSpec, resolution_warnings
 from streamling.plugin import ExternalObject, RunContext, Source
-from streamling.runtime.pacing import FIRST_EPOCH_ROWS, Pacer
 from streamling.state import StateBackend
 from streamling.telemetry.tasks import OFF, NodeRecorder
 from streamling.types import parse_type

@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from streamling.core.held import HELD
+from streamling.core.pacing import Pacer
 from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 from streamling.kafka.availability import Outage, is_unavailable, patience, transient_kafka_error
@@ -29,7 +30,6 @@ from streamling.kafka.source.offsets import (
     open_consumer,
     watermarks,
 )
-from streamling.runtime.pacing import Pacer
 from streamling.telemetry.logs import configure_worker_logging
 from streamling.telemetry.tasks import OFF, NodeRecorder
 
