@@ -45,6 +45,15 @@ def run_cli(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: f
     )
 
 
+def as_from_a_terminal() -> None:
+    """`preexec_fn` of a process the tests signal: SIGINT, SIGTERM and SIGQUIT back to their defaults, as a terminal
+    or a supervisor starts it. Ignored signals survive exec, and a suite started in the background (``cmd &`` in a
+    non-interactive shell ignores SIGINT and SIGQUIT; some job runners ignore SIGTERM too) handed them down:
+    `dagster dev`, whose Python keeps an ignored SIGINT ignored, then never stopped on a SIGTERM to its group."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        signal.signal(number, signal.SIG_DFL)
+
+
 def start_cli(
     cwd: Path, *args: str, env: dict[str, str] | None = None, stdout=None, stderr=subprocess.PIPE
 ) -> subprocess.Popen:
@@ -57,6 +66,7 @@ def start_cli(
         stderr=stderr,
         text=True,
         start_new_session=True,
+        preexec_fn=as_from_a_terminal,
     )
 
 

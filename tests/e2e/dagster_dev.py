@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.e2e.cli import cli_env
+from tests.e2e.cli import as_from_a_terminal, cli_env
 
 REPO = Path(__file__).resolve().parents[2]
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
@@ -391,6 +391,7 @@ def running_dagster_dev(
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=as_from_a_terminal,
         )
     dev = DagsterDev(
         url=f"http://127.0.0.1:{port}",
