@@ -129,3 +129,5 @@ sinks:
         "sample_every": None,
         "type": "print_sink",
     }
+    # and the labels they may take: a node with an options block identifies itself by its type, as before
+    assert (pipeline.nodes["out"].identity_keys, pipeline.nodes["old"].identity_keys) == ((), ("type",))

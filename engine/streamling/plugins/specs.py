@@ -42,6 +42,12 @@ class PluginNodeSpec(BaseModel):
     plugin_class: ClassVar[type] = object
     options: Any = None
 
+    @classmethod
+    def shows_options(cls) -> bool:
+        """Whether the node shows an ``options`` block (a namespaced plugin's; a built-in's only for the options
+        it always kept nested): such a node identifies itself by its ``type`` in telemetry, as before."""
+        return "." in cls.plugin_id or bool(getattr(cls.plugin_class, "nested_options", ()))
+
     @model_serializer(mode="wrap")
     def _flat_for_built_ins(self, handler: SerializerFunctionWrapHandler) -> Any:
         dumped = handler(self)
