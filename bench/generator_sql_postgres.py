@@ -103,7 +103,8 @@ def hand_written(rows: int, key_space: int, schema: str) -> None:
     import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
-    from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec, generate
+    from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec
+    from streamling.builtins.generator_reader import generate
     from streamling.config import load_settings
 
     started = time.perf_counter()

@@ -92,7 +92,7 @@ def main() -> None:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from streamling.builtins.generator import generate
+    from streamling.builtins.generator_reader import generate
     from streamling.config import load_settings
     from streamling.operators import Epoch
 

@@ -30,7 +30,7 @@ log = logging.getLogger("streamling.api")
 
 
 Starting = "SparkSession | Future[SparkSession] | None"
-"""A session, one still starting (`runtime.session.start_session`), or none (one is built when needed)."""
+"""A session, one still starting (`spark/session.start_session`), or none (one is built when needed)."""
 
 
 def plan_pipeline(

@@ -6,58 +6,68 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
-
 from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 
 if TYPE_CHECKING:  # Spark's planner processes import this module through the Kafka reader and need no Arrow
     import pyarrow as pa
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import types as T
 
-_SIMPLE: dict[str, T.DataType] = {
-    **dict.fromkeys(("tinyint", "byte", "int8"), T.ByteType()),
-    **dict.fromkeys(("smallint", "short", "int16"), T.ShortType()),
-    **dict.fromkeys(("int", "integer", "int32"), T.IntegerType()),
-    **dict.fromkeys(("bigint", "long", "int64"), T.LongType()),
-    **dict.fromkeys(("float", "real", "float32"), T.FloatType()),
-    **dict.fromkeys(("double", "double precision", "float64"), T.DoubleType()),
-    **dict.fromkeys(("string", "text", "varchar", "utf8"), T.StringType()),
-    **dict.fromkeys(("boolean", "bool"), T.BooleanType()),
-    **dict.fromkeys(("binary", "bytea", "bytes"), T.BinaryType()),
-    "date": T.DateType(),
-    **dict.fromkeys(("timestamp", "timestamptz", "timestamp with time zone"), T.TimestampType()),
-    **dict.fromkeys(("timestamp_ntz", "timestamp without time zone"), T.TimestampNTZType()),
+
+_SIMPLE: dict[str, str] = {
+    **dict.fromkeys(("tinyint", "byte", "int8"), "ByteType"),
+    **dict.fromkeys(("smallint", "short", "int16"), "ShortType"),
+    **dict.fromkeys(("int", "integer", "int32"), "IntegerType"),
+    **dict.fromkeys(("bigint", "long", "int64"), "LongType"),
+    **dict.fromkeys(("float", "real", "float32"), "FloatType"),
+    **dict.fromkeys(("double", "double precision", "float64"), "DoubleType"),
+    **dict.fromkeys(("string", "text", "varchar", "utf8"), "StringType"),
+    **dict.fromkeys(("boolean", "bool"), "BooleanType"),
+    **dict.fromkeys(("binary", "bytea", "bytes"), "BinaryType"),
+    "date": "DateType",
+    **dict.fromkeys(("timestamp", "timestamptz", "timestamp with time zone"), "TimestampType"),
+    **dict.fromkeys(("timestamp_ntz", "timestamp without time zone"), "TimestampNTZType"),
 }
+"""Each spelling of a simple type, by the name of its Spark type class (`pyspark.sql.types`)."""
 _DECIMAL = re.compile(r"^(?:decimal|numeric)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$")
 _VARCHAR = re.compile(r"^(?:varchar|char|character varying)\s*\(\s*\d+\s*\)$")
 
 
-def parse_type(text: str) -> T.DataType:
+def _read_type(text: str) -> tuple[str, tuple[int, ...]]:
+    """`text` as the name of its Spark type class and that class's arguments, or the user error naming it. Needs no
+    Spark, so a pipeline's column types are checked where Spark is not imported (a Dagster code location)."""
     key = " ".join(str(text).strip().lower().split())
     if key in _SIMPLE:
-        return _SIMPLE[key]
+        return _SIMPLE[key], ()
     if _VARCHAR.match(key):
-        return T.StringType()
+        return "StringType", ()
     match = _DECIMAL.match(key)
     if match:
         precision = int(match.group(1) or 38)
         scale = int(match.group(2) or 0)
         if not 1 <= precision <= 38 or scale > precision:
             raise StreamlingError.user(f"unsupported decimal type '{text}': precision must be 1..38, scale ≤ precision")
-        return T.DecimalType(precision, scale)
+        return "DecimalType", (precision, scale)
     raise StreamlingError.user(
         f"unknown column type '{text}'; use one of: bigint, int, smallint, tinyint, double, float, "
         "string, boolean, binary, date, timestamp, decimal(p,s)"
     )
 
 
+def parse_type(text: str) -> T.DataType:
+    from pyspark.sql import types as T
+
+    name, arguments = _read_type(text)
+    data_type: T.DataType = getattr(T, name)(*arguments)
+    return data_type
+
+
 def check_column_types(columns: dict[str, str] | None) -> None:
     """For spec validators: every type in `columns` parses; a ValueError names the column otherwise."""
     for column, type_text in (columns or {}).items():
         try:
-            parse_type(type_text)
+            _read_type(type_text)
         except StreamlingError as exc:
             raise ValueError(f"column '{column}': {exc.message}") from None
 
@@ -69,6 +79,8 @@ def quoted_name(name: str) -> str:
 
 def exact_column(name: str) -> Column:
     """The column called exactly `name`: Spark would read dots and backticks in a plain string as a path."""
+    from pyspark.sql import functions as F
+
     return F.col(quoted_name(name))
 
 
@@ -126,6 +138,8 @@ def map_in_arrow(df: DataFrame, fn: Callable[[Iterator[pa.RecordBatch]], Iterato
 
 def with_gs_op(schema: T.StructType) -> T.StructType:
     """`schema` with a string ``_gs_op`` column appended unless it already has one."""
+    from pyspark.sql import types as T
+
     if GS_OP in schema.fieldNames():
         return schema
     return T.StructType([*schema.fields, T.StructField(GS_OP, T.StringType(), False)])

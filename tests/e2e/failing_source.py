@@ -15,7 +15,8 @@ from typing import Any, Literal
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSourceStreamReader
 
-from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec, GeneratorStreamReader
+from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec
+from streamling.builtins.generator_reader import GeneratorStreamReader
 from streamling.plugins import operator
 
 

@@ -6,7 +6,7 @@ Kafka → SQL → an HTTP handler (a loopback server in this process) → a path
 script → Postgres, with the raw topic into a second Postgres table. When the first request of the second wave of
 records reaches the handler, the worker whose executor sent it is killed with SIGKILL (its JVM, its executor and
 their Python workers): the epoch's tasks run again on the other worker, the run goes on, and both tables end exact.
-Until then, each Kafka partition's rows came from one executor, epoch after epoch (`runtime.locality`).
+Until then, each Kafka partition's rows came from one executor, epoch after epoch (`spark/locality.py`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A driver interrupted while its JVM boots leaves no JVM behind (`runtime.session.start_jvm`).
+"""A driver interrupted while its JVM boots leaves no JVM behind (`spark/session.start_jvm`).
 
 The driver here is a real process whose SIGTERM handler raises, as the Dagster run worker's `StopSignals` does
 while Spark starts; the test signals it as soon as its JVM exists. Before the fix, PySpark's interrupted launch

@@ -11,7 +11,8 @@ from pyspark.sql import types as T
 
 from streamling import run_pipeline
 from streamling.api import validate_pipeline
-from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec, generate
+from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec
+from streamling.builtins.generator_reader import generate
 from streamling.errors import StreamlingError
 from streamling.kafka.avro import WIDE_DECIMAL_KEY
 from streamling.operators import Epoch, RunContext

@@ -12,7 +12,8 @@ import pytest
 from pyspark.sql import DataFrame
 
 from streamling import run_pipeline
-from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec, generate
+from streamling.builtins.generator import GeneratorSource, GeneratorSourceSpec
+from streamling.builtins.generator_reader import generate
 from streamling.operators import Epoch, Sink
 from streamling.plugins import operator
 from streamling.spec import PluginOptions, SinkSpec

@@ -6,7 +6,8 @@ import time
 
 import pyarrow as pa
 
-from streamling.builtins.generator import GeneratorSourceSpec, generate
+from streamling.builtins.generator import GeneratorSourceSpec
+from streamling.builtins.generator_reader import generate
 from streamling.core.pacing import FIRST_EPOCH_ROWS, Pacer
 
 

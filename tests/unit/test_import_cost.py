@@ -77,3 +77,24 @@ def test_the_control_plane_imports_no_spark() -> None:
         "streamling.spark.session",
     )
     assert loaded_by("streamling_dagster", heavy) == []
+
+
+def test_building_the_control_planes_definitions_and_asking_positions_imports_no_spark() -> None:
+    """The code location validates every pipeline file and builds each node's operator to ask what it reads and
+    writes; its sensors ask the state backend where each source stands. None of that needs Spark: the built-in
+    operators import pyspark where they plan or read (`stream_reader`, `apply`), not when their module loads."""
+    pipelines = ENGINE.parents[1] / "pipelines"
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "import streamling\n"
+        "from streamling.config import load_settings\n"
+        "from streamling_dagster.definitions import build_definitions\n"
+        f"defs = build_definitions(Path({str(pipelines)!r}))\n"
+        "assert len(list(defs.assets or [])) > 10\n"
+        "settings = load_settings(overrides={'state_backend.backend_type': 'InMemory'})\n"
+        f"streamling.source_status(Path({str(pipelines)!r}) / 'quickstart.yaml', settings)\n"
+        "print([m for m in ('pyspark', 'py4j', 'streamling.runtime.executor') if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert ast.literal_eval(out.strip().splitlines()[-1]) == []

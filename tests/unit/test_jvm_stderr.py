@@ -1,4 +1,4 @@
-"""What of the JVM's standard error reaches the user (`runtime.jvm_stderr.filtered`), on text Spark printed."""
+"""What of the JVM's standard error reaches the user (`spark/jvm_stderr.filtered`), on text Spark printed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How read tasks are dealt to a cluster's executors (`runtime.locality.choose`)."""
+"""How read tasks are dealt to a cluster's executors (`spark/locality.choose`)."""
 
 from __future__ import annotations
 

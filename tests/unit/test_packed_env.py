@@ -1,4 +1,4 @@
-"""What `streamling package` puts in the executors' environment, and how a run finds it (`runtime.packed_env`).
+"""What `streamling package` puts in the executors' environment, and how a run finds it (`spark/packed_env.py`).
 The staging runs for real (a venv with copies of the installed distributions); venv-pack's archive is built by the
 shared-nothing cluster's test, which runs pipelines from it."""
 

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import PositiveInt
-from pyspark.sql import DataFrame, Observation
-from pyspark.sql import functions as F
 
 from streamling.config.units import Milliseconds
 from streamling.core.rows import GS_OP
 from streamling.plugin import Epoch, Sink, Written, rows_of
 from streamling.spec import SinkSpec, ignored_field, ignored_fields
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 class BlackholeSinkSpec(SinkSpec):
@@ -44,6 +45,9 @@ class BlackholeSink(Sink[BlackholeSinkSpec]):
 
     def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
         """Everything happens now; the rows are counted by operation in the same pass (one observation)."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
         # The noop format evaluates every column of every row, unlike count(), which may prune.
         observed = Observation(f"blackhole_{self.name}_{epoch.id}")
         metrics = [F.count(F.lit(1)).alias("rows")]

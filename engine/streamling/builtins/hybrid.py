@@ -17,13 +17,9 @@ import logging
 import time
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
-from pyspark.sql.datasource import DataSourceStreamReader
 
 from streamling.clickhouse.objects import split_table_name
 from streamling.clickhouse.offsets import recorded_offsets
@@ -35,6 +31,11 @@ from streamling.plugin import Epoch, ExternalObject, Operator, RunContext, Sourc
 from streamling.spec import SourceSpec
 from streamling.state import StateBackend, phase_key
 from streamling.types import exact_column
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import types as T
+    from pyspark.sql.datasource import DataSourceStreamReader
 
 log = logging.getLogger("streamling.builtins.hybrid")
 
@@ -234,6 +235,8 @@ class HybridSource(Source[HybridSourceSpec]):
         return self._schema
 
     def conform(self, df: DataFrame) -> DataFrame:
+        from pyspark.sql import functions as F
+
         have = set(df.columns)
         return df.select(
             *[

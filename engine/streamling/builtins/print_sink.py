@@ -104,3 +104,5 @@ class OriginalPrintSink(PrintSink):
     """The print sink registered as ``print_sink``, with the original's ``options`` block."""
 
     options_model = OriginalPrintOptions
+    nested_options = ("mode",)
+    """Shown under ``options`` where the control plane shows the node (`plugins/specs.py`), as the original has it."""

@@ -42,14 +42,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PositiveInt, field_validator, model_validator
-from pyspark.sql import DataFrame
-from pyspark.sql.types import StructType
 
 from streamling.arrow_keys import int64_array, key_codes, last_rows
 from streamling.clickhouse.client import describe, get_client, qualified, quote, redact
@@ -72,6 +70,10 @@ from streamling.errors import StreamlingError, StreamlingUnavailableError, first
 from streamling.plugin import Epoch, ExternalObject, RunContext, Sink, Written, rows_of
 from streamling.spec import SinkSpec, flush_interval, ignored_field
 from streamling.types import select_exact
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("streamling.clickhouse")
 IS_DELETED = "is_deleted"

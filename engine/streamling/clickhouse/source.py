@@ -13,11 +13,9 @@ import logging
 from collections.abc import Mapping
 from datetime import date, datetime
 from functools import cached_property
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt, field_validator
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
 
 from streamling.clickhouse.client import get_client, qualified
 from streamling.clickhouse.objects import named_table_object, split_table_name
@@ -29,6 +27,10 @@ from streamling.plugin import ExternalObject, Source
 from streamling.spec import SourceSpec, split_columns
 from streamling.state import StateBackend
 from streamling.types import spread
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import types as T
 
 log = logging.getLogger("streamling.clickhouse")
 STATE_PREFIX = "clickhouse_source:"
@@ -140,6 +142,8 @@ class ClickHouseSource(Source[ClickHouseSourceSpec]):
 
     @cached_property
     def _schema(self) -> T.StructType:
+        from pyspark.sql import types as T
+
         names = split_columns(self.spec.columns) or [c.name for c in self.info.columns]
         available = [c.name for c in self.info.columns]
         missing = [n for n in names if n not in available]

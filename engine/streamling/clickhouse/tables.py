@@ -4,26 +4,35 @@ clickhouse-connect's type registry (`types.parse_type`)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
-from typing import Any
-
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING, Any
 
 from streamling.clickhouse.client import quote
 from streamling.clickhouse.types import base_type, decimal_digits, parse_type, unwrap_nullable
 from streamling.core.markers import I256, U256, WIDE_DECIMAL_KEY
 from streamling.errors import StreamlingError
 
-_INTS = {
-    "Int8": T.ByteType(),
-    "Int16": T.ShortType(),
-    "Int32": T.IntegerType(),
-    "Int64": T.LongType(),
-    "UInt8": T.ShortType(),
-    "UInt16": T.IntegerType(),
-    "UInt32": T.LongType(),
-}
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
+
+
+@functools.cache
+def _int_types() -> dict[str, T.DataType]:
+    from pyspark.sql import types as T
+
+    return {
+        "Int8": T.ByteType(),
+        "Int16": T.ShortType(),
+        "Int32": T.IntegerType(),
+        "Int64": T.LongType(),
+        "UInt8": T.ShortType(),
+        "UInt16": T.IntegerType(),
+        "UInt32": T.LongType(),
+    }
+
+
 _WIDE = {"Int128": "decimal(39,0)", "UInt128": "decimal(39,0)", "Int256": I256, "UInt256": U256}
 """Integers past Spark's 38 digits, read as exact decimal text with this marker (so a ``UInt256`` column
 written back by a ClickHouse sink is a ``UInt256`` again)."""
@@ -57,10 +66,12 @@ class ColumnInfo:
 
 
 def spark_field(column: ColumnInfo) -> T.StructField:
+    from pyspark.sql import types as T
+
     kind = column.family
     metadata: dict[str, Any] = {}
-    if kind in _INTS:
-        data: T.DataType = _INTS[kind]
+    if kind in _int_types():
+        data: T.DataType = _int_types()[kind]
     elif kind == "UInt64":
         data = T.DecimalType(20, 0)
     elif kind in _WIDE:

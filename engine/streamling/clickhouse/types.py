@@ -30,14 +30,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_type
 
 from streamling.clickhouse.client import quote
 from streamling.core.markers import WIDE_DECIMAL_KEY, wide_type
 
 if TYPE_CHECKING:
     from clickhouse_connect.datatypes.base import ClickHouseType
+    from pyspark.sql import types as T
 
 MAX_DECIMAL_DIGITS = 76
 _TYPE_CHARS = re.compile(r"^[A-Za-z][A-Za-z0-9_ ,()'=.+/\-]*$")
@@ -231,6 +230,8 @@ def columns_of(
     skip: tuple[str, ...] = (),
 ) -> list[Column]:
     """The sink's columns for a Spark input schema, in input order; `overrides` win per column."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
     out = []
     for field in schema.fields:
         if field.name in skip:

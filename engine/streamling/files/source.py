@@ -14,7 +14,6 @@ from streamling.dead_letters import DeadLetterTarget
 from streamling.errors import StreamlingError
 from streamling.files import positions
 from streamling.files.listing import SCHEMES, FileEntry, filesystem, list_files, scheme_of
-from streamling.files.reader import FileStreamReader, schema_hex
 from streamling.files.spec import FileSourceSpec
 from streamling.plugin import ExternalObject, RunContext, Source
 from streamling.state import StateBackend
@@ -24,6 +23,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
     from pyspark.sql import types as T
+
+    from streamling.files.reader import FileStreamReader
 
 log = logging.getLogger("streamling.files")
 
@@ -165,6 +166,8 @@ class FileSource(Source[FileSourceSpec]):
     def stream_reader(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
     ) -> FileStreamReader:
+        from streamling.files.reader import FileStreamReader, schema_hex
+
         arrow_schema = self._spark_arrow_schema()  # infers the schema, and with it the partition columns
         config = {
             "source": self.name,

@@ -12,13 +12,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field, PositiveInt, field_validator
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from streamling.config.units import Milliseconds
 from streamling.core.rows import GS_OP
@@ -30,6 +27,10 @@ from streamling.plugin import Epoch, Operator, RunContext, Transform
 from streamling.spec import TransformSpec, split_columns
 from streamling.telemetry.tasks import NodeRecorder
 from streamling.types import parse_type, spread, with_gs_op
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import types as T
 
 OUTPUT_BATCH_ROWS = 10_000
 """Answer rows converted to Arrow at once; bounds the worker's memory in one-row-per-request mode too."""
@@ -76,6 +77,8 @@ def output_schema(
     """The input schema with `override` applied (changed columns keep their place, added ones come last,
     before ``_gs_op``; dropped ones disappear). Answers come from outside, so every column may be NULL except
     the primary key, which each answer row must carry."""
+    from pyspark.sql import types as T
+
     fields = {f.name: f for f in schema.fields if f.name != GS_OP}
     for column, type_text in (override or {}).items():
         if type_text is None:
@@ -138,6 +141,7 @@ class HandlerTransform(Transform[HandlerSpec]):
     spec_model: ClassVar[type[HandlerSpec]] = HandlerSpec
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+
         super().__init__(*args, **kwargs)
         self._plan: HandlerPlan | None = None
         self._schema: T.StructType | None = None
@@ -161,6 +165,8 @@ class HandlerTransform(Transform[HandlerSpec]):
         self._shared = readers > 1
 
     def plan(self, input_schema: T.StructType) -> HandlerPlan:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
         if self._plan is None or self._schema is None:
             spec = self.spec
             schema = output_schema(self.label, input_schema, spec.schema_override, spec.primary_key_columns())

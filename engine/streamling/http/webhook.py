@@ -12,11 +12,10 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import PositiveInt
-from pyspark.sql import DataFrame
 
 from streamling.config.units import Milliseconds
 from streamling.http.client import Endpoint, Skipped, exchange, log_skipped
@@ -26,6 +25,9 @@ from streamling.plugin import Epoch, RunContext, Sink, Written, rows_of
 from streamling.spec import SinkSpec
 from streamling.telemetry.tasks import NodeRecorder
 from streamling.types import spread
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("streamling.http")
 COUNTS = (

@@ -10,33 +10,41 @@ schema without them is converted no further after ``from_pylist``.
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import types as T
 
 from streamling.core.markers import WIDE_DECIMAL_KEY
 from streamling.errors import StreamlingError, first_line
 from streamling.kafka.avro_block import RAW_LOGICAL, BlockPlan, Unframed
 from streamling.kafka.avro_block import plan as block_plan
 
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
+
 log = logging.getLogger("streamling.kafka")
 
-_PRIMITIVES: dict[str, T.DataType] = {
-    "boolean": T.BooleanType(),
-    "int": T.IntegerType(),
-    "long": T.LongType(),
-    "float": T.FloatType(),
-    "double": T.DoubleType(),
-    "bytes": T.BinaryType(),
-    "string": T.StringType(),
-}
+
+@functools.cache
+def _primitive_types() -> dict[str, T.DataType]:
+    from pyspark.sql import types as T
+
+    return {
+        "boolean": T.BooleanType(),
+        "int": T.IntegerType(),
+        "long": T.LongType(),
+        "float": T.FloatType(),
+        "double": T.DoubleType(),
+        "bytes": T.BinaryType(),
+        "string": T.StringType(),
+    }
 
 
 def _non_null(schema: Any, where: str) -> tuple[Any, bool]:
@@ -79,6 +87,8 @@ def parse_named(schema: Any, subject: str) -> tuple[Any, dict[str, Any]]:
 def spark_field(
     name: str, schema: Any, where: str, named: Mapping[str, Any], within: tuple[str, ...] = ()
 ) -> T.StructField:
+    from pyspark.sql import types as T
+
     inner, nullable = _non_null(schema, where)
     metadata: dict[str, str] = {}
     dtype = _spark_type(inner, where, metadata, named, within)
@@ -89,9 +99,11 @@ def _spark_type(
     schema: Any, where: str, metadata: dict[str, str], named: Mapping[str, Any], within: tuple[str, ...]
 ) -> T.DataType:
     """`within`: the records being mapped around this type, to refuse one that contains itself."""
+    from pyspark.sql import types as T
+
     if isinstance(schema, str):
-        if schema in _PRIMITIVES:
-            return _PRIMITIVES[schema]
+        if schema in _primitive_types():
+            return _primitive_types()[schema]
         if schema in within:
             raise StreamlingError.user(
                 f"Avro field '{where}': record '{schema}' contains itself; a recursive schema cannot map to "
@@ -140,6 +152,8 @@ def spark_schema(schema: Any, subject: str) -> T.StructType:
     """The Spark columns of a record schema (or of a root union of null and one record). Named types may be
     referenced again after their definition (as Debezium's ``before``/``after`` both of record ``Value``), by
     full or, within a namespace, short name."""
+    from pyspark.sql import types as T
+
     root_record(schema, subject)
     parsed, named = parse_named(schema, subject)
     record = root_record(parsed, subject)
@@ -173,7 +187,7 @@ def doc_primary_keys(schema: Any, subject: str) -> list[str]:
 def _references(schema: Any, out: set[str]) -> set[str]:
     """The names referenced (not defined) anywhere in a parsed schema."""
     if isinstance(schema, str):
-        if schema not in _PRIMITIVES and schema != "null":
+        if schema not in _primitive_types() and schema != "null":
             out.add(schema)
     elif isinstance(schema, list):
         for member in schema:
@@ -604,6 +618,8 @@ def avro_schema_for(schema: T.StructType, name: str, primary_key: Sequence[str] 
     struct becomes a record named after its path, unique within the schema (a name defined twice is invalid
     Avro). The primary key goes into the record's ``doc`` as ``{"primaryKeys": [...]}``, where a Kafka source
     reading the topic finds it."""
+    from pyspark.sql import types as T
+
     safe = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
     root = safe if safe[:1].isalpha() else f"r_{safe}"
     used = {root}

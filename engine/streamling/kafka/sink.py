@@ -14,13 +14,10 @@ import io
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field, PositiveInt, field_validator
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 from tenacity import retry_if_result, wait_none
 
 from streamling.config.units import Milliseconds
@@ -38,6 +35,10 @@ from streamling.plugin import AppliedEpoch, Epoch, ExternalObject, RunContext, S
 from streamling.postgres.writer import ORDER_COLUMN, merge_rounds
 from streamling.spec import SinkSpec
 from streamling.types import exact_columns, map_in_arrow, spread
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("streamling.kafka")
 OPS_TO_DBZ = {"i": b"c", "u": b"u", "d": b"d"}
@@ -189,6 +190,7 @@ class KafkaSink(Sink[KafkaSinkSpec]):
         return None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+
         super().__init__(*args, **kwargs)
         self.connection = connection_options(self.settings.kafka_sink)
         self.keys: list[str] = []
@@ -205,6 +207,8 @@ class KafkaSink(Sink[KafkaSinkSpec]):
         return [topic_object(self.spec.topic)]
 
     def check(self, schema: StructType, primary_key: list[str]) -> list[str]:
+        from pyspark.sql.types import StructType
+
         if not primary_key:
             return [f"{self.label} requires a primary key"]
         missing = [k for k in primary_key if k not in schema.fieldNames()]
@@ -302,6 +306,8 @@ class KafkaSink(Sink[KafkaSinkSpec]):
     def stage(self, df: DataFrame, epoch: Epoch) -> Callable[[], Written | int]:
         """Everything happens now, in the Spark tasks; each reports its messages by operation. With
         ``exactly_once`` the rows come to the driver now and go out in one transaction on the committer thread."""
+        from pyspark.sql import functions as F
+
         plan = self._plan
         if self._transactions is not None:
             return self._transactional(df, epoch, self._transactions)

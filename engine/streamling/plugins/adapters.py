@@ -24,12 +24,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.datasource import DataSourceStreamReader
-from pyspark.sql.types import StructType
 
 from streamling.core.labels import label_errors
 from streamling.errors import StreamlingError, StreamlingNodeError
@@ -46,6 +43,11 @@ from streamling.plugins.state import NodeState
 from streamling.plugins.worker import PluginRef, arrow_schema_of, conform, plugin_errors, plugin_label, spark_schema_of
 from streamling.spec import ignored_fields
 from streamling.state import StateBackend
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.datasource import DataSourceStreamReader
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("streamling.plugins")
 

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import types as T
-from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
 
 from streamling.errors import StreamlingError, first_line
 from streamling.plugins.registry import REGISTRY
@@ -25,6 +23,7 @@ from streamling.types import parse_type
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import types as T
 
     from streamling.plugin import SqlFunction
 
@@ -38,6 +37,8 @@ _WIDENS = {
 
 def spark_type(declared: Any) -> T.DataType:
     """A declared type (YAML type name or Arrow type) as a Spark type."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
     if isinstance(declared, pa.DataType):
         return from_arrow_type(declared)
     return parse_type(str(declared))
@@ -64,6 +65,7 @@ def register_all(spark: SparkSession, names: Iterable[str] | None = None) -> dic
     """Register the loaded functions SQL calls by `names` (every one when None) in `spark`, once per session and
     name. Returns them by the name Spark knows them under (what the analysed plan shows)."""
     from pyspark.sql.functions import ArrowUDFType, arrow_udf
+    from pyspark.sql.pandas.types import to_arrow_type
 
     by_call: dict[str, SqlFunction] = {}
     for function in REGISTRY.functions().values():

@@ -104,7 +104,7 @@ def load_path(registry: OperatorRegistry, location: str) -> None:
 
 def plugin_roots(path: Path) -> list[tuple[str, Path]]:
     """The plugins one entry of the path names, as (import name, `.py` file or package folder); also what a
-    packed environment copies (`runtime.packed_env`)."""
+    packed environment copies (`spark/packed_env.py`)."""
     if path.is_file():
         if path.suffix != ".py":
             raise PluginError(f"plugin path '{path}' is neither a .py file nor a directory")

@@ -4,13 +4,24 @@
 Options may also be given as top-level fields, as the original's examples do; they are moved into
 ``options`` before validation (a field given both ways is an error). Messages name the field as written:
 `streamling.topology.pipeline` drops the ``options.`` prefix for a field given at the top level.
+
+A built-in written on the Arrow level (no namespace: ``print``) dumps its options at the top level, as its own
+spec did before it moved there and as its documentation writes it: what the control plane shows and digests of it
+(asset metadata, the backfill sensor's definition digests, the admin API's node list) stays as it was.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, PositiveInt, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    PositiveInt,
+    SerializerFunctionWrapHandler,
+    create_model,
+    model_serializer,
+    model_validator,
+)
 
 from streamling.config.units import Milliseconds
 from streamling.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec
@@ -30,6 +41,23 @@ class PluginNodeSpec(BaseModel):
     plugin_id: ClassVar[str] = ""
     plugin_class: ClassVar[type] = object
     options: Any = None
+
+    @classmethod
+    def shows_options(cls) -> bool:
+        """Whether the node shows an ``options`` block (a namespaced plugin's; a built-in's only for the options
+        it always kept nested): such a node identifies itself by its ``type`` in telemetry, as before."""
+        return "." in cls.plugin_id or bool(getattr(cls.plugin_class, "nested_options", ()))
+
+    @model_serializer(mode="wrap")
+    def _flat_for_built_ins(self, handler: SerializerFunctionWrapHandler) -> Any:
+        dumped = handler(self)
+        if "." in type(self).plugin_id or not isinstance(dumped, dict) or not isinstance(dumped.get("options"), dict):
+            return dumped
+        options = dumped.pop("options")
+        nested = getattr(type(self).plugin_class, "nested_options", ())  # options its spec always kept nested
+        flat = {key: value for key, value in options.items() if key not in dumped and key not in nested}
+        kept = {key: value for key, value in options.items() if key in nested}
+        return {**dumped, **flat, **({"options": kept} if kept else {})}
 
     @model_validator(mode="before")
     @classmethod

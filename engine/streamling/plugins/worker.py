@@ -16,11 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.types import StructType
 
 from streamling.core.held import HELD
 from streamling.core.rows import GS_OP
@@ -30,6 +28,9 @@ from streamling.plugin import (
 )
 from streamling.telemetry.logs import configure_worker_logging
 from streamling.types import with_gs_op
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("streamling.plugins")
 
@@ -105,11 +106,15 @@ class PluginRef:
 
 
 def arrow_schema_of(struct: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
     return to_arrow_schema(struct, timezone="UTC")
 
 
 def spark_schema_of(schema: pa.Schema, label: str) -> StructType:
     """A plugin's declared Arrow schema as Spark's, with ``_gs_op`` appended unless declared."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     if not isinstance(schema, pa.Schema):
         raise StreamlingError.user(f"{label}: output_schema returned {type(schema).__name__}, not a pyarrow.Schema")
     try:

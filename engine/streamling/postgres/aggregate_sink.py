@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import psycopg
 from psycopg import sql
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
-from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
 from streamling.core import identifiers
@@ -31,6 +30,9 @@ from streamling.postgres import catalog, progress
 from streamling.postgres.sink import PostgresWriterSink
 from streamling.postgres.writer import EPOCH_COLUMN
 from streamling.spec import SinkSpec, ignored_field
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("streamling.postgres")
 SENTINEL_KEY = "_gs_group"

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import psycopg
 from pydantic import Field, ModelWrapValidatorHandler, PositiveInt, PrivateAttr, field_validator, model_validator
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from streamling.config.units import Milliseconds
 from streamling.core import identifiers
@@ -31,6 +28,10 @@ from streamling.postgres.types import Column, columns_of
 from streamling.postgres.writer import ORDER_COLUMN, WritePlan, write_partition, write_stream
 from streamling.spec import ErrorHandlingSpec, SinkSpec, flush_interval, ignored_field
 from streamling.types import exact_columns, map_in_arrow, select_exact
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("streamling.postgres")
 COMPARISONS = ("=", ">", ">=", "<", "<=", "!=", "<>")
@@ -196,6 +197,8 @@ class PostgresWriterSink(Sink[Any]):
         return lambda: written
 
     def _write_streams(self, df: DataFrame, epoch: Epoch) -> Written:
+        from pyspark.sql import functions as F
+
         plan = self.plan
         streams = self.streams
         parted = (

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_type
 
 from streamling.core.markers import WIDE_DECIMAL_KEY, wide_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
 
 WIDE_NUMERIC = "numeric(78,0)"
 PG_MAX_PRECISION = 1000
@@ -77,6 +79,8 @@ def pg_type(arrow: pa.DataType, wide_decimal: str | None = None) -> str:
 
 def columns_of(schema: T.StructType, skip: tuple[str, ...] = ()) -> list[Column]:
     """The sink's columns for a Spark input schema, in input order."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
     out = []
     for field in schema.fields:
         if field.name in skip:

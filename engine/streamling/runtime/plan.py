@@ -11,9 +11,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
-
 from streamling.config import Settings
 from streamling.errors import InvalidPipelineError, StreamlingError
 from streamling.operators import Epoch, Operator, Sink, Source, Transform
@@ -21,6 +18,9 @@ from streamling.spec import event_time_warning
 from streamling.topology.pipeline import Node, Pipeline
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
     from streamling.telemetry.observe import EpochTap
 
 

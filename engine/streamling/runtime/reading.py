@@ -66,7 +66,7 @@ class ReaderEpochs:
         self._ids: dict[int, DataFrame] = {}
         """``spark.range(n, numPartitions=n)`` per task count, analysed once: an epoch's frame is one more node."""
         self._placed = PlacedIds()
-        """On a cluster: task indexes whose tasks prefer one executor per input partition (`runtime.locality`)."""
+        """On a cluster: task indexes whose tasks prefer one executor per input partition (`spark/locality.py`)."""
 
     def next_epoch(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None

@@ -11,36 +11,50 @@ parsed here, vectorised first and value by value only to find and name a bad val
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import types as T
 
 from streamling.core.rows import GS_OP, json_default
 
-NUMERIC: dict[type[T.DataType], str] = {
-    T.ByteType: "int8",
-    T.ShortType: "int16",
-    T.IntegerType: "int32",
-    T.LongType: "int64",
-    T.FloatType: "float",
-    T.DoubleType: "double",
-}
-TEXT: dict[type[T.DataType], str] = {
-    T.StringType: "string",
-    T.TimestampType: "timestamp",
-    T.TimestampNTZType: "timestamp_ntz",
-    T.DateType: "date",
-    T.DecimalType: "decimal",
-    T.BinaryType: "binary",
-}
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
+
+
+@functools.cache
+def numeric_kinds() -> dict[type[T.DataType], str]:
+    from pyspark.sql import types as T
+
+    return {
+        T.ByteType: "int8",
+        T.ShortType: "int16",
+        T.IntegerType: "int32",
+        T.LongType: "int64",
+        T.FloatType: "float",
+        T.DoubleType: "double",
+    }
+
+
+@functools.cache
+def text_kinds() -> dict[type[T.DataType], str]:
+    from pyspark.sql import types as T
+
+    return {
+        T.StringType: "string",
+        T.TimestampType: "timestamp",
+        T.TimestampNTZType: "timestamp_ntz",
+        T.DateType: "date",
+        T.DecimalType: "decimal",
+        T.BinaryType: "binary",
+    }
 
 
 @dataclass(frozen=True)
@@ -57,16 +71,18 @@ class Column:
 
 
 def columns_of(schema: T.StructType) -> list[Column]:
+    from pyspark.sql import types as T
+
     columns = []
     slot = 0
     for field in schema.fields:
         data_type = type(field.dataType)
-        if data_type in NUMERIC:
-            columns.append(Column(field.name, "num", NUMERIC[data_type]))
+        if data_type in numeric_kinds():
+            columns.append(Column(field.name, "num", numeric_kinds()[data_type]))
         elif data_type is T.BooleanType:
             columns.append(Column(field.name, "bool", "boolean"))
         else:
-            columns.append(Column(field.name, "json", TEXT.get(data_type, "any"), slot))
+            columns.append(Column(field.name, "json", text_kinds().get(data_type, "any"), slot))
             slot += 1
     return columns
 

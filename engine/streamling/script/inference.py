@@ -27,29 +27,37 @@ input's columns, as before, and a warning says so; its first row with another ke
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql import types as T
 
 from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError
 from streamling.script import codec
 from streamling.script.sandbox import Limits, Sandbox, SandboxError, clean_stack
 
-KINDS: dict[str, T.DataType] = {
-    "number": T.DoubleType(),
-    "bigint": T.LongType(),
-    "string": T.StringType(),
-    "boolean": T.BooleanType(),
-    "Date": T.TimestampType(),
-    "binary": T.BinaryType(),
-    "json": T.StringType(),
-}
-"""A JavaScript value's kind (runner.js `kindOf`) → the column type inferred when it is the only kind seen."""
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
+
+
+@functools.cache
+def value_kinds() -> dict[str, T.DataType]:
+    """A JavaScript value's kind (runner.js `kindOf`) → the column type inferred when it is the only kind seen."""
+    from pyspark.sql import types as T
+
+    return {
+        "number": T.DoubleType(),
+        "bigint": T.LongType(),
+        "string": T.StringType(),
+        "boolean": T.BooleanType(),
+        "Date": T.TimestampType(),
+        "binary": T.BinaryType(),
+        "json": T.StringType(),
+    }
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,8 @@ class Inferred:
 def infer_columns(label: str, script: str, input_schema: T.StructType, limits: Limits) -> Inferred:
     """The input's columns plus those the script adds, typed from the sample's values; `StreamlingError.user`
     (naming the node, the columns and the fix) when a column's type cannot be told."""
+    from pyspark.sql import types as T
+
     inputs = codec.columns_of(input_schema)
     batch = sample_batch(input_schema)
     sandbox = Sandbox(limits)
@@ -100,7 +110,7 @@ def infer_columns(label: str, script: str, input_schema: T.StructType, limits: L
                 if kind not in ("null", "undefined"):
                     kinds[name].add(kind)
     untyped = [name for name, seen in kinds.items() if not seen]
-    odd = {name: seen - set(KINDS) for name, seen in kinds.items() if seen - set(KINDS)}
+    odd = {name: seen - set(value_kinds()) for name, seen in kinds.items() if seen - set(value_kinds())}
     if untyped:
         what = _names(untyped)
         raise StreamlingError.user(
@@ -120,8 +130,10 @@ def infer_columns(label: str, script: str, input_schema: T.StructType, limits: L
 
 
 def _type_of(seen: set[str]) -> T.DataType:
+    from pyspark.sql import types as T
+
     if len(seen) == 1:
-        return KINDS[next(iter(seen))]
+        return value_kinds()[next(iter(seen))]
     if seen == {"number", "bigint"}:
         return T.DoubleType()
     return T.StringType()
@@ -175,18 +187,24 @@ def sample_batch(schema: T.StructType) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
-_INTEGERS: dict[type[T.DataType], tuple[int, int]] = {
-    T.ByteType: (1, 100),
-    T.ShortType: (1, 1000),
-    T.IntegerType: (1, 100_000),
-    T.LongType: (1, 1_000_000),
-}
+@functools.cache
+def _integer_ranges() -> dict[type[T.DataType], tuple[int, int]]:
+    from pyspark.sql import types as T
+
+    return {
+        T.ByteType: (1, 100),
+        T.ShortType: (1, 1000),
+        T.IntegerType: (1, 100_000),
+        T.LongType: (1, 1_000_000),
+    }
 
 
 def _sample(data_type: T.DataType, variant: int) -> Any:
+    from pyspark.sql import types as T
+
     kind = type(data_type)
-    if kind in _INTEGERS:
-        return _INTEGERS[kind][variant]
+    if kind in _integer_ranges():
+        return _integer_ranges()[kind][variant]
     if isinstance(data_type, (T.DoubleType, T.FloatType)):
         return (1.5, 1234.25)[variant]
     if isinstance(data_type, T.DecimalType):

@@ -15,12 +15,10 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field, PositiveInt, field_validator, model_validator
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
 
 from streamling.config.units import Milliseconds
 from streamling.core.rows import GS_OP, json_default
@@ -41,6 +39,10 @@ from streamling.script.sandbox import (
 from streamling.spec import TransformSpec, split_columns
 from streamling.telemetry.tasks import OFF, NodeRecorder
 from streamling.types import parse_type, spread
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import types as T
 
 INPUT_ROW_CHARS = 300
 
@@ -136,6 +138,8 @@ class ScriptTransform(Transform[ScriptTransformSpec]):
         )
 
     def apply(self, spark: SparkSession, inputs: Mapping[str, DataFrame], epoch: Epoch | None) -> DataFrame:
+        from pyspark.sql import types as T
+
         (frame,) = inputs.values()
         schema = self.output_schema(frame.schema)
         timezone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
@@ -159,6 +163,8 @@ class ScriptTransform(Transform[ScriptTransformSpec]):
         script adds, inferred by running it on sample rows (`streamling.script.inference`); all nullable, since a
         script may leave any value out; ``_gs_op`` last. The inference runs once per input schema: at
         validation, and the epochs reuse it."""
+        from pyspark.sql import types as T
+
         if self.spec.schema_ is not None:
             fields = [T.StructField(name, parse_type(text), True) for name, text in self.spec.schema_.items()]
         else:

@@ -30,7 +30,7 @@ PRELOAD = (
     "confluent_kafka",  # imported by a read (the reader's module leaves it to the driver's own import)
     "fastavro",  # imported by the decoders a read builds
     "streamling.dead_letters",
-    "streamling.builtins.generator",
+    "streamling.builtins.generator_reader",
 )
 """Imported before forking besides the worker module. Not polars: its thread pool starts on import. Not pandas:
 a worker imports it at its first Arrow array built from Python values (pyarrow's pandas shim), and the session's

@@ -4,13 +4,16 @@ call was rewritten into names Spark's functions, not the call. Runs only after a
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from pyspark.sql import SparkSession
 from sqlglot import exp
 
 from streamling.errors import first_line
 from streamling.sql.functions.calls import CALL
 from streamling.sql.rewrite import SqlProgram
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def culprit(spark: SparkSession, program: SqlProgram, render: Callable[[exp.Query], str]) -> str | None:

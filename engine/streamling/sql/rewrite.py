@@ -14,9 +14,9 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import sqlglot
-from pyspark.sql import types as T
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
@@ -27,6 +27,9 @@ from streamling.errors import StreamlingError
 from streamling.sql.dialects import DIALECTS
 from streamling.sql.functions import numeric_rewrite
 from streamling.sql.functions.calls import Rewritten, rewrite_calls
+
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
 
 _RENAMED_FUNCTIONS = {"make_array": exp.Array}
 DYNAMIC_TABLE_CHECK = "dynamic_table_check"
@@ -240,6 +243,8 @@ def _is_array(node: exp.Expression | None) -> bool | None:
 
 def _sqlglot_type(data: T.DataType) -> str:
     """A Spark type as a type sqlglot reads (``array<string>``), or ``unknown`` for one it cannot."""
+    from pyspark.sql import types as T
+
     try:
         exp.DataType.build(data.simpleString(), dialect="spark")
     except Exception:

@@ -4,9 +4,11 @@ analysed Spark plan is checked against an allow-list before the pipeline runs.""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 
 ALLOWED = frozenset(
     {

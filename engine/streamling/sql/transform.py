@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cached_property
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, PositiveInt
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from streamling.core.rows import GS_OP
 from streamling.errors import StreamlingError, first_line
@@ -21,6 +19,9 @@ from streamling.sql.functions import numeric_rewrite
 from streamling.sql.rewrite import SqlProgram, spark_name, undefined_dynamic_table
 from streamling.sql.stateless import forbidden_operations
 from streamling.types import spread
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
 class SqlTransformSpec(TransformSpec):
@@ -116,6 +117,8 @@ class SqlTransform(Transform[SqlTransformSpec]):
 
 
 def _single_gs_op(df: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
     positions = [i for i, name in enumerate(df.columns) if name == GS_OP]
     if not positions:
         return df.withColumn(GS_OP, F.lit("i"))

@@ -75,7 +75,9 @@ class Node:
         """The identity tag keys of this node's kind (``topic``, ``table``…; ``type`` for a plugin): its labels may
         not use them."""
         spec_identity = self.spec.identity_labels
-        if self.optype.type_name.count(".") or "options" in type(self.spec).model_fields:
+        spec_type = type(self.spec)
+        shows_options = getattr(spec_type, "shows_options", lambda: "options" in spec_type.model_fields)()
+        if self.optype.type_name.count(".") or shows_options:
             return (*spec_identity, "type")
         return spec_identity
 

@@ -3,12 +3,21 @@ planner and worker processes need not import (pydantic, the topology)."""
 
 from __future__ import annotations
 
-from pyspark.sql import types as T
+import functools
+from typing import TYPE_CHECKING
 
-METADATA_COLUMNS = T.StructType(
-    [
-        T.StructField("_partition", T.IntegerType(), False),
-        T.StructField("_offset", T.LongType(), False),
-        T.StructField("_timestamp", T.TimestampType(), True),
-    ]
-)
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
+
+
+@functools.cache
+def metadata_columns() -> T.StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("_partition", T.IntegerType(), False),
+            T.StructField("_offset", T.LongType(), False),
+            T.StructField("_timestamp", T.TimestampType(), True),
+        ]
+    )

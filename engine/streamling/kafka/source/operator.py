@@ -13,11 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar
-
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from streamling.core.pacing import FIRST_EPOCH_ROWS, Pacer
 from streamling.core.rows import GS_OP
@@ -29,7 +25,7 @@ from streamling.kafka.avro import spark_schema as avro_spark_schema
 from streamling.kafka.clients import connection_options, registry, subject_of
 from streamling.kafka.lag import LagReporter
 from streamling.kafka.objects import topic_object
-from streamling.kafka.source.metadata import METADATA_COLUMNS
+from streamling.kafka.source.metadata import metadata_columns
 from streamling.kafka.source.offsets import (
     high_watermark,
     initial_offsets,
@@ -37,12 +33,17 @@ from streamling.kafka.source.offsets import (
     open_consumer,
     range_offsets,
 )
-from streamling.kafka.source.reader import KafkaStreamReader
 from streamling.kafka.source.spec import KafkaSourceSpec, resolution_warnings
 from streamling.plugin import ExternalObject, RunContext, Source
 from streamling.state import StateBackend
 from streamling.telemetry.tasks import OFF, NodeRecorder
 from streamling.types import parse_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import types as T
+
+    from streamling.kafka.source.reader import KafkaStreamReader
 
 log = logging.getLogger("streamling.kafka")
 
@@ -145,19 +146,23 @@ class KafkaSource(Source[KafkaSourceSpec]):
         return out
 
     def schema(self) -> T.StructType:
+        from pyspark.sql import types as T
+
         if self.spec.data_format == "avro":
             values = avro_spark_schema(json.loads(self.reader_schema()[0]), subject_of(self.topic))
         else:
             values = T.StructType([T.StructField(c, parse_type(t), True) for c, t in (self.spec.schema_ or {}).items()])
         fields = [f for f in values.fields if f.name != GS_OP]
         if self.spec.include_metadata:
-            taken = {f.name for f in fields} & set(METADATA_COLUMNS.fieldNames())
+            taken = {f.name for f in fields} & set(metadata_columns().fieldNames())
             if taken:
                 raise StreamlingError.user(f"{self.label}: include_metadata would shadow fields {sorted(taken)}")
-            fields += METADATA_COLUMNS.fields
+            fields += metadata_columns().fields
         return T.StructType([*fields, T.StructField(GS_OP, T.StringType(), False)])
 
     def refine(self, df: DataFrame) -> DataFrame:
+        from pyspark.sql import functions as F
+
         if not self.spec.filter:
             return df
         try:
@@ -328,6 +333,8 @@ class KafkaSource(Source[KafkaSourceSpec]):
     def stream_reader(
         self, spark: SparkSession, start: Mapping[str, Any], replay_end: Mapping[str, Any] | None = None
     ) -> KafkaStreamReader:
+        from streamling.kafka.source.reader import KafkaStreamReader
+
         options = self.reader_options(start, replay_end, self.reader_parallelism(spark))
         return KafkaStreamReader(options, self.schema(), self._recorder)
 

@@ -60,7 +60,7 @@ class Range(InputPartition):
     @property
     def locality_key(self) -> tuple[str, int]:
         """On a cluster, every epoch's range of one partition prefers one executor, whose Python worker holds the
-        source's consumer (`runtime.locality`); a split backlog's further pieces go to the executors after it."""
+        source's consumer (`spark/locality.py`); a split backlog's further pieces go to the executors after it."""
         return self.topic, self.partition + self.piece
 
 

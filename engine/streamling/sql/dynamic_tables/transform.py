@@ -13,15 +13,13 @@ The fields follow the original's: `column` names the Postgres table's value colu
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from functools import cached_property
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
 
 from streamling.config.units import Milliseconds
 from streamling.core.identifiers import check_identifier
@@ -38,9 +36,21 @@ from streamling.sql.rewrite import SqlProgram, spark_name
 from streamling.sql.stateless import forbidden_operations
 from streamling.types import exact_column
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
 BackendType = Literal["Postgres", "InMemory"]
 _BACKENDS: dict[str, BackendType] = {"postgres": "Postgres", "inmemory": "InMemory"}
-VALUE_SCHEMA = StructType([StructField("value", StringType(), False)])
+
+
+@functools.cache
+def value_schema() -> StructType:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    return StructType([StructField("value", StringType(), False)])
+
+
 DEFAULT_REFRESH_MS = 1000
 """The original's default for how long a cached table is trusted."""
 
@@ -227,8 +237,11 @@ class DynamicTable(Transform[DynamicTableSpec]):
     def _values(self, spark: SparkSession, inputs: Mapping[str, DataFrame], validating: bool) -> DataFrame:
         """This epoch's candidate values as one string column ``value``; checks the shape at validation (on the empty
         inputs analysis gives it: an epoch's input plan holds its source's own operations, a read's MapInArrow)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StringType
+
         if not inputs:
-            return spark.createDataFrame([], VALUE_SCHEMA)
+            return spark.createDataFrame([], value_schema())
         (node, frame), *_ = inputs.items()
         if self.program is not None:
             view = f"__sl_dt_{spark_name(self.name)}_input"

@@ -13,11 +13,11 @@ a literal at render time (so a bad one fails ``--validate``), an integer column 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame
-from pyspark.sql import types as T
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
@@ -26,6 +26,10 @@ from streamling.core.markers import wide_type as marker_type
 from streamling.errors import StreamlingError
 from streamling.sql.functions import decimals
 from streamling.sql.functions.wide_integers import to_int
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql import types as T
 
 U256_TYPE, I256_TYPE = WideType(U256), WideType(I256)
 _INTEGER_RESULT = {
@@ -79,13 +83,25 @@ NAMES = frozenset(
 is left alone."""
 _TEXT_TYPES = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR}
 _TEXT_TYPES |= {exp.DataType.Type.NVARCHAR, exp.DataType.Type.NCHAR}
-_INTEGER_TYPES = {
-    exp.DataType.Type.TINYINT: T.ByteType(),
-    exp.DataType.Type.SMALLINT: T.ShortType(),
-    exp.DataType.Type.INT: T.IntegerType(),
-    exp.DataType.Type.BIGINT: T.LongType(),
-}
-_DIGITS = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}
+
+
+@functools.cache
+def _integer_types() -> dict[exp.DataType.Type, T.DataType]:
+    from pyspark.sql import types as T
+
+    return {
+        exp.DataType.Type.TINYINT: T.ByteType(),
+        exp.DataType.Type.SMALLINT: T.ShortType(),
+        exp.DataType.Type.INT: T.IntegerType(),
+        exp.DataType.Type.BIGINT: T.LongType(),
+    }
+
+
+@functools.cache
+def _integer_digits() -> dict[type[T.DataType], int]:
+    from pyspark.sql import types as T
+
+    return {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}
 
 
 @dataclass(frozen=True)
@@ -131,6 +147,8 @@ def _relevant(tree: exp.Expression, schemas: Mapping[str, T.StructType]) -> bool
 
 
 def _marked(data: T.DataType) -> bool:
+    from pyspark.sql import types as T
+
     if isinstance(data, T.StructType):
         return any(WIDE_DECIMAL_KEY in (f.metadata or {}) or _marked(f.dataType) for f in data.fields)
     if isinstance(data, T.ArrayType):
@@ -275,6 +293,8 @@ class _Rewriter:
     # -- typing ------------------------------------------------------------------------------------
 
     def _info(self, node: exp.Expression, scope: Scope | None) -> Info:
+        from pyspark.sql import types as T
+
         node = _unguarded(node)
         if WIDE in node.meta:
             return Info(marker_type(node.meta[WIDE]), T.StringType())
@@ -361,6 +381,8 @@ class _Rewriter:
     def _arrow_decimal(self, node: exp.Anonymous, scope: Scope | None) -> WideType | None:
         """The type ``to_decimal_arb_from_decimal128(x)``/``…256(x)`` keeps: x's own decimal(p,s) (a Spark
         decimal, or for ``…256`` a decimal_arb of at most 76 digits, Spark having no 256-bit decimal)."""
+        from pyspark.sql import types as T
+
         most = _FROM_ARROW_DECIMAL[node.name.lower()]
         arg = _unguarded(node.expressions[0])
         have = self._type(arg, scope)
@@ -374,6 +396,8 @@ class _Rewriter:
     def _operand_type(self, node: exp.Expression, scope: Scope | None) -> WideType | None:
         """The decimal type of a decimal function's operand: a wide value's, or that of what `_to_decimal`
         converts operands into (a literal's digits, an integer cast to text)."""
+        from pyspark.sql import types as T
+
         node = _unguarded(node)
         have = self._type(node, scope)
         if have is not None:
@@ -387,7 +411,7 @@ class _Rewriter:
         if isinstance(node, exp.Cast) and node.to.this in _TEXT_TYPES:
             spark = self._info(node.this, scope).spark
             if isinstance(spark, T.IntegralType):
-                return decimal_type(_DIGITS.get(type(spark), 19), 0)
+                return decimal_type(_integer_digits().get(type(spark), 19), 0)
         return None
 
     # -- rewriting ---------------------------------------------------------------------------------
@@ -526,6 +550,8 @@ class _Rewriter:
 
     def _to_integer(self, kind: WideType, node: exp.Expression, scope: Scope | None, function: str) -> exp.Expression:
         """`node` as text of a `kind` integer: unchanged when it is one, a literal converted now, else a call."""
+        from pyspark.sql import types as T
+
         have = self._type(node, scope)
         if _is_null(node) or (have is not None and have.kind == DECIMAL and have.scale == 0):
             return node  # the function reads an integral decimal's text as it is, checking its range
@@ -551,6 +577,8 @@ class _Rewriter:
     ) -> tuple[exp.Expression, WideType | None]:
         """`node` as decimal text with its type. A value that is not a number, or (unless `loose`, as for
         comparisons, where the scale does not matter) whose scale is unknown, is an error."""
+        from pyspark.sql import types as T
+
         have = self._type(node, scope)
         if have is not None:
             folded = _folded_decimal(node, have)
@@ -564,7 +592,7 @@ class _Rewriter:
             return exp.Literal.string(text), kind
         spark = self._info(node, scope).spark
         if isinstance(spark, T.IntegralType):
-            return _text(node), decimal_type(_DIGITS.get(type(spark), 19), 0)
+            return _text(node), decimal_type(_integer_digits().get(type(spark), 19), 0)
         if isinstance(spark, T.DecimalType):
             converted = self._called(
                 "to_decimal_arb", node, exp.Literal.number(spark.precision), exp.Literal.number(spark.scale)
@@ -759,6 +787,8 @@ def _sql(node: exp.Expression) -> str:
 
 def _path(info: Info, parts: list[str]) -> Info:
     """A struct member's info, following `parts` from a column's."""
+    from pyspark.sql import types as T
+
     for part in parts:
         data = info.spark
         if not isinstance(data, T.StructType):
@@ -771,6 +801,8 @@ def _path(info: Info, parts: list[str]) -> Info:
 
 
 def _literal_spark_type(node: exp.Literal) -> T.DataType | None:
+    from pyspark.sql import types as T
+
     if node.is_string:
         return T.StringType()
     text = node.name
@@ -780,8 +812,10 @@ def _literal_spark_type(node: exp.Literal) -> T.DataType | None:
 
 
 def _spark_type(data: exp.DataType) -> T.DataType | None:
-    if data.this in _INTEGER_TYPES:
-        return _INTEGER_TYPES[data.this]
+    from pyspark.sql import types as T
+
+    if data.this in _integer_types():
+        return _integer_types()[data.this]
     if data.this in _TEXT_TYPES:
         return T.StringType()
     if data.this == exp.DataType.Type.DECIMAL:
