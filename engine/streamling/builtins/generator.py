@@ -21,7 +21,7 @@ from streamling.errors import StreamlingError
 from streamling.plugin import Source
 from streamling.spec import SourceSpec
 from streamling.state import StateBackend
-from streamling.types import check_column_types, parse_type, with_gs_op
+from streamling.types import check_column_types
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,13 +67,6 @@ class GeneratorSourceSpec(SourceSpec):
         return dict(self.schema_ or DEFAULT_SCHEMA)
 
 
-def spark_schema(columns: Mapping[str, str]) -> T.StructType:
-    from pyspark.sql import types as T
-
-    fields = [T.StructField(name, parse_type(t), name != "id") for name, t in columns.items()]
-    return with_gs_op(T.StructType(fields))
-
-
 class GeneratorSource(Source[GeneratorSourceSpec]):
     spec_model: ClassVar[type[GeneratorSourceSpec]] = GeneratorSourceSpec
 
@@ -87,6 +80,8 @@ class GeneratorSource(Source[GeneratorSourceSpec]):
                 f"{self.label}: backfill_range {self.settings.backfill_range} does not apply to generated rows "
                 "(ranges are of a ClickHouse sort key or of Kafka offsets or message times)"
             )
+        from streamling.builtins.generator_reader import spark_schema
+
         return spark_schema(self.spec.columns())
 
     def load_position(self, state: StateBackend) -> dict[str, Any]:

@@ -14,10 +14,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructField, StructType
 
-from streamling.builtins.generator import spark_schema
 from streamling.core.pacing import Pacer
 from streamling.core.rows import GS_OP
+from streamling.types import parse_type, with_gs_op
+
+
+def spark_schema(columns: Mapping[str, str]) -> StructType:
+    """The generated columns as Spark's schema: ``id`` not nullable, ``_gs_op`` last."""
+    fields = [StructField(name, parse_type(t), name != "id") for name, t in columns.items()]
+    return with_gs_op(StructType(fields))
+
 
 NAMES = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy")
 MIN_ROWS_PER_PARTITION = 10_000
