@@ -14,6 +14,7 @@ A terminated run records what it wrote (an observation marked ``backfill_incompl
 it reports its own rows and the backfill's total since it began (``backfill_rows_total``).
 """
 
+import functools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from streamling_dagster.guard import check_no_other_run, op_tags, pipeline_pool
 from streamling_dagster.observations import feeding, named_positions
 from streamling_dagster.partitions import partition_namespace
 from streamling_dagster.pipelines import PipelineFile
-from streamling_dagster.resources import StreamlingResource, StreamlingSparkResource
+from streamling_dagster.resources import BACKFILLS, StreamlingResource, StreamlingSparkResource
 from streamling_dagster.streaming import StopSignals, StreamConfig, end_if_stopped, run_engine, stopped_cleanly
 
 RECONCILE_CHECK = "rows_reconcile"
@@ -88,10 +89,6 @@ def plan_run(context: AssetExecutionContext, pf: PipelineFile, streamling: Strea
     return BackfillRun(settings, False, "resuming after the committed positions")
 
 
-BACKFILLS: dict[str, PipelineFile] = {}
-"""The pipeline of each backfill op, by op name (how `StreamlingResource.backfill` finds it from a context)."""
-
-
 def backfill_asset_args(pf: PipelineFile, sinks: list[dg.AssetSpec], name: str | None = None) -> dict[str, Any]:
     """`dg.multi_asset` arguments of a pipeline's backfill: the sinks (skippable: a terminated run has none),
     the `rows_reconcile` checks, the partitions, the op tags the run coordinator reads, the pipeline's pool, the
@@ -107,7 +104,7 @@ def backfill_asset_args(pf: PipelineFile, sinks: list[dg.AssetSpec], name: str |
     ]
     plan = pf.orchestration.backfill_partitions
     name = name or f"backfill_{pf.name}"
-    BACKFILLS[name] = pf
+    BACKFILLS[name] = functools.partial(backfill_events, pf)
     return {
         "name": name,
         "specs": [spec.replace_attributes(skippable=True) for spec in sinks],
@@ -131,14 +128,14 @@ def backfill_assets(pf: PipelineFile, sinks: list[dg.AssetSpec]) -> dg.AssetsDef
         streamling: StreamlingResource,
         spark: StreamlingSparkResource,
     ) -> Any:
-        yield from backfill_events(context, pf, streamling, spark, config)
+        yield from backfill_events(pf, context, streamling, spark, config)
 
     return run
 
 
 def backfill_events(
-    context: AssetExecutionContext,
     pf: PipelineFile,
+    context: AssetExecutionContext,
     streamling: StreamlingResource,
     spark: StreamlingSparkResource,
     config: StreamConfig | None = None,

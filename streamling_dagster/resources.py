@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import dagster as dg
@@ -23,6 +24,12 @@ SECRET_CONF = re.compile(r"(?i)secret|password|token|access[.]?key|credential")
 
 
 EMBEDDED_WAIT_SEC = 600.0
+
+Backfill = Callable[[dg.AssetExecutionContext, "StreamlingResource", "StreamlingSparkResource", Any], Iterator[Any]]
+BACKFILLS: dict[str, Backfill] = {}
+"""Each pipeline's backfill work by its op's name, registered where the backfill's multi-asset is defined
+(`backfill.backfill_asset_args`): how `StreamlingResource.backfill` finds it from a context, without this module
+importing the backfill machinery, whose ops name these resources in their signatures."""
 
 
 class StreamlingResource(dg.ConfigurableResource):
@@ -56,9 +63,12 @@ class StreamlingResource(dg.ConfigurableResource):
     def backfill(self, context: dg.AssetExecutionContext, spark: StreamlingSparkResource, config: Any = None) -> Any:
         """Inside a `@streamling_assets` function: run its pipeline's backfill, yielding the materializations and
         checks (``yield from streamling.backfill(context, spark)``)."""
-        from streamling_dagster.backfill import BACKFILLS, backfill_events
-
-        return backfill_events(context, BACKFILLS[context.op_def.name], self, spark, config)
+        name = context.op_def.name
+        if name not in BACKFILLS:
+            raise dg.DagsterInvariantViolationError(
+                f"Error: op '{name}': StreamlingResource.backfill runs inside a @streamling_assets function only"
+            )
+        return BACKFILLS[name](context, self, spark, config)
 
 
 class StreamlingSparkResource(dg.ConfigurableResource):

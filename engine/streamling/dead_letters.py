@@ -12,29 +12,30 @@ A `DeadLetterTarget` is built on the driver and travels to executors (the Kafka 
 tasks), as a pickled object inside a sink's write plan or as string options of the source's data source, where
 the secrets sit under keys containing ``password`` so Spark redacts them.
 
-What is common lives here (the letter, the target, its travel as options); producing to a topic is
-`kafka/dead_letters.py`'s, the table and its inserts `postgres/dead_letters.py`'s, each imported when a target of
-its kind is used.
+What is common lives here (the letter, the target's interface, its travel as options); producing to a topic is
+`kafka/dead_letters.py`'s, the table and its inserts `postgres/dead_letters.py`'s: each is a `DeadLetterTarget`
+subclass registered by its kind.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from streamling.core.rows import json_default
+from streamling.errors import StreamlingError
 
 if TYPE_CHECKING:  # loaded when used: the Kafka reader imports this module in every planner and worker process
     import psycopg
 
     from streamling.config.model import PostgresSinkSettings, Settings
     from streamling.spec import DeadLetterSpec
-
-HEADER_PREFIX = "streamling."
 
 
 @dataclass(frozen=True)
@@ -75,127 +76,99 @@ def row_letter(error: str, row: Mapping[str, Any], keys: Sequence[str]) -> DeadL
 
 
 @dataclass(frozen=True)
-class DeadLetterTarget:
-    """Where one node's dead letters go, with the connection to get there."""
+class DeadLetterTarget(ABC):
+    """Where one node's dead letters go, with the connection to get there.
+
+    Each destination kind is a subclass in its system's folder, named by the `DeadLetterSpec` field that picks
+    it (``topic``: `kafka/dead_letters.py`, ``table``: `postgres/dead_letters.py`) and registered when its class
+    is defined; the built-ins' plugin imports both. So this module names no system, although a Kafka source's
+    letters may go to a Postgres table and a Postgres sink's to a topic."""
 
     application_id: str
     node: str
     label: str
-    topic: str | None = None
-    schema: str | None = None
-    table: str | None = None
-    kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
-    postgres: PostgresSinkSettings | None = None
+
+    kind: ClassVar[str]
+    """The `DeadLetterSpec` field that picks this destination."""
+    _kinds: ClassVar[dict[str, type[DeadLetterTarget]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            DeadLetterTarget._kinds[cls.kind] = cls
 
     @classmethod
     def of(
         cls, spec: DeadLetterSpec, settings: Settings, node: str, label: str, postgres: PostgresSinkSettings | None
     ) -> DeadLetterTarget:
-        if spec.topic is not None:
-            from streamling.kafka.dead_letters import producer_options
-
-            return cls(settings.application_id, node, label, topic=spec.topic, kafka=producer_options(settings))
-        schema, table = spec.schema_and_table
-        return cls(
-            settings.application_id,
-            node,
-            label,
-            schema=schema,
-            table=table,
-            postgres=postgres or settings.postgres_connection(node),
-        )
-
-    @property
-    def where(self) -> str:
-        return f"topic '{self.topic}'" if self.topic is not None else f'table "{self.schema}"."{self.table}"'
-
-    # -- travelling to executors as data-source options (strings; secrets under *password* keys)
-
-    def to_options(self) -> dict[str, str]:
-        kafka = {k: v for k, v in self.kafka.items() if k != "kafka_sasl_password"}
-        postgres = self.postgres.model_dump(mode="json", by_alias=True, exclude={"password"}) if self.postgres else None
-        out = {
-            "dead_letter": json.dumps(
-                {
-                    "application_id": self.application_id,
-                    "node": self.node,
-                    "label": self.label,
-                    "topic": self.topic,
-                    "schema": self.schema,
-                    "table": self.table,
-                    "kafka": kafka,
-                    "postgres": postgres,
-                }
-            )
-        }
-        if self.kafka.get("kafka_sasl_password"):
-            out["dead_letter_kafka_sasl_password"] = self.kafka["kafka_sasl_password"]
-        if self.postgres is not None and self.postgres.password.get_secret_value():
-            out["dead_letter_postgres_password"] = self.postgres.password.get_secret_value()
-        return out
+        """The target `spec` names; `postgres` is the node's own connection (a Postgres sink's), else the
+        settings' for `node`."""
+        kind = spec.kind
+        if kind not in cls._kinds:
+            raise StreamlingError(f"{label}: no dead-letter destination of kind '{kind}' is registered")
+        return cls._kinds[kind].from_spec(spec, settings, node, label, postgres)
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> DeadLetterTarget | None:
-        if not options.get("dead_letter"):
-            return None
-        data = json.loads(options["dead_letter"])
-        kafka = dict(data["kafka"])
-        if options.get("dead_letter_kafka_sasl_password"):
-            kafka["kafka_sasl_password"] = options["dead_letter_kafka_sasl_password"]
-        postgres = None
-        if data["postgres"] is not None:
-            from streamling.config.model import PostgresSinkSettings
+    @abstractmethod
+    def from_spec(
+        cls, spec: DeadLetterSpec, settings: Settings, node: str, label: str, postgres: PostgresSinkSettings | None
+    ) -> DeadLetterTarget: ...
 
-            postgres = PostgresSinkSettings.model_validate(
-                {**data["postgres"], "pass": options.get("dead_letter_postgres_password", "")}
-            )
-        return cls(
-            data["application_id"],
-            data["node"],
-            data["label"],
-            topic=data["topic"],
-            schema=data["schema"],
-            table=data["table"],
-            kafka=kafka,
-            postgres=postgres,
-        )
+    @property
+    @abstractmethod
+    def where(self) -> str:
+        """The destination as messages name it: ``topic 'x'``, ``table "s"."t"``."""
 
     # -- driver: make sure the target exists
 
-    def prepare(self) -> None:
-        if self.topic is not None:
-            from streamling.kafka.dead_letters import prepare_topic
-
-            prepare_topic(self)
-            return
-        from streamling.postgres.dead_letters import prepare_table
-
-        prepare_table(self)
+    @abstractmethod
+    def prepare(self) -> None: ...
 
     # -- writing
 
     def deliver(self, letters: Sequence[DeadLetter], cur: psycopg.Cursor | None = None) -> None:
-        """Write `letters` before returning; with `cur` (a Postgres target) inside the caller's transaction."""
-        if not letters:
-            return
-        failed_at = datetime.now(UTC)
-        if self.topic is not None:
-            from streamling.kafka.dead_letters import produce
+        """Write `letters` before returning; with `cur` (a Postgres transaction of the caller's) a table target
+        writes inside it, so the letters are exactly as durable as the caller's rows."""
+        if letters:
+            self.write(letters, datetime.now(UTC), cur)
 
-            produce(self, letters, failed_at)
-            return
-        from streamling.postgres.dead_letters import insert
+    @abstractmethod
+    def write(self, letters: Sequence[DeadLetter], failed_at: datetime, cur: psycopg.Cursor | None) -> None: ...
 
-        insert(self, letters, failed_at, cur)
+    # -- travelling to executors as data-source options (strings; secrets under *password* keys)
 
-    def headers(self, letter: DeadLetter, failed_at: datetime) -> list[tuple[str, bytes]]:
-        """The ``streamling.*`` headers a dead letter carries on a topic: which node failed it, when and why."""
-        fields: dict[str, Any] = {
-            "application_id": self.application_id,
-            "node": self.node,
-            "error": letter.error,
-            "failed_at": failed_at.isoformat(),
-        }
-        if letter.topic is not None:
-            fields.update(topic=letter.topic, partition=letter.partition, offset=letter.offset)
-        return [(HEADER_PREFIX + k, str(v).encode()) for k, v in fields.items()]
+    @abstractmethod
+    def carried(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """What the options carry beyond the node: JSON fields without secrets, and the secrets by option key
+        (each key containing ``password``, so Spark redacts its value)."""
+
+    @classmethod
+    @abstractmethod
+    def arrived(cls, head: tuple[str, str, str], fields: dict[str, Any], secrets: Mapping[str, str]) -> Self:
+        """The target again from `carried`'s two halves; `head` is (application_id, node, label)."""
+
+    def to_options(self) -> dict[str, str]:
+        fields, secrets = self.carried()
+        kind = type(self)
+        head = {"class": f"{kind.__module__}:{kind.__qualname__}", "application_id": self.application_id}
+        out = {"dead_letter": json.dumps({**head, "node": self.node, "label": self.label, **fields})}
+        for key, secret in secrets.items():
+            assert "password" in key, key
+            if secret:
+                out[key] = secret
+        return out
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> DeadLetterTarget | None:
+        """The target `to_options` wrote. Its class is found by the module and name written with it, as pickle
+        finds a class: an executor has not necessarily imported the destination's system, nor the plugin."""
+        if not options.get("dead_letter"):
+            return None
+        fields = json.loads(options["dead_letter"])
+        module, _, name = fields.pop("class").partition(":")
+        kind = getattr(importlib.import_module(module), name, None)
+        if not (isinstance(kind, type) and issubclass(kind, DeadLetterTarget)):
+            raise StreamlingError(f"dead-letter options name {module}:{name}, not a dead-letter target")
+        head = (fields.pop("application_id"), fields.pop("node"), fields.pop("label"))
+        secrets = {k: v for k, v in options.items() if k.startswith("dead_letter_") and "password" in k}
+        return kind.arrived(head, fields, secrets)

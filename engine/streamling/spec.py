@@ -123,6 +123,11 @@ class DeadLetterSpec(BaseModel):
         return self
 
     @property
+    def kind(self) -> str:
+        """The field set, which names the destination (`streamling.dead_letters.DeadLetterTarget.kind`)."""
+        return "topic" if self.topic is not None else "table"
+
+    @property
     def schema_and_table(self) -> tuple[str, str]:
         assert self.table is not None
         schema, _, table = self.table.rpartition(".")

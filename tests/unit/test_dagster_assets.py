@@ -13,7 +13,14 @@ import dagster as dg
 import pytest
 
 from streamling.config import load_settings
-from streamling_dagster import StreamlingObject, StreamlingTranslator, build_definitions, pipeline_definitions
+from streamling_dagster import (
+    StreamlingObject,
+    StreamlingResource,
+    StreamlingSparkResource,
+    StreamlingTranslator,
+    build_definitions,
+    pipeline_definitions,
+)
 from streamling_dagster.definitions import FILES_SENSOR
 from streamling_dagster.factory import VALIDITY_CHECK
 
@@ -295,3 +302,19 @@ def test_the_translator_names_the_connections(tmp_path: Path) -> None:
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert {"postgres/main/shop/orders", "postgres/dt/shop/seen_orders", "clickhouse/main/orders_history"} <= keys
     assert "clickhouse/analytics/orders_archive" in keys
+
+
+def test_backfill_outside_a_streamling_assets_function_names_the_op() -> None:
+    """`StreamlingResource.backfill` finds its pipeline by the op's name; in any other asset it says so in one line
+    (before any settings are read or Spark is started)."""
+
+    @dg.asset
+    def plain(context, streamling: StreamlingResource, spark: StreamlingSparkResource):  # type: ignore[no-untyped-def]
+        yield from streamling.backfill(context, spark)
+
+    spark = StreamlingSparkResource(spark_config={"spark.master": "local[1]"})
+    with pytest.raises(dg.DagsterInvariantViolationError) as raised:
+        dg.materialize([plain], resources={"streamling": StreamlingResource(), "spark": spark})
+    assert str(raised.value) == (
+        "Error: op 'plain': StreamlingResource.backfill runs inside a @streamling_assets function only"
+    )

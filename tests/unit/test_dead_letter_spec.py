@@ -86,6 +86,7 @@ def test_invalid_error_handling_names_node_and_field(source_extra: str, sink_ext
 
 def test_target_options_for_executors_keep_secrets_under_password_keys() -> None:
     """Spark redacts option values whose key contains `password`; the JSON blob must carry no secret."""
+    from streamling.builtins.plugin import DEAD_LETTER_DESTINATIONS
     from streamling.config import load_settings
     from streamling.dead_letters import DeadLetterTarget
     from streamling.spec import DeadLetterSpec
@@ -104,3 +105,4 @@ def test_target_options_for_executors_keep_secrets_under_password_keys() -> None
         assert "s3cret" not in options["dead_letter"] and "s3cret" not in repr(target)
         assert all("password" in k for k, v in options.items() if "s3cret" in v)
         assert DeadLetterTarget.from_options(options) == target
+        assert type(target) in DEAD_LETTER_DESTINATIONS

@@ -1,5 +1,6 @@
 """The built-in operators, as a plugin without a namespace: the entry point ``builtins`` of the group
-``streamling.plugins`` (pyproject.toml), loaded like any installed plugin."""
+``streamling.plugins`` (pyproject.toml), loaded like any installed plugin. Loading it also registers the built-in
+dead-letter destinations (a topic, a table), which any built-in source or sink may name."""
 
 from streamling.builtins.blackhole import BlackholeSink, MemorySink
 from streamling.builtins.generator import GeneratorSource
@@ -10,10 +11,12 @@ from streamling.clickhouse.source import ClickHouseSource
 from streamling.files.source import FileSource
 from streamling.http.handler import HandlerTransform
 from streamling.http.webhook import WebhookSink
+from streamling.kafka.dead_letters import TopicDeadLetters
 from streamling.kafka.sink import KafkaSink
 from streamling.kafka.source.operator import KafkaSource
 from streamling.plugin import Plugin
 from streamling.postgres.aggregate_sink import PostgresAggregateSink
+from streamling.postgres.dead_letters import TableDeadLetters
 from streamling.postgres.sink import PostgresSink
 from streamling.script.transform import ScriptTransform
 from streamling.sql.dynamic_tables.transform import DynamicTable
@@ -42,3 +45,6 @@ PLUGIN = Plugin(
     },
     functions=ARROW_CLASSES,
 )
+
+DEAD_LETTER_DESTINATIONS = (TopicDeadLetters, TableDeadLetters)
+"""Registered as their classes are defined (`DeadLetterTarget.kind`); named here so loading the plugin defines them."""

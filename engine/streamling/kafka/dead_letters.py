@@ -1,22 +1,79 @@
-"""Dead letters on a Kafka topic (``kafka_sink`` connection): produced and flushed before the epoch that skipped
-them commits; a replay produces them again (at-least-once). See `streamling.dead_letters`."""
+"""Dead letters on a Kafka topic (``kafka_sink`` connection, ``dead_letter: {topic: …}``): produced and flushed
+before the epoch that skipped them commits; a replay produces them again (at-least-once). See
+`streamling.dead_letters`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
+from streamling.dead_letters import DeadLetter, DeadLetterTarget
 from streamling.errors import StreamlingError
 from streamling.kafka.availability import produce_when_room
 from streamling.kafka.clients import connection_options, ensure_topic, kafka_config, producer
 
 if TYPE_CHECKING:
-    from streamling.config.model import Settings
-    from streamling.dead_letters import DeadLetter, DeadLetterTarget
+    import psycopg
+
+    from streamling.config.model import PostgresSinkSettings, Settings
+    from streamling.spec import DeadLetterSpec
 
 FLUSH_TIMEOUT_SEC = 60.0
 TOPIC_PARTITIONS = 1
+HEADER_PREFIX = "streamling."
+SASL_PASSWORD = "kafka_sasl_password"
+PASSWORD = f"dead_letter_{SASL_PASSWORD}"
+
+
+@dataclass(frozen=True)
+class TopicDeadLetters(DeadLetterTarget):
+    """A topic of the ``kafka_sink`` connection, created with one partition when missing."""
+
+    kind = "topic"
+    topic: str
+    kafka: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_spec(
+        cls, spec: DeadLetterSpec, settings: Settings, node: str, label: str, postgres: PostgresSinkSettings | None
+    ) -> TopicDeadLetters:
+        assert spec.topic is not None
+        return cls(settings.application_id, node, label, topic=spec.topic, kafka=producer_options(settings))
+
+    @property
+    def where(self) -> str:
+        return f"topic '{self.topic}'"
+
+    def prepare(self) -> None:
+        ensure_topic(self.kafka, self.topic, TOPIC_PARTITIONS, self.label)
+
+    def write(self, letters: Sequence[DeadLetter], failed_at: datetime, cur: psycopg.Cursor | None) -> None:
+        produce(self, letters, failed_at)
+
+    def carried(self) -> tuple[dict[str, Any], dict[str, str]]:
+        kafka = {k: v for k, v in self.kafka.items() if k != SASL_PASSWORD}
+        return {"topic": self.topic, "kafka": kafka}, {PASSWORD: self.kafka.get(SASL_PASSWORD, "")}
+
+    @classmethod
+    def arrived(cls, head: tuple[str, str, str], fields: dict[str, Any], secrets: Mapping[str, str]) -> Self:
+        kafka = dict(fields["kafka"])
+        if secrets.get(PASSWORD):
+            kafka[SASL_PASSWORD] = secrets[PASSWORD]
+        return cls(*head, topic=fields["topic"], kafka=kafka)
+
+    def headers(self, letter: DeadLetter, failed_at: datetime) -> list[tuple[str, bytes]]:
+        """The ``streamling.*`` headers a dead letter carries on a topic: which node failed it, when and why."""
+        fields: dict[str, Any] = {
+            "application_id": self.application_id,
+            "node": self.node,
+            "error": letter.error,
+            "failed_at": failed_at.isoformat(),
+        }
+        if letter.topic is not None:
+            fields.update(topic=letter.topic, partition=letter.partition, offset=letter.offset)
+        return [(HEADER_PREFIX + k, str(v).encode()) for k, v in fields.items()]
 
 
 def producer_options(settings: Settings) -> dict[str, str]:
@@ -24,12 +81,7 @@ def producer_options(settings: Settings) -> dict[str, str]:
     return {k: v for k, v in connection_options(settings.kafka_sink).items() if k.startswith("kafka_")}
 
 
-def prepare_topic(target: DeadLetterTarget) -> None:
-    assert target.topic is not None
-    ensure_topic(target.kafka, target.topic, TOPIC_PARTITIONS, target.label)
-
-
-def produce(target: DeadLetterTarget, letters: Sequence[DeadLetter], failed_at: datetime) -> None:
+def produce(target: TopicDeadLetters, letters: Sequence[DeadLetter], failed_at: datetime) -> None:
     config = kafka_config(target.kafka, **{"acks": "all", "enable.idempotence": True, "linger.ms": 5})
     config.pop("logger", None)  # executors log through their own stderr
     out = producer(config)
