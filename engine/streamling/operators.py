@@ -19,14 +19,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from streamling.core.rows import GS_OP
 from streamling.spec import NodeSpec, SinkSpec, SourceSpec, TransformSpec, flush_interval
 from streamling.telemetry.tasks import NodeRecorder
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pyarrow too: the control plane reads this interface (`Source`) without loading Arrow
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.datasource import DataSourceStreamReader
     from pyspark.sql.types import StructType
@@ -315,6 +313,8 @@ class Written:
     @classmethod
     def of_ops(cls, ops: pa.Array | pa.ChunkedArray) -> Written:
         """Count a ``_gs_op`` column, vectorised (one ``value_counts`` pass, no per-row Python)."""
+        import pyarrow.compute as pc
+
         counts = pc.value_counts(ops)
         by_op = dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True))
         updates, deletes = int(by_op.get("u", 0)), int(by_op.get("d", 0))

@@ -99,6 +99,10 @@ def patience(options: Mapping[str, str]) -> float:
     return float(options.get("unavailable_timeout_sec", "300"))
 
 
+QUEUE_FULL = RetryPolicy(None, float("inf"), QUEUE_FULL_POLL_SEC, QUEUE_FULL_POLL_SEC)
+"""A full producer queue is waited out without limit, polling deliveries (`produce_when_room`)."""
+
+
 def produce_when_room(producer: Any, topic: str, **message: Any) -> None:
     """``producer.produce(topic, **message)``. While the producer's local queue is full (``BufferError``) it serves
     deliveries for a while and tries again, for as long as that takes: the queue empties as messages are delivered,
@@ -107,8 +111,7 @@ def produce_when_room(producer: Any, topic: str, **message: Any) -> None:
         producer.produce(topic, **message)
     except BufferError:
         producer.poll(QUEUE_FULL_POLL_SEC)
-        queue_full = RetryPolicy(None, float("inf"), QUEUE_FULL_POLL_SEC, QUEUE_FULL_POLL_SEC)
-        queue_full.retrying(
+        QUEUE_FULL.retrying(
             retry_if_exception_type(BufferError),
             wait=wait_fixed(QUEUE_FULL_POLL_SEC),
             stop=stop_never,
