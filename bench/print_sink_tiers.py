@@ -2,6 +2,7 @@
 Spark-level `DriverSink` it was before, in the same process on the same rows.
 
     .venv/bin/python bench/print_sink_tiers.py [--before REV] [--rows N] [--batch N] [--rounds K] [--master local[2]]
+        [--results DIR]
 
 The Spark-level version is the file as it was at `--before` (default: the commit before the move), loaded from git
 under another module name; the Arrow-level one is built through the registry, exactly as a pipeline builds it.
@@ -15,9 +16,9 @@ must be identical line for line, with identical `Written` counts. Then each is t
   larger than N, batches of 100 rows: only the adapter's per-call work and the counting remain), also as µs per
   call.
 
-Prints and records (`results/print_sink_tiers-<UTC time>.json`) rows/s per contender (median of the rounds) and
-the ratio after / before: of the medians, and the median of each round's ratio (both timed back to back, so a
-change in the machine's load moves it less).
+Prints and records (`results/print_sink_tiers-<UTC time>.json`, or in `--results`) rows/s per contender (median of
+the rounds) and the ratio after / before: of the medians, and the median of each round's ratio (both timed back to
+back, so a change in the machine's load moves it less).
 """
 
 from __future__ import annotations
@@ -36,19 +37,26 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import record
+from harness import RESULTS, record
 
 REPO = Path(__file__).resolve().parents[1]
 PATH = "engine/streamling/builtins/print_sink.py"
+MOVED_IMPORTS = {  # the old file's imports of what has moved since -> where it is now
+    "from streamling.topology.spec import SinkSpec, ignored_fields": (
+        "from streamling.spec import SinkSpec, ignored_fields"
+    ),
+    "from streamling.types import GS_OP, json_default": "from streamling.core.rows import GS_OP, json_default",
+}
 
 
 def before_module(rev: str) -> types.ModuleType:
-    """The Spark-level print sink as it was at `rev`."""
+    """The Spark-level print sink as it was at `rev`, its imports of moved modules pointed at where they are now."""
     text = subprocess.run(["git", "show", f"{rev}:{PATH}"], cwd=REPO, check=True, capture_output=True, text=True)
+    source = "".join(MOVED_IMPORTS.get(line, line) + "\n" for line in text.stdout.splitlines())
     module = types.ModuleType("print_sink_before")
     module.__file__ = f"{rev}:{PATH}"
     sys.modules[module.__name__] = module
-    exec(compile(text.stdout, module.__file__, "exec"), module.__dict__)
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
     return module
 
 
@@ -87,6 +95,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10_000, help="rows per batch on the write path")
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSON goes (default: bench/results)")
     args = parser.parse_args()
 
     import pyarrow as pa
@@ -159,8 +168,10 @@ def main() -> None:
             summary[scenario]["µs per call"] = {n: round(v, 2) for n, v in per_batch.items()}
             print("  µs per call: " + ", ".join(f"{n} {v:.2f}" for n, v in per_batch.items()))
         print(f"  after / before = {new / old:.3f} (of the medians), {paired:.3f} (median of the rounds' ratios)")
-    path = record("print_sink_tiers", {"args": vars(args), "rows_per_second_median": summary, "rounds": results})
-    print(f"recorded {path.relative_to(REPO)}")
+    recorded_args = {**vars(args), "results": str(args.results)}
+    payload = {"args": recorded_args, "rows_per_second_median": summary, "rounds": results}
+    path = record("print_sink_tiers", payload, args.results)
+    print(f"recorded {path}")
 
 
 if __name__ == "__main__":

@@ -89,8 +89,8 @@ class PipelineFile:
 
     def node_yaml(self, node: Node) -> str:
         """The node's own definition as the user wrote it (for asset descriptions), as YAML; URLs and headers
-        as the spec shows them (no credentials). An Arrow-level node's options (the print sink's among them) show
-        under ``options``, and not at all when all are defaults."""
+        as the spec shows them (no credentials). A plugin node's options show under ``options``, and not at all
+        when all are defaults; a built-in's show as its fields, also on the Arrow level (`plugins/specs.py`)."""
         body = node.spec.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
         if body.get("options") == {}:
             del body["options"]

@@ -128,8 +128,8 @@ class StreamlingSparkResource(dg.ConfigurableResource):
             conf = {**self.spark_config, **secrets}
         else:
             conf = run_conf
-        flat = {key: str(value) for key, value in flatten_dict(conf)}
-        self._spark_session = streamling.start_spark_session(engine, flat)  # its JVM out of the run's process group
+        # its JVM out of the run's process group; values as dagster-pyspark passed them (the builder's `True` is "true")
+        self._spark_session = streamling.start_spark_session(dict(flatten_dict(conf)))
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._spark_session is not None:

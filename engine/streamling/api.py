@@ -137,23 +137,17 @@ def spark_conf(settings: SparkSettings, resolve_archive: bool = True) -> dict[st
     return session_conf(settings, resolve_archive=resolve_archive)
 
 
-def start_spark_session(settings: SparkSettings, conf: Mapping[str, str]) -> SparkSession:
+def start_spark_session(conf: Mapping[str, Any]) -> SparkSession:
     """A Spark session started as the CLI starts its own, from `conf` (a whole Spark configuration, e.g.
-    `spark_conf` plus a caller's secrets): the driver's JVM out of the caller's process group, the engine's
-    finishing (quiet logs, the workers' warm-up, the package on a cluster) and the loaded plugins shipped to
-    Spark's Python workers. For the Dagster resource; `settings` gives what `conf` does not (the class archive)."""
-    from pyspark.sql import SparkSession
+    `spark_conf` plus a caller's secrets; values as the session builder takes them: ``True`` is ``"true"``, a
+    ``None`` is left out): the driver's JVM out of the caller's process group, the engine's finishing (quiet logs,
+    the workers' warm-up, the package on a cluster) and the loaded plugins shipped to Spark's Python workers."""
+    from pyspark.sql.utils import to_str
 
-    from streamling.spark.session import finish_session, prepare_environment, start_jvm
+    from streamling.spark.session import session_from_conf
     from streamling.spark.shipping import ship_plugins
 
-    prepare_environment()
-    start_jvm(conf)
-    builder = SparkSession.builder
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    finish_session(spark, settings.model_copy(update={"master": conf.get("spark.master", "local[*]")}))
+    spark = session_from_conf({key: str(to_str(value)) for key, value in conf.items() if value is not None})
     ship_plugins(spark)
     return spark
 
@@ -261,7 +255,9 @@ def table_marks(
     An engine that cannot be reached does not hold the data path: then the tables are read here too."""
     from streamling.clickhouse.client import redact
     from streamling.clickhouse.marks import KeyMark, read_marks
+    from streamling.core.redaction import redact_url
     from streamling.engine_client import EngineClient
+    from streamling.errors import first_line
 
     targets, known = list(tables), dict(recorded or {})
     if settings.engine_url and not settings.clickhouse_source.url:
@@ -271,4 +267,11 @@ def table_marks(
         except StreamlingError as exc:
             if exc.user_facing:
                 raise StreamlingError.user(redact(exc.message, settings.clickhouse_source)) from None
+        except Exception as exc:
+            # Not a failure to reach the engine but a bad `engine_url` (a port out of range) or an answer this
+            # version cannot read (another engine version's marks, a body that is not JSON). The Dagster sensor
+            # catches StreamlingErrors only: anything else would fail its tick rather than skip it.
+            failure = f"{type(exc).__name__}: {first_line(exc)}"
+            text = f"{where}: the table marks from the engine at {redact_url(settings.engine_url)}: {failure}"
+            raise StreamlingError.retry(redact(text, settings.clickhouse_source)) from None
     return read_marks(settings, targets, known, where, checking or (lambda _: None))

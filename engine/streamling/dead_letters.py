@@ -3,8 +3,9 @@
 A dead letter goes to a Kafka topic (``kafka_sink`` connection) or a Postgres table (created if missing). Both
 are written before the epoch that skipped the record commits, so a crash can only repeat, never lose one:
 
-- Postgres table: rows are keyed by (application_id, node, topic, partition, offset) with ``ON CONFLICT DO
-  NOTHING``, so a replayed source record is not stored twice. The Postgres sink writes its dead letters in the
+- Postgres table: rows are keyed by (application_id, node, record_id) with ``ON CONFLICT DO NOTHING``
+  (`DeadLetter.record_id`: a source record's position, a sink row's content), so a replayed record is not stored
+  twice. The Postgres sink writes its dead letters in the
   transaction that applies its rows and progress row, so they are exactly as durable as the data.
 - Kafka topic: produced and flushed before the epoch commits; a replay produces them again (at-least-once).
 
@@ -81,8 +82,9 @@ class DeadLetterTarget(ABC):
 
     Each destination kind is a subclass in its system's folder, named by the `DeadLetterSpec` field that picks
     it (``topic``: `kafka/dead_letters.py`, ``table``: `postgres/dead_letters.py`) and registered when its class
-    is defined; the built-ins' plugin imports both. So this module names no system, although a Kafka source's
-    letters may go to a Postgres table and a Postgres sink's to a topic."""
+    is defined; the built-ins' plugin imports both. So this module imports no system's half, although a Kafka
+    source's letters may go to a Postgres table and a Postgres sink's to a topic (whose writer hands its transaction
+    to `deliver`, which a table target writes in)."""
 
     application_id: str
     node: str

@@ -5,8 +5,6 @@ call the Dagster backfill sensor makes."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
@@ -226,17 +224,33 @@ def test_table_marks_failures_are_retriable_and_keep_the_password_out(make_setti
     assert "s3cret" not in down.value.message
 
 
-def test_import_streamling_and_table_marks_load_no_clickhouse_code() -> None:
-    """The ClickHouse modules (and the driver) load when `table_marks` is called, not when it is imported."""
-    probe = (
-        "import sys\n"
-        "from streamling import table_marks\n"
-        "loaded = [m for m in sys.modules if m.startswith(('streamling.clickhouse', 'clickhouse_connect', 'chdb'))]\n"
-        "print(loaded)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[]"
+def test_table_marks_turns_a_bad_engine_url_into_a_streamling_error(make_settings, clickhouse_env) -> None:
+    """A port out of range makes `urlsplit(...).port` raise ValueError before any request; the Dagster sensor
+    catches StreamlingErrors only, so it must arrive as one (retriable, credentials left out)."""
+    from streamling import table_marks
+
+    settings = make_settings(environ=clickhouse_env, engine_url="http://u:engine-s3cret@127.0.0.1:99999")
+    with pytest.raises(StreamlingError) as bad:
+        table_marks(settings, [("default", "t")], where="sensor")
+    assert bad.value.retriable and not bad.value.user_facing
+    assert bad.value.message.startswith("sensor: the table marks from the engine at "), bad.value.message
+    assert "Port out of range" in bad.value.message
+    assert "s3cret" not in bad.value.message
+
+
+def test_table_marks_turns_an_unreadable_engine_answer_into_a_streamling_error(
+    make_settings, clickhouse_env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine of another version answers with marks this one cannot read (a TypeError building `KeyMark`)."""
+    from streamling import table_marks
+    from streamling.engine_client import EngineClient
+
+    monkeypatch.setattr(EngineClient, "key_marks", lambda *_: [{"component": "t", "renamed": 1}])
+    settings = make_settings(environ=clickhouse_env, engine_url=f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(StreamlingError) as unreadable:
+        table_marks(settings, [("default", "t")], where="sensor")
+    assert unreadable.value.retriable and not unreadable.value.user_facing
+    assert "TypeError" in unreadable.value.message, unreadable.value.message
 
 
 def test_a_bound_wide_decimal_finds_its_row_read_with_every_digit(clickhouse) -> None:

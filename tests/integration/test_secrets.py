@@ -381,8 +381,25 @@ def test_spark_conf_secrets_reach_the_session_but_not_the_resource_config(tmp_pa
     assert "spark.hadoop.fs.s3a.secret.key" not in resource.spark_config
     assert resource.spark_config["spark.sql.ansi.enabled"] == "true"
     built: dict[str, str] = {}
-    monkeypatch.setattr(engine, "start_spark_session", lambda settings, conf: built.update(conf) or "session")
+    monkeypatch.setattr(engine, "start_spark_session", lambda conf: built.update(conf) or "session")
     resource.setup_for_execution(dg.build_init_resource_context())
     assert built == {}  # the session starts on first use, after the op's one-run-per-pipeline check
     assert resource.spark_session == "session"
     assert built == {**resource.spark_config, "spark.hadoop.fs.s3a.secret.key": SPARK_SECRET}
+
+
+def test_spark_config_values_reach_the_session_as_the_session_builder_takes_them(monkeypatch) -> None:
+    """As with dagster-pyspark's resource: a boolean is Spark's ``"true"`` (PySpark compares some options with that
+    exact text), a ``None`` is left out, a nested config is flattened. (The session itself is replaced: what is
+    asserted is the configuration it would be started from.)"""
+    from streamling.spark import session, shipping
+    from streamling_dagster import resources
+
+    built: dict[str, str] = {}
+    monkeypatch.setattr(session, "session_from_conf", lambda conf: built.update(conf) or "session")
+    monkeypatch.setattr(shipping, "ship_plugins", lambda spark: None)
+    config = {"spark.master": "local[1]", "spark": {"python": {"profile": True}}, "spark.unset": None}
+    resource = resources.StreamlingSparkResource(spark_config=config)
+    assert resource.spark_session == "session"
+    assert built["spark.python.profile"] == "true" and built["spark.master"] == "local[1]"
+    assert "spark.unset" not in built

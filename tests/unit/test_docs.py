@@ -29,16 +29,19 @@ from streamling.errors import StreamlingError
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 """The pages whose links, commands, examples and named paths are checked."""
-LINKED = [*DOCS, REPO / "ARCHITECTURE.md", REPO / "bench" / "README.md"]
+BENCH = REPO / "bench" / "README.md"
+NAMING = [*DOCS, BENCH]
+"""The pages whose named paths are checked."""
+LINKED = [*DOCS, REPO / "ARCHITECTURE.md", BENCH]
 """The pages whose links are checked."""
 GUIDE = REPO / "docs" / "writing-a-plugin.md"
 FENCE = re.compile(r"^```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)(?:\s+\"[^\"]*\")?\)")
 NAMED = re.compile(
-    r"(?<![\w./-])((?:pipelines|plugins|bench|tests|docs|engine|infra|streamling_dagster)(?:/[\w-][\w.-]*)*\w)(?![\w<*{/-])"
+    r"(?<![\w./-])((?:pipelines|plugins|bench|tests|docs|engine|infra|streamling_dagster)(?:/[\w-][\w.-]*)*\w)/?(?![\w<*{/-])"
 )
-"""Repository paths a page names; a template (``bench/results/suite-<UTC time>.json``) or a hidden folder made at run
-time (``bench/.venv-quix``) is not one."""
+"""Repository paths a page names (a folder's trailing ``/`` left out of the match); a template
+(``bench/results/suite-<UTC time>.json``) or a hidden folder made at run time (``bench/.venv-quix``) is not one."""
 SECTIONS = ("sources", "transforms", "sinks")
 
 
@@ -88,7 +91,25 @@ def test_every_relative_link_resolves(page: Path) -> None:
     assert not broken, f"{_id(page)} has broken links:\n" + "\n".join(broken)
 
 
-@pytest.mark.parametrize("page", DOCS, ids=_id)
+def test_the_named_paths_are_found() -> None:
+    """Files and folders, with or without a trailing ``/``, at a sentence's end or in code; templates, globs and
+    hidden folders are not paths."""
+    text = (
+        "See plugins/nowhere_plugin/ and `pipelines/nowhere.yaml`. Also bench/nowhere.py, (docs/nowhere/), "
+        "bench/results/suite-<UTC time>.json, bench/*.py, plugins/{name}/x and bench/.venv-quix."
+    )
+    assert NAMED.findall(text) == [
+        "plugins/nowhere_plugin",
+        "pipelines/nowhere.yaml",
+        "bench/nowhere.py",
+        "docs/nowhere",
+    ]
+    # The plugin guide names both examples' folders as ``[`plugins/basic_plugin/`](…)``, with the slash.
+    named = {match.group(0) for match in NAMED.finditer(GUIDE.read_text())}
+    assert {"plugins/basic_plugin/", "plugins/acme_api/"} <= named
+
+
+@pytest.mark.parametrize("page", NAMING, ids=_id)
 def test_every_path_the_page_names_exists(page: Path) -> None:
     named = set(NAMED.findall(page.read_text()))
     # A recording may be named without its suffix (``bench/results/suite-<time>``: its .json and .md).
@@ -105,9 +126,12 @@ def test_the_pages_are_linked_from_the_readme_and_the_index() -> None:
 
 
 def test_the_readme_stays_a_landing_page() -> None:
-    readme = (REPO / "README.md").read_text()
-    assert len(readme.splitlines()) <= 300, "README.md is the landing page; the reference belongs in docs/"
-    assert "./dev run" in readme and "./dev test" in readme
+    readme = REPO / "README.md"
+    assert len(readme.read_text().splitlines()) <= 300, "README.md is the landing page; the reference belongs in docs/"
+    shown = [[words[:2] for words in commands(body)] for _, body in blocks(readme, "bash")]
+    assert any(["./dev", "run"] in block and ["./dev", "test"] in block for block in shown), (
+        "README.md shows `./dev run` and `./dev test` together in one ```bash block"
+    )
 
 
 # ------------------------------------------------------------------------------------------------- settings page
@@ -117,6 +141,23 @@ def test_the_settings_reference_is_the_model() -> None:
     assert settings_reference.DOC.read_text() == settings_reference.markdown(), (
         f"docs/settings.md differs from the settings model: run `{settings_reference.REGENERATE}`"
     )
+
+
+def test_the_settings_reference_ignores_a_config_file_in_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page shows the embedded defaults wherever it is generated from: a config.yaml that `load_settings` would
+    find in the current directory changes nothing, and its password never reaches the page."""
+    monkeypatch.chdir(REPO)
+    expected = settings_reference.markdown()
+    (tmp_path / "config.yaml").write_text(
+        "record_batch_size: 7\npostgres_sink: {pass: hunter2}\nstate_backend: {postgres: {password: hunter3}}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert load_settings(None, environ={}).record_batch_size == 7  # the file is one load_settings reads
+    page = settings_reference.markdown()
+    assert page == expected
+    assert "hunter2" not in page and "hunter3" not in page
 
 
 def test_every_setting_is_described() -> None:
@@ -208,7 +249,8 @@ def _expand(value: str) -> str:
 
 
 def _exists(path: str) -> bool:
-    return (REPO / path).exists() or path.startswith((".venv/", "/", "$"))
+    """A path of the repository (``$PWD`` is its root), or the venv's, which `./dev setup` makes."""
+    return (REPO / _expand(path)).exists() or path.startswith(".venv/")
 
 
 class Checker:
@@ -336,6 +378,9 @@ def test_the_command_checks_catch_mistakes(parse) -> None:
         "STREAMLING__JOB_MOD=true ./dev run",
         "python -m streamling.nowhere",
         "streamling_run pipelines/quickstart.yaml",
+        "python /nowhere/script.py",
+        "python $HOME/script.py",
+        "cp $PWD/nowhere.yaml config.yaml",
     ):
         with pytest.raises((AssertionError, pytest.fail.Exception, StreamlingError)):
             for words in commands(wrong):

@@ -4,6 +4,7 @@ answers in input order, one session per process, retries with Retry-After, and t
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -159,6 +160,8 @@ def test_timeouts_and_refused_connections_are_retried(server: HTTPServer) -> Non
         run(ep, 1)
     assert "retries exhausted after 2 attempts" in str(info.value)
     assert str(info.value).endswith("last failure: timed out after 0.2s (TimeoutError)")
+    # the time counts from the first attempt (made before the retry loop), so both timeouts are in it
+    assert float(re.search(r"attempts in ([0-9.]+)s", str(info.value)).group(1)) >= 0.4
 
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))

@@ -80,6 +80,22 @@ def test_the_control_plane_imports_no_spark_and_no_arrow() -> None:
     assert loaded_by("streamling_dagster", heavy) == []
 
 
+TYPED_COLUMNS = """
+sources:
+  events: {type: generator, rows: 10, primary_key: id}
+transforms:
+  scored:
+    type: handler
+    from: events
+    primary_key: id
+    url: http://127.0.0.1:9/score
+    schema_override: {score: double, label: "decimal(10, 2)", note: null}
+sinks:
+  out: {type: blackhole, from: scored}
+"""
+"""Column types written in a node's spec (a handler's `schema_override`): validated by name, without Spark types."""
+
+
 def test_building_the_control_planes_definitions_and_asking_positions_imports_no_spark() -> None:
     """The code location validates every pipeline file and builds each node's operator to ask what it reads and
     writes; its sensors ask the state backend where each source stands. None of that needs Spark: the built-in
@@ -95,7 +111,15 @@ def test_building_the_control_planes_definitions_and_asking_positions_imports_no
         "assert len(list(defs.assets or [])) > 10\n"
         "settings = load_settings(overrides={'state_backend.backend_type': 'InMemory'})\n"
         f"streamling.source_status(Path({str(pipelines)!r}) / 'quickstart.yaml', settings)\n"
+        f"pipeline, report = streamling.load_pipeline({TYPED_COLUMNS!r})\n"
+        "assert pipeline is not None, report.errors\n"
         "print([m for m in ('pyspark', 'py4j', 'streamling.runtime.executor') if m in sys.modules])\n"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert ast.literal_eval(out.strip().splitlines()[-1]) == []
+
+
+def test_the_table_marks_call_imports_no_clickhouse_code() -> None:
+    """`from streamling import table_marks` (the Dagster backfill sensor's call) loads the ClickHouse modules and the
+    driver when it is called, not when it is imported."""
+    assert loaded_by("streamling.api", ("streamling.clickhouse", "clickhouse_connect", "chdb")) == []

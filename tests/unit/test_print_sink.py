@@ -100,12 +100,11 @@ def test_the_control_plane_shows_a_print_node_as_written_when_it_sets_no_field()
     assert pf.node_yaml(pipeline.nodes["out"]) == "out:\n  type: print\n  from: src\n"
 
 
-def test_the_control_plane_sees_the_print_nodes_as_before_they_moved_to_the_arrow_level() -> None:
+def test_the_control_plane_sees_the_print_nodes_as_before_they_moved_to_the_arrow_level(make_settings) -> None:
     """The backfill sensor digests each node's dumped spec, and the asset metadata and the admin API show it: a
     print node dumps its fields at the top level (``print_sink``'s ``mode`` under ``options``), as its spec did
     when it was a Spark-level operator, so moving it changed no digest and triggered no reprocessing."""
     from streamling import load_pipeline
-    from streamling.config import load_settings
 
     text = """
 sources:
@@ -114,7 +113,7 @@ sinks:
   out: {type: print, from: s, sample_every: 5}
   old: {type: print_sink, from: s}
 """
-    pipeline, report = load_pipeline(text, job_mode=True, settings=load_settings())
+    pipeline, report = load_pipeline(text, job_mode=True, settings=make_settings())
     assert pipeline is not None, report.errors
     common = {"batch_flush_interval": None, "batch_size": None, "from": "s", "num_records_before_stop": None}
     common |= {"parallelism": None, "primary_key": None, "telemetry": None}
@@ -129,5 +128,10 @@ sinks:
         "sample_every": None,
         "type": "print_sink",
     }
+    # in the order it had (the asset description and the admin API show the dump as it comes)
+    order = ["type", "telemetry", "primary_key", "from", "sample_every", "num_records_before_stop", "parallelism"]
+    order += ["batch_size", "batch_flush_interval"]
+    assert list(pipeline.nodes["out"].spec.model_dump(mode="json", by_alias=True)) == order
+    assert list(pipeline.nodes["old"].spec.model_dump(mode="json", by_alias=True)) == [*order, "options"]
     # and the labels they may take: a node with an options block identifies itself by its type, as before
     assert (pipeline.nodes["out"].identity_keys, pipeline.nodes["old"].identity_keys) == ((), ("type",))

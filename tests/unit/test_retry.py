@@ -209,11 +209,11 @@ class FakeProducer:
 
 
 def test_a_full_producer_queue_is_served_then_produced_to() -> None:
-    from streamling.kafka.availability import produce_when_room
+    from streamling.kafka.availability import QUEUE_FULL_POLL_SEC, produce_when_room
 
     producer = FakeProducer(full=3)
     produce_when_room(producer, "t", value=b"v", key=b"k")
-    assert producer.polls == [0.5, 0.5, 0.5]
+    assert producer.polls == [QUEUE_FULL_POLL_SEC] * 3
     assert producer.produced == [{"topic": "t", "value": b"v", "key": b"k"}]
 
 

@@ -18,9 +18,11 @@ Page and count queries run with ``max_execution_time`` = `timeout_sec` (``clickh
 a range that takes longer is read again at half the width; a page that cannot shrink (one key value, or
 tuple mode) fails the run with a retriable error.
 
-Every value in a query — a cursor's key text, `start_at`, range bounds, the page size — is a server-side query
-parameter (``{name:Type}``, `Params`), which clickhouse-connect binds for a server and the embedded engine alike;
-identifiers are quoted (`client.quote`). A key holding quotes or backslashes is a value like any other.
+Every value that comes from outside ClickHouse — a cursor's key text, `start_at`, range bounds, the page size — is
+a server-side query parameter (``{name:Type}``, `Params`), which clickhouse-connect binds for a server and the
+embedded engine alike. What is written into the text is either ClickHouse's own (a column's type as
+``system.columns`` gives it, a decimal column's scale) or an identifier, always quoted (`client.quote`), the
+pager's own aliases included. A key holding quotes or backslashes is a value like any other.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -44,7 +47,11 @@ log = logging.getLogger("streamling.clickhouse")
 
 RANGE_TYPES = ("Int", "UInt", "Date", "DateTime")
 _KEY = "__sl_key_"
-_NUM = "__sl_key_num"
+"""A page's cursor columns, ``__sl_key_<i>``: the sort keys as text, dropped before the page is handed on."""
+_DELETED = "__sl_deleted"
+"""The latest version's ``is_deleted`` of a ReplacingMergeTree row (`Pager._final_rows`)."""
+_ROWS = "__sl_t"
+"""The table's alias inside `Pager._final_rows`, so arguments name its columns rather than the aggregates."""
 
 
 class Params(dict[str, Any]):
@@ -100,6 +107,9 @@ def _day(moment: datetime) -> int:
 
 @dataclass
 class Pager:
+    """Pages of `columns` of the table `info` describes; both are fixed for the pager's life (what is derived from
+    them, such as `range_mode` and the select list, is computed once)."""
+
     client: Any
     info: TableInfo
     columns: list[ColumnInfo]
@@ -116,9 +126,14 @@ class Pager:
     def keys(self) -> tuple[str, ...]:
         return self.info.sorting_key
 
-    @property
+    @cached_property
     def range_mode(self) -> bool:
         return self.info.column(self.keys[0]).base.startswith(RANGE_TYPES)
+
+    @cached_property
+    def _outputs(self) -> str:
+        """The selected columns, each converted to its Spark field's Arrow type (`select_expression`)."""
+        return ", ".join(select_expression(c) for c in self.columns)
 
     def _num(self) -> str:
         return f"toInt64({quote(self.keys[0])})"
@@ -283,11 +298,11 @@ class Pager:
         where = " AND ".join(c for c in (lower, upper) if c) or "1"
         keys = ", ".join(quote(k) for k in self.keys)
         inner = self._final_rows(where)
-        cursor = [f"toString({quote(k)}) AS {_KEY}{i}" for i, k in enumerate(self.keys)]
-        outputs = [select_expression(c) for c in self.columns]
-        deleted = "__sl_deleted" if self.info.is_deleted else "0"
+        # Quoted aliases name the same Arrow columns as bare ones would (`_last_key`, `_output`).
+        cursor = [f"toString({quote(k)}) AS {quote(f'{_KEY}{i}')}" for i, k in enumerate(self.keys)]
+        deleted = quote(_DELETED) if self.info.is_deleted else "0"
         sql = (
-            f"SELECT {', '.join(outputs)}, if({deleted} = 1, 'd', 'i') AS {GS_OP}, {', '.join(cursor)} "
+            f"SELECT {self._outputs}, if({deleted} = 1, 'd', 'i') AS {quote(GS_OP)}, {', '.join(cursor)} "
             f"FROM ({inner}) WHERE {deleted} = 0"
             + (f" AND ({self.filter})" if self.filter else "")
             + f" ORDER BY {keys}"
@@ -315,16 +330,17 @@ class Pager:
         if self.info.version is None:
             return f"SELECT * FROM {self._table} FINAL WHERE {where}"
         # Arguments name the table's columns (`__sl_t.x`), not the aggregates aliased with the same names.
-        deleted = f"__sl_t.{quote(self.info.is_deleted)}" if self.info.is_deleted else "0"
-        order = f"(__sl_t.{quote(self.info.version)}, {deleted})"
+        rows = quote(_ROWS)
+        deleted = f"{rows}.{quote(self.info.is_deleted)}" if self.info.is_deleted else "0"
+        order = f"({rows}.{quote(self.info.version)}, {deleted})"
         values = [
-            f"argMax(__sl_t.{quote(c.name)}, {order}) AS {quote(c.name)}"
+            f"argMax({rows}.{quote(c.name)}, {order}) AS {quote(c.name)}"
             for c in self.info.columns
             if c.name not in self.keys
         ]
         if self.info.is_deleted:
-            values.append(f"argMax({deleted}, {order}) AS __sl_deleted")
-        return f"SELECT {keys}, {', '.join(values)} FROM {self._table} AS __sl_t WHERE {where} GROUP BY {keys}"
+            values.append(f"argMax({deleted}, {order}) AS {quote(_DELETED)}")
+        return f"SELECT {keys}, {', '.join(values)} FROM {self._table} AS {rows} WHERE {where} GROUP BY {keys}"
 
     def _last_key(self, table: pa.Table) -> list[str]:
         return [table.column(f"{_KEY}{i}")[-1].as_py() for i in range(len(self.keys))]

@@ -25,6 +25,7 @@ types come from one grammar instead of patterns of our own that drift from it.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -77,9 +78,14 @@ def check_type_text(text: str) -> str:
     return value
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_type(ch: str) -> ClickHouseType | None:
     """`ch` as clickhouse-connect's type registry reads it, or None for a name it does not know (a type newer than
     the driver, ``Object('json')``, a misspelling): callers then treat it as a type they cannot compare or read.
+
+    Cached: a column's properties (`tables.ColumnInfo`) ask for its type every time, and parsing the name costs
+    many times what a cache hit does. Sharing the answer is safe: the registry itself hands out one shared,
+    never-changed instance per name (its ``type_cache``); the cache here also spares parsing the name first.
 
     Names the registry has no class for are told apart before asking it, because it logs an ERROR for each
     (a column the source rejects with its own message would otherwise log twice). Imported here, not at module

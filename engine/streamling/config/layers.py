@@ -116,7 +116,9 @@ def otel_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     return found
 
 
-def _synonyms(section: tuple[str, ...]) -> dict[str, str]:
+def synonyms(section: tuple[str, ...]) -> dict[str, str]:
+    """The section's other spellings of its keys, each mapped to the section's own (``{"db": "database"}``), as
+    `SYNONYMS` lists them; ``*`` in a pattern matches any one name (a connection's node)."""
     for pattern, names in SYNONYMS.items():
         if len(pattern) == len(section) and all(p in ("*", s) for p, s in zip(pattern, section, strict=True)):
             return names
@@ -126,13 +128,13 @@ def _synonyms(section: tuple[str, ...]) -> dict[str, str]:
 def canonical_dotted(dotted: str) -> str:
     """``state_backend.postgres.db`` → ``state_backend.postgres.database`` (see `SYNONYMS`)."""
     *section, leaf = dotted.split(".")
-    return ".".join([*section, _synonyms(tuple(section)).get(leaf, leaf)])
+    return ".".join([*section, synonyms(tuple(section)).get(leaf, leaf)])
 
 
 def canonical_layer(data: Mapping[str, Any], origin: str, section: tuple[str, ...] = ()) -> dict[str, Any]:
     """`data` with every connection key spelled the section's way (see `SYNONYMS`); both spellings in one layer
     are an error, since neither could be said to win."""
-    names = _synonyms(section)
+    names = synonyms(section)
     out: dict[str, Any] = {}
     spelled: dict[str, str] = {}
     for key, value in data.items():

@@ -19,7 +19,7 @@ import annotated_types
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from streamling.config.layers import ENV_PREFIX, ENV_SEPARATOR, SYNONYMS, load_settings
+from streamling.config.layers import ENV_PREFIX, ENV_SEPARATOR, embedded_defaults, settings_from_document, synonyms
 from streamling.config.model import Settings
 from streamling.config.units import _to_ms, _to_sec
 
@@ -125,7 +125,8 @@ def _default(value: Any, field: FieldInfo) -> str:
     if value is None:
         return "unset"
     if isinstance(value, SecretStr):
-        value = value.get_secret_value()
+        # A page that is committed and published never carries a secret, even a default one: only whether it is set.
+        return "set" if value.get_secret_value() else "empty"
     unit = _unit(list(field.metadata))
     if unit is not None and isinstance(value, int | float) and not isinstance(value, bool):
         return f"`{_number(value)}{'ms' if unit == 'ms' else 's'}`"
@@ -149,11 +150,9 @@ def _env(parts: list[str]) -> str:
 
 
 def _spellings(parts: list[str]) -> dict[str, str]:
-    """The section's other spellings of its keys (``db`` for ``database``), as `SYNONYMS` lists them."""
-    for pattern, names in SYNONYMS.items():
-        if len(pattern) == len(parts) and all(p in ("*", s) for p, s in zip(pattern, parts, strict=True)):
-            return {canonical: other for other, canonical in names.items()}
-    return {}
+    """The section's other spellings of its keys, by the section's own (``{"database": "db"}``): the inverse of
+    `layers.synonyms`, which maps the other way for reading a layer."""
+    return {canonical: other for other, canonical in synonyms(tuple(parts)).items()}
 
 
 def _keys(section: str) -> set[str]:
@@ -173,7 +172,17 @@ class _Row(typing.NamedTuple):
         return f"| `{self.key}` | {self.type} | {self.default} | {self.env} | {self.description} |"
 
 
-def _rows(model: type[BaseModel], values: Any, parts: list[str], sections: list[tuple[list[str], type[BaseModel]]]):
+class _Section(typing.NamedTuple):
+    """A nested section waiting for its table: its key's parts, its model, the field holding it (whose description
+    introduces it) and its default values (None under a map, whose entries have none)."""
+
+    parts: list[str]
+    model: type[BaseModel]
+    field: FieldInfo
+    values: Any
+
+
+def _rows(model: type[BaseModel], values: Any, parts: list[str], sections: list[_Section]) -> list[_Row]:
     rows = []
     dotted = ".".join(parts)
     spellings = _spellings(["*" if p.startswith("<") else p for p in parts])
@@ -181,7 +190,7 @@ def _rows(model: type[BaseModel], values: Any, parts: list[str], sections: list[
         key = field.alias or name
         sub = _section_model(field.annotation)
         if sub is not None:
-            sections.append(([*parts, key], sub))
+            sections.append(_Section([*parts, key], sub, field, getattr(values, name) if values is not None else None))
             continue
         value = getattr(values, name) if values is not None else field.get_default(call_default_factory=True)
         default = "required" if field.is_required() else _default(value, field)
@@ -236,29 +245,24 @@ def _section_text(model: type[BaseModel], field: FieldInfo | None) -> str:
 
 def markdown() -> str:
     """The whole docs/settings.md page."""
-    defaults = load_settings(None, environ={})
-    out = [HEADER, "## Top level", "", *_table(Settings, defaults, [], pending := [])]
+    # The embedded defaults alone: `load_settings` would also read a config.yaml in the current directory, whose
+    # values (a password among them) do not belong on the page.
+    defaults = settings_from_document(embedded_defaults())
+    pending: list[_Section] = []
+    out = [HEADER, "## Top level", "", *_table(Settings, defaults, [], pending)]
     while pending:
-        parts, model = pending.pop(0)
-        parent: type[BaseModel] = Settings
-        values: Any = defaults
-        field = None
-        for part in parts:
-            name = next(n for n, f in parent.model_fields.items() if (f.alias or n) == part)
-            field = parent.model_fields[name]
-            values = getattr(values, name) if values is not None else None
-            parent = _section_model(field.annotation) or parent
-        nested: list[tuple[list[str], type[BaseModel]]] = []
-        out += ["", f"## `{'.'.join(parts)}`", ""]
-        intro = _section_text(model, field)
+        section = pending.pop(0)
+        nested: list[_Section] = []
+        out += ["", f"## `{'.'.join(section.parts)}`", ""]
+        intro = _section_text(section.model, section.field)
         if intro:
             out += [intro, ""]
-        out += _table(model, values, parts, nested)
+        out += _table(section.model, section.values, section.parts, nested)
         pending[:0] = nested
     return "\n".join(out) + "\n"
 
 
-def _table(model: type[BaseModel], values: Any, parts: list[str], sections: list) -> list[str]:
+def _table(model: type[BaseModel], values: Any, parts: list[str], sections: list[_Section]) -> list[str]:
     rows = _rows(model, values, parts, sections)
     if not rows:
         return []

@@ -1,14 +1,15 @@
-"""When a failed call is tried again, after how long, and when to give up: the one retry policy of every loop that
-waits out a failure (Postgres, Kafka and the registry, ClickHouse, HTTP requests, SQLite's WAL switch), as tenacity
-`Retrying` objects.
+"""When a failed call is tried again, after how long, and when to give up: the one retry policy of every loop that waits
+out a failure (Postgres, Kafka and the registry, ClickHouse, HTTP requests, SQLite's WAL switch), as tenacity `Retrying`
+objects.
 
-Every loop waits the same way: `RetryPolicy.wait` doubles from ``backoff_sec`` up to ``backoff_max_sec`` and draws
-each wait from the upper half of that, so that many callers failing together do not come back in lockstep; an
-HTTP server's ``Retry-After`` (seconds or an HTTP date) replaces it (`wait_retry_after`). Every loop gives up the same
-way: `RetryPolicy.stop` ends it once the retries are used up or the next attempt would start after
-``retry_timeout_sec``. What is retried is each system's own predicate; everything else raises at once. An outage is
-logged once when it starts and once when it ends, not once per attempt (`log_first_failure`, `on_success`; the
-services waited out for their patience keep that state in `core.outage.Outage`, shared by every caller).
+A loop that backs off waits by `RetryPolicy.wait`: it doubles from ``backoff_sec`` up to ``backoff_max_sec`` and draws
+each wait from the upper half of that, so that many callers failing together do not come back in lockstep; an HTTP
+server's ``Retry-After`` (seconds or an HTTP date) replaces it (`wait_retry_after`). It gives up by `RetryPolicy.stop`,
+once the retries are used up or the next attempt would start after ``retry_timeout_sec``. A service waited out for its
+patience (a broker, the registry) stops on that instead (`core.outage`), and the Kafka producer's full-queue and flush
+loops poll at a fixed step. What is retried is each system's own predicate; everything else raises at once. An outage is
+logged once when it starts and once when it ends, not once per attempt (`log_first_failure`, `on_success`; the services
+waited out for their patience keep that state in `core.outage.Outage`, shared by every caller).
 
 HTTP: transport errors, timeouts, 408, 429 and 5xx are retried; any other status other than 2xx is final.
 """
@@ -170,12 +171,21 @@ class RetryPolicy:
         wait: wait_base | None = None,
         before_sleep: Callable[[RetryCallState], None] | None = None,
         give_up: Callable[[RetryCallState], Any] | None = None,
+        started: float | None = None,
     ) -> AsyncRetrying:
-        """`retrying` for coroutines: the waits are ``asyncio.sleep``, so other requests go on meanwhile."""
+        """`retrying` for coroutines: the waits are ``asyncio.sleep``, so other requests go on meanwhile. `started`
+        (``time.monotonic()``): when the call's first attempt began, for a caller that made it before entering the
+        loop (`stop` and the attempt's reported duration count from there)."""
+
+        def since_started(state: RetryCallState) -> None:
+            if started is not None and state.attempt_number == 1:
+                state.start_time = started
+
         return AsyncRetrying(
             retry=retry,
             wait=wait if wait is not None else self.wait(),
             stop=self.stop(),
+            before=since_started,
             before_sleep=before_sleep,
             retry_error_callback=give_up,
             reraise=True,

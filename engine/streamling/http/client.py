@@ -149,9 +149,9 @@ async def _post(
                 async with asyncio.timeout(endpoint.timeout_sec):
                     response = await client.post(endpoint.url, content=body, headers=headers)
             except (httpx.TransportError, TimeoutError) as exc:
-                raise _Retriable(_transport_failure(exc, endpoint)) from None
-            finally:
                 endpoint.recorder.latency((time.monotonic() - sent) * 1000)
+                raise _Retriable(_transport_failure(exc, endpoint)) from None
+            endpoint.recorder.latency((time.monotonic() - sent) * 1000)
         status = response.status_code
         if 200 <= status < 300:
             return Delivered(response.content)
@@ -181,13 +181,28 @@ async def _post(
         )
         return _failed(endpoint, StreamlingError.retry(message))
 
+    started = time.monotonic()
+    try:  # most requests succeed at once: tenacity's loop (~20 µs a request) only once one has failed
+        return await attempt()
+    except _Retriable as failed:
+        first: _Retriable | None = failed
+
+    async def again() -> Delivered | Skipped:
+        """The loop's first attempt is the one made above: its failure, raised again; then new attempts."""
+        nonlocal first
+        if first is not None:
+            failed, first = first, None
+            raise failed
+        return await attempt()
+
     post = policy.async_retrying(
         retry_if_exception_type(_Retriable),
         wait=wait_retry_after(policy.wait()),
         before_sleep=retrying,
         give_up=give_up,
+        started=started,
     )
-    return await post(attempt)
+    return await post(again)
 
 
 def _transport_failure(exc: BaseException, endpoint: Endpoint) -> str:

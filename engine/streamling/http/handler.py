@@ -26,7 +26,7 @@ from streamling.http.payloads import PayloadError, PayloadFormat, decode_respons
 from streamling.plugin import Epoch, Operator, RunContext, Transform
 from streamling.spec import TransformSpec, split_columns
 from streamling.telemetry.tasks import NodeRecorder
-from streamling.types import parse_type, spread, with_gs_op
+from streamling.types import check_column_types, parse_type, spread, with_gs_op
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -60,14 +60,9 @@ class HandlerSpec(TransformSpec, HttpRequestOptions):
     @field_validator("schema_override")
     @classmethod
     def _types(cls, value: dict[str, str | None] | None) -> dict[str, str | None] | None:
-        for column, type_text in (value or {}).items():
-            if column == GS_OP:
-                raise ValueError(f"{GS_OP} cannot be overridden; the handler always sets it")
-            if type_text is not None:
-                try:
-                    parse_type(type_text)
-                except StreamlingError as exc:
-                    raise ValueError(f"column '{column}': {exc.message}") from None
+        if value and GS_OP in value:
+            raise ValueError(f"{GS_OP} cannot be overridden; the handler always sets it")
+        check_column_types({column: text for column, text in (value or {}).items() if text is not None})
         return value
 
 

@@ -14,11 +14,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from tenacity import retry_if_exception_type, stop_never, wait_fixed
+from tenacity import Retrying, retry_if_exception_type, stop_never, wait_fixed
 
 from streamling.core import outage
 from streamling.core.outage import wait_out as _wait_out
-from streamling.core.retry import RetryPolicy, is_retriable
+from streamling.core.retry import is_retriable
 from streamling.errors import StreamlingUnavailableError, first_line
 
 log = logging.getLogger("streamling.kafka")
@@ -99,21 +99,19 @@ def patience(options: Mapping[str, str]) -> float:
     return float(options.get("unavailable_timeout_sec", "300"))
 
 
-QUEUE_FULL = RetryPolicy(None, float("inf"), QUEUE_FULL_POLL_SEC, QUEUE_FULL_POLL_SEC)
-"""A full producer queue is waited out without limit, polling deliveries (`produce_when_room`)."""
-
-
 def produce_when_room(producer: Any, topic: str, **message: Any) -> None:
     """``producer.produce(topic, **message)``. While the producer's local queue is full (``BufferError``) it serves
     deliveries for a while and tries again, for as long as that takes: the queue empties as messages are delivered,
-    or fail once ``message.timeout.ms`` is up."""
+    or fail once ``message.timeout.ms`` is up. A caller producing row by row tries ``produce`` inline first and
+    comes here on ``BufferError``: the call costs about a third of a ``produce``."""
     try:
         producer.produce(topic, **message)
     except BufferError:
         producer.poll(QUEUE_FULL_POLL_SEC)
-        QUEUE_FULL.retrying(
-            retry_if_exception_type(BufferError),
+        Retrying(
+            retry=retry_if_exception_type(BufferError),
             wait=wait_fixed(QUEUE_FULL_POLL_SEC),
             stop=stop_never,
             sleep=producer.poll,
+            reraise=True,
         )(producer.produce, topic, **message)

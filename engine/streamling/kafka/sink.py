@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field, PositiveInt, field_validator
-from tenacity import retry_if_result, wait_none
+from tenacity import Retrying, retry_if_result, wait_none
 
 from streamling.config.units import Milliseconds
 from streamling.core.outage import stop_when_patience_is_used_up
-from streamling.core.retry import RetryPolicy
 from streamling.core.rows import GS_OP, json_default
 from streamling.errors import StreamlingError
 from streamling.kafka.availability import Outage, produce_when_room, wait_out
@@ -113,14 +112,13 @@ def produce_partition(batches: Iterator[pa.RecordBatch], plan: Mapping[str, Any]
 def flush(producer: Any, outage: Outage, failures: list[str]) -> int:
     """Flush `producer` in steps of `FLUSH_STEP_SEC` while messages are still undelivered and none failed, for up
     to the outage's patience (`Outage.failed` logs when the waiting starts); the messages left undelivered."""
-    policy = RetryPolicy(None, outage.timeout_sec, 0.0, 0.0)
-    flushing = policy.retrying(
-        retry_if_result(lambda remaining: bool(remaining) and not failures),
+    flushing = Retrying(  # each flush waits up to its step: no wait between them
+        retry=retry_if_result(lambda remaining: bool(remaining) and not failures),
         wait=wait_none(),
         stop=stop_when_patience_is_used_up(
             outage, lambda state: f"{state.outcome.result()} messages not delivered after {FLUSH_STEP_SEC:.0f} s"
         ),
-        give_up=lambda state: state.outcome.result(),
+        retry_error_callback=lambda state: state.outcome.result(),
     )
     return int(flushing(producer.flush, FLUSH_STEP_SEC))
 
@@ -137,7 +135,10 @@ def produce_batch(producer: Any, batch: pa.RecordBatch, plan: Mapping[str, Any],
         value = encode(row)
         headers = [("dbz.op", OPS_TO_DBZ.get(op or "i", b"c"))]
         try:
-            produce_when_room(producer, topic, value=value, key=key, headers=headers, on_delivery=delivered)
+            try:  # inline: this runs per row
+                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered)
+            except BufferError:
+                produce_when_room(producer, topic, value=value, key=key, headers=headers, on_delivery=delivered)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                 raise

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 import pyarrow as pa
-from tenacity import RetryCallState, retry_if_exception_type
+from tenacity import RetryCallState, retry_if_exception_type, wait_none
 
 from streamling.core.faults import crash_point
 from streamling.core.retry import RetryPolicy
@@ -225,8 +225,10 @@ class EpochTransactions:
             )
 
         # No wait between attempts: each one already waited STUCK_TRANSACTION_SEC.
-        policy = RetryPolicy(None, self.patience, 0.0, 0.0)
-        policy.retrying(retry_if_exception_type(_Stuck), before_sleep=replace_producer, give_up=give_up)(attempt)
+        policy = RetryPolicy(None, self.patience, 0.0, 0.0)  # its stop: no attempt starts after the patience
+        policy.retrying(
+            retry_if_exception_type(_Stuck), wait=wait_none(), before_sleep=replace_producer, give_up=give_up
+        )(attempt)
 
     def _abort(self) -> None:
         try:

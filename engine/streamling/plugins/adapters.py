@@ -87,7 +87,7 @@ class PluginNode(Operator[Any]):
                 user_facing=True,
             )
         labels = dict(labels)
-        identity = (*self.spec.identity_labels, "type")  # as for the YAML's labels of a plugin node
+        identity = (*self.spec.identity_labels, "type")  # a plugin node identifies itself by its type too
         problems = label_errors(self.label, labels, identity, what="identity label", origin="labels()")
         if problems:
             raise StreamlingNodeError("; ".join(problems), user_facing=True)

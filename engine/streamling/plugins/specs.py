@@ -53,11 +53,15 @@ class PluginNodeSpec(BaseModel):
         dumped = handler(self)
         if "." in type(self).plugin_id or not isinstance(dumped, dict) or not isinstance(dumped.get("options"), dict):
             return dumped
-        options = dumped.pop("options")
         nested = getattr(type(self).plugin_class, "nested_options", ())  # options its spec always kept nested
-        flat = {key: value for key, value in options.items() if key not in dumped and key not in nested}
-        kept = {key: value for key, value in options.items() if key in nested}
-        return {**dumped, **flat, **({"options": kept} if kept else {})}
+        out: dict[str, Any] = {}
+        for key, value in dumped.items():  # the options where the block stood, in the node's field order as before
+            if key == "options":
+                out.update((name, v) for name, v in value.items() if name not in dumped and name not in nested)
+            else:
+                out[key] = value
+        kept = {key: value for key, value in dumped["options"].items() if key in nested}
+        return {**out, **({"options": kept} if kept else {})}
 
     @model_validator(mode="before")
     @classmethod

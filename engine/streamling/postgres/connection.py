@@ -245,7 +245,8 @@ def with_retries(
     attempt: Callable[[], T], where: str, timeout_sec: float, on_retry: Callable[[], None] | None = None
 ) -> T:
     """Run `attempt` until it succeeds, retrying transient failures with jittered exponential backoff
-    for up to `timeout_sec`; other failures raise at once as user-facing errors naming `where`. `on_retry` is
+    for up to `timeout_sec`; other Postgres errors raise at once as user-facing errors naming `where`, anything
+    else as it is. `on_retry` is
     told of each retry (a node's retry count). An outage is one WARNING when it starts and one when it ends;
     the attempts between are logged at debug level."""
 

@@ -289,7 +289,7 @@ class Runs:
                 log.error("run %s is invalid: %s", run.id, exc.message)
                 return
             summary = execute_plan(plan, settings, spark, run.stop, run.summary, on_running=running)
-            summary.log_to(log)
+            summary.log_to(logging.getLogger("streamling.cli"))  # the summary lines read as the CLI's, as they did
             run.state = "stopped" if summary.stopped_by_signal else "succeeded"
         except StreamlingError as exc:
             run.error, run.state = exc.message, "failed"

@@ -80,9 +80,9 @@ def _heap_mb(size: str) -> float:
 
 def session_conf(settings: SparkSettings, long_lived: bool = False, resolve_archive: bool = True) -> dict[str, str]:
     """Everything the engine's session needs, as Spark configuration (master and app name included), for
-    callers that build the session themselves (the Dagster PySpark resource). Without `resolve_archive` (a
-    configuration to show, not to start), ``spark.archives`` names the `environment_archive` setting as it is
-    rather than building or checking the archive."""
+    callers that build the session themselves (the Dagster Spark resource, through `streamling.spark_conf`).
+    Without `resolve_archive` (a configuration to show, not to start), ``spark.archives`` names the
+    `environment_archive` setting as it is rather than building or checking the archive."""
     return {
         "spark.master": settings.master,
         "spark.app.name": settings.app_name,

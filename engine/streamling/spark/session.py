@@ -70,11 +70,18 @@ def build_session(settings: SparkSettings, long_lived: bool = False) -> SparkSes
     conf = session_conf(settings, long_lived)
     if settings.class_archive:
         class_archive.build_later(settings.conf)
+    return session_from_conf(conf, long_lived)
+
+
+def session_from_conf(conf: Mapping[str, str], long_lived: bool = False) -> SparkSession:
+    """The session of `conf`, a whole Spark configuration (`session_conf`'s, or a caller's such as the Dagster
+    resource's): the driver's JVM out of the caller's process group (`start_jvm`), then the engine's finishing."""
+    prepare_environment()
     start_jvm(conf)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return finish_session(builder.getOrCreate(), settings, long_lived)
+    return finish_session(builder.getOrCreate(), conf.get("spark.master", "local[*]"), long_lived)
 
 
 def start_session(settings: SparkSettings) -> Future[SparkSession]:
@@ -175,7 +182,7 @@ def _stop_abandoned(launched: Future[Any]) -> None:
         stream.close()
 
 
-def finish_session(spark: SparkSession, settings: SparkSettings, long_lived: bool = False) -> SparkSession:
+def finish_session(spark: SparkSession, master: str, long_lived: bool = False) -> SparkSession:
     """Quiet logs, on a cluster ship the package, and start Spark's Python processes in the background
     (`warm_up`): for sessions built here or by a caller. A long-lived session (an engine) waits for them: fifty
     runs submitted the moment the engine said it was ready otherwise found no daemon yet, and it started, importing
@@ -185,7 +192,7 @@ def finish_session(spark: SparkSession, settings: SparkSettings, long_lived: boo
     _quiet_accumulator_server(spark.sparkContext)
     # PySpark logs every analysis error with its JVM stack; the engine reports them itself.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    if not settings.master.startswith("local") and packed_env.archive_of(spark.sparkContext.getConf()) is None:
+    if not master.startswith("local") and packed_env.archive_of(spark.sparkContext.getConf()) is None:
         _ship_package(spark)
     skip_data_source_lookup(spark)
     warming = warm_up(spark)

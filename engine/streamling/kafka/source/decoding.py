@@ -17,7 +17,7 @@ from streamling.errors import StreamlingError
 from streamling.kafka.availability import Outage, patience, wait_out
 from streamling.kafka.avro import AvroDecoder
 from streamling.kafka.clients import registry, subject_of
-from streamling.kafka.source.metadata import metadata_columns
+from streamling.kafka.source.metadata import METADATA_NAMES
 
 log = logging.getLogger("streamling.kafka")
 
@@ -100,7 +100,7 @@ def decode_json(
     """JSON payloads → Arrow; a bad one raises naming it, or with `rejected` is listed there and left out."""
     import pyarrow.json as pajson
 
-    value_fields = [f for f in arrow_schema if f.name != GS_OP and f.name not in metadata_columns().fieldNames()]
+    value_fields = [f for f in arrow_schema if f.name != GS_OP and f.name not in METADATA_NAMES]
     value_schema = pa.schema(value_fields)
     options = pajson.ParseOptions(explicit_schema=value_schema, unexpected_field_behavior="ignore")
     problems: dict[int, str] = {}

@@ -10,14 +10,19 @@ if TYPE_CHECKING:
     from pyspark.sql import types as T
 
 
+METADATA_NAMES = ("_partition", "_offset", "_timestamp")
+"""The columns every Kafka source row carries besides its payload's, by name (what the workers need of them)."""
+
+
 @functools.cache
 def metadata_columns() -> T.StructType:
     from pyspark.sql import types as T
 
+    partition, offset, timestamp = METADATA_NAMES
     return T.StructType(
         [
-            T.StructField("_partition", T.IntegerType(), False),
-            T.StructField("_offset", T.LongType(), False),
-            T.StructField("_timestamp", T.TimestampType(), True),
+            T.StructField(partition, T.IntegerType(), False),
+            T.StructField(offset, T.LongType(), False),
+            T.StructField(timestamp, T.TimestampType(), True),
         ]
     )

@@ -25,7 +25,7 @@ from streamling.kafka.avro import spark_schema as avro_spark_schema
 from streamling.kafka.clients import connection_options, registry, subject_of
 from streamling.kafka.lag import LagReporter
 from streamling.kafka.objects import topic_object
-from streamling.kafka.source.metadata import metadata_columns
+from streamling.kafka.source.metadata import METADATA_NAMES, metadata_columns
 from streamling.kafka.source.offsets import (
     high_watermark,
     initial_offsets,
@@ -154,7 +154,7 @@ class KafkaSource(Source[KafkaSourceSpec]):
             values = T.StructType([T.StructField(c, parse_type(t), True) for c, t in (self.spec.schema_ or {}).items()])
         fields = [f for f in values.fields if f.name != GS_OP]
         if self.spec.include_metadata:
-            taken = {f.name for f in fields} & set(metadata_columns().fieldNames())
+            taken = {f.name for f in fields} & set(METADATA_NAMES)
             if taken:
                 raise StreamlingError.user(f"{self.label}: include_metadata would shadow fields {sorted(taken)}")
             fields += metadata_columns().fields
